@@ -1,0 +1,50 @@
+"""Claim Order: the conditional write on ``orderId`` that admits (at most) one charge."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from handlers.runtime import claims_store, count, log_event, logger, metrics, tracer
+from payment_saga.errors import OrderConflict
+from payment_saga.orders import order_from_message
+from payment_saga.payments import idempotency_key
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Input ``{"order": {...}, "claimToken": "<execution id>"}``.
+
+    Output (always the same keys, so the state machine's ``ResultSelector`` never misses one):
+    ``outcome`` (``WON`` or ``DUPLICATE``), ``how``, ``attempt``, ``idempotencyKey``, ``holderStatus``.
+    """
+    order = order_from_message(event["order"])
+    token = event["claimToken"]
+    logger.append_keys(orderId=order.order_id, execution=token)
+    try:
+        outcome = claims_store().claim(order, token=token)
+    except OrderConflict:
+        log_event("order_conflict")
+        count("OrderConflict")
+        raise
+    claim = outcome.claim
+    logger.append_keys(attempt=claim.attempt)
+    if outcome.result.won:
+        log_event("claim_won", how=outcome.result.value)
+        count("ClaimWon")
+        outcome_name = "WON"
+    else:
+        log_event("skip_duplicate", holderStatus=claim.status.value, holder=claim.claim_token)
+        count("DuplicateSuppressed", Layer="claim")
+        outcome_name = "DUPLICATE"
+    return {
+        "outcome": outcome_name,
+        "how": outcome.result.value,
+        "attempt": claim.attempt,
+        "idempotencyKey": idempotency_key(order.order_id, claim.attempt),
+        "holderStatus": claim.status.value,
+    }

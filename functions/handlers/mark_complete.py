@@ -1,0 +1,29 @@
+"""Mark Complete: the fenced write that closes the claim once the money moved."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from handlers.runtime import claims_store, count, log_event, logger, metrics, tracer
+from payment_saga.errors import ClaimLost
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Input ``{"orderId", "claimToken", "chargeId"}``; output the completed claim."""
+    order_id = event["orderId"]
+    token = event["claimToken"]
+    logger.append_keys(orderId=order_id, execution=token)
+    try:
+        claim = claims_store().complete(order_id, token=token, charge_id=event["chargeId"])
+    except ClaimLost as exc:
+        logger.error("complete_refused", extra={"event": "complete_refused", "reason": str(exc)})
+        raise
+    log_event("claim_completed", chargeId=claim.charge_id, attempt=claim.attempt)
+    count("ClaimCompleted")
+    return {"status": claim.status.value, "chargeId": claim.charge_id, "attempt": claim.attempt}

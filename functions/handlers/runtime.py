@@ -1,0 +1,107 @@
+"""What every handler shares: Powertools objects, configuration from the environment, and clients.
+
+Clients and the provider are built once per container (the first call) and reused while the
+container is warm. ``reset()`` forgets them: tests call it after starting moto, so that clients
+are always created inside the mock.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from botocore.config import Config
+
+from payment_saga.claims import DEFAULT_LEASE_SECONDS, ClaimsStore
+from payment_saga.payments import StripeProvider, stripe_secret_from_string
+
+if TYPE_CHECKING:
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+#: Standard retry mode with a few attempts: DynamoDB throttles are retried by the SDK first, then
+#: by the state machine's Retry, both safe because every write is conditional and re-entrant.
+_BOTO_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=3, read_timeout=5)
+
+
+def env(name: str, default: str | None = None) -> str:
+    """A required setting: a clear error names the variable rather than a KeyError deep inside."""
+    value = os.environ.get(name, default)
+    if value is None or value == "":
+        raise RuntimeError(f"environment variable {name} is not set (see template.yaml)")
+    return value
+
+
+def client(service: str) -> Any:
+    """A boto3 client for ``service`` (cached per container)."""
+    return _client(service)
+
+
+@functools.cache
+def _client(service: str) -> Any:
+    return boto3.client(service, config=_BOTO_CONFIG)  # type: ignore[call-overload]
+
+
+@functools.cache
+def claims_store() -> ClaimsStore:
+    """The claims store configured from ``CLAIMS_TABLE_NAME`` and ``CLAIM_LEASE_SECONDS``."""
+    return ClaimsStore(
+        env("CLAIMS_TABLE_NAME"),
+        client=client("dynamodb"),
+        lease_seconds=int(env("CLAIM_LEASE_SECONDS", str(DEFAULT_LEASE_SECONDS))),
+        retention_seconds=int(env("CLAIM_RETENTION_DAYS", "30")) * 24 * 3600,
+    )
+
+
+@functools.cache
+def provider() -> StripeProvider:
+    """The payment provider: ``PAYMENT_API_KEY`` if set (local runs, tests), else the secret."""
+    return StripeProvider(
+        _api_key(),
+        api_base=os.environ.get("PAYMENT_API_BASE") or None,
+        timeout_seconds=float(env("PAYMENT_API_TIMEOUT_SECONDS", "10")),
+    )
+
+
+def _api_key() -> str:
+    key = os.environ.get("PAYMENT_API_KEY")
+    if key:
+        return key
+    secrets: SecretsManagerClient = client("secretsmanager")
+    raw = secrets.get_secret_value(SecretId=env("PAYMENT_API_KEY_SECRET_ARN"))["SecretString"]
+    return stripe_secret_from_string(raw)
+
+
+def reset() -> None:
+    """Forget cached clients and configuration (tests; a new container does this by starting)."""
+    _client.cache_clear()
+    claims_store.cache_clear()
+    provider.cache_clear()
+
+
+def count(name: str, **dimensions: str) -> None:
+    """Add 1 to metric ``name``. With ``dimensions``, the metric is flushed on its own (EMF)."""
+    if not dimensions:
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+        return
+    with single_metric(name=name, unit=MetricUnit.Count, value=1, namespace=metrics.namespace) as metric:
+        for key, value in dimensions.items():
+            metric.add_dimension(name=key, value=value)
+
+
+def log_event(event: str, **fields: Any) -> None:
+    """A structured log line named for what happened (``claim_won``, ``charge_applied``...)."""
+    logger.info(event, extra={"event": event, **fields})
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON, for causes and reasons."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)

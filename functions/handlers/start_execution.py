@@ -1,0 +1,103 @@
+"""Start Lambda: SQS batch -> one Step Functions execution per valid message.
+
+* Partial batch responses (Powertools' batch utility): a message that fails is retried alone, so a
+  poison message never blocks the ones beside it.
+* A malformed message is sent to the dead-letter queue at once, with its reason as a message
+  attribute, and deleted from the source queue: retrying it cannot make it valid.
+* The execution's name is derived from the SQS MessageId and its input is a pure function of the
+  message, so a redelivery re-attaches to the execution it already started (``StartExecution`` is
+  idempotent for the same name and input) or, once that has closed, answers
+  ``ExecutionAlreadyExists``: already handled, not failed. This only deduplicates envelopes; a
+  producer's duplicate carries a new MessageId and is stopped by the claim.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+
+from handlers.runtime import client, count, env, log_event, logger, metrics, tracer
+from payment_saga.errors import InvalidOrder
+from payment_saga.orders import Order, parse_order_body
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+processor = BatchProcessor(event_type=EventType.SQS)
+
+#: Step Functions execution names: at most 80 characters of letters, digits, ``-`` and ``_``.
+MAX_EXECUTION_NAME = 80
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+#: A reason is for people; keep the attribute small and never echo the body.
+MAX_REASON_LENGTH = 1024
+
+
+def execution_name(order_id: str, message_id: str) -> str:
+    """``ORDER-003-<MessageId>``: unique per SQS message, readable in the console."""
+    room = MAX_EXECUTION_NAME - len(message_id) - 1
+    prefix = _UNSAFE.sub("_", order_id)[: max(room, 0)]
+    return f"{prefix}-{message_id}" if prefix else message_id[:MAX_EXECUTION_NAME]
+
+
+def execution_input(order: Order, message_id: str) -> str:
+    """The execution input: deterministic (sorted keys, no clock, no receive count)."""
+    return json.dumps({"order": order.to_message(), "messageId": message_id}, sort_keys=True)
+
+
+def start(order: Order, message_id: str) -> str:
+    """Start (or re-attach to) the execution for one message. Returns its name."""
+    name = execution_name(order.order_id, message_id)
+    sfn = client("stepfunctions")
+    try:
+        response = sfn.start_execution(
+            stateMachineArn=env("STATE_MACHINE_ARN"), name=name, input=execution_input(order, message_id)
+        )
+    except sfn.exceptions.ExecutionAlreadyExists:
+        log_event("execution_already_started", orderId=order.order_id, messageId=message_id, execution=name)
+        count("DuplicateSuppressed", Layer="start")
+        return name
+    log_event(
+        "execution_started",
+        orderId=order.order_id,
+        messageId=message_id,
+        executionArn=response["executionArn"],
+    )
+    return name
+
+
+def reject(record: SQSRecord, reason: str) -> None:
+    """Send a malformed message to the dead-letter queue with its reason (and nothing else read from it)."""
+    client("sqs").send_message(
+        QueueUrl=env("DEAD_LETTER_QUEUE_URL"),
+        MessageBody=record.body,
+        MessageAttributes={
+            "rejectionReason": {"DataType": "String", "StringValue": reason[:MAX_REASON_LENGTH]},
+            "sourceMessageId": {"DataType": "String", "StringValue": record.message_id},
+        },
+    )
+    log_event("message_rejected", messageId=record.message_id, reason=reason)
+    count("MalformedMessage")
+
+
+def record_handler(record: SQSRecord) -> None:
+    """Handle one SQS record. Raising marks only this record as failed (partial batch response)."""
+    try:
+        order = parse_order_body(record.body)
+    except InvalidOrder as exc:
+        reject(record, str(exc))
+        return
+    start(order, record.message_id)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """SQS event source entry point; returns ``batchItemFailures``."""
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )

@@ -1,0 +1,60 @@
+"""Errors that cross into the state machine.
+
+Lambda reports a handler's exception to Step Functions as ``Error`` = the exception's
+class name, so the class names below are the API that ``statemachine/payment_saga.asl.json``
+matches in ``ErrorEquals``. Rename one and the state machine silently stops catching it:
+``tests/static/test_asl_contract.py`` checks the two stay in step.
+"""
+
+from __future__ import annotations
+
+
+class SagaError(Exception):
+    """Base class of every error the saga raises on purpose."""
+
+
+class InvalidOrder(SagaError):
+    """The order message is malformed or breaks the message contract. Never retried."""
+
+
+class OrderConflict(SagaError):
+    """The ``orderId`` is already claimed for another amount, currency or customer (invariant 8).
+
+    Nothing is charged; the execution fails visibly so that someone looks at the producer.
+    """
+
+
+class PaymentDeclined(SagaError):
+    """The provider definitively refused the payment (HTTP 402 ``card_error``): nothing was charged."""
+
+    def __init__(self, message: str, *, decline_code: str | None = None, charge_id: str | None = None) -> None:
+        super().__init__(message)
+        self.decline_code = decline_code
+        self.charge_id = charge_id
+
+
+class PaymentOutcomeUnknown(SagaError):
+    """The provider may or may not have applied the charge (timeout, 5xx, lost response).
+
+    Safe to retry only because every charge carries the order's idempotency key (invariant 5);
+    when retries run out the claim is kept and the order goes to reconciliation (invariant 6).
+    """
+
+
+class ChargeNotAttempted(SagaError):
+    """The charge failed before the provider was called, so the claim may be released."""
+
+
+class ClaimLost(SagaError):
+    """A fenced write found the claim held by someone else, or no longer ``CLAIMED`` (invariant 7)."""
+
+
+class ReleaseRefused(SagaError):
+    """Release Claim was reached with an error that does not prove that nothing was charged.
+
+    The claim is kept; its lease runs out and the sweeper asks the provider what happened.
+    """
+
+
+#: Names the state machine must treat as final (never retried), in ASL ``ErrorEquals`` form.
+NON_RETRYABLE = ("InvalidOrder", "OrderConflict", "PaymentDeclined", "ClaimLost", "ReleaseRefused")
