@@ -19,6 +19,21 @@ if TYPE_CHECKING:
     from payment_saga.payments import StripeProvider
 
 
+def first_request_of_attempt(event: dict[str, Any]) -> bool:
+    """Whether no earlier request with this idempotency key can exist.
+
+    True only on the first try of this step, in an execution that was never redriven, for a claim
+    this execution did not take over: a retry may follow a request that landed (its response was
+    lost), a redriven execution (after a timeout, say) may have charged before, and a takeover
+    continues the attempt of an execution that may have charged.
+    """
+    return (
+        int(event.get("retryCount", 0)) == 0
+        and int(event.get("redriveCount", 0)) == 0
+        and event["claim"].get("how") != "TAKEOVER"
+    )
+
+
 def _provider() -> StripeProvider:
     try:
         return provider()
@@ -30,15 +45,26 @@ def _provider() -> StripeProvider:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Input ``{"order": {...}, "claim": {"attempt": n, ...}}``; output the charge."""
+    """Input ``{"order", "claim": {"attempt", "how", ...}, "claimToken", "retryCount", "redriveCount"}``.
+
+    Output: the charge (``chargeId``, ``status``, ``amount``, ``currency``, ``replayed``).
+    """
     order = order_from_message(event["order"])
     attempt = int(event["claim"]["attempt"])
     # Derived here, not taken from the input: the key is a function of the order and attempt only.
     key = idempotency_key(order.order_id, attempt)
     logger.append_keys(orderId=order.order_id, attempt=attempt, execution=event.get("claimToken"))
-    payments = _provider()
     try:
-        charge = payments.charge(order, attempt=attempt, idempotency_key=key)
+        charge = _provider().charge(order, attempt=attempt, idempotency_key=key)
+    except ChargeNotAttempted as exc:
+        if first_request_of_attempt(event):
+            log_event("charge_not_attempted", reason=str(exc))
+            raise
+        # This request did not reach the provider, but an earlier one with the same key may have
+        # (Stripe checks the API key before the idempotency key): no proof, so no release.
+        logger.warning("charge_outcome_unknown", extra={"event": "charge_outcome_unknown", "reason": str(exc)})
+        count("ChargeOutcomeUnknown")
+        raise PaymentOutcomeUnknown(f"not attempted on retry; an earlier request may have landed: {exc}") from exc
     except PaymentDeclined as exc:
         log_event("charge_declined", declineCode=exc.decline_code)
         count("ChargeDeclined")

@@ -88,9 +88,12 @@ def reset() -> None:
 
 
 def count(name: str, **dimensions: str) -> None:
-    """Add 1 to metric ``name``. With ``dimensions``, the metric is flushed on its own (EMF)."""
+    """Add 1 to metric ``name``; with ``dimensions``, also to ``name`` broken down by them.
+
+    The plain total is what alarms watch; the breakdown (``Layer=start|claim``) is what people read.
+    """
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
     if not dimensions:
-        metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
         return
     with single_metric(name=name, unit=MetricUnit.Count, value=1, namespace=metrics.namespace) as metric:
         for key, value in dimensions.items():

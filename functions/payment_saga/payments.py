@@ -1,0 +1,439 @@
+"""The payment provider: one confirmed Stripe PaymentIntent per order attempt.
+
+Everything that can move money goes through :meth:`StripeProvider.charge`, which sends an
+``Idempotency-Key`` derived from the order and the attempt number (invariant 5), so that a retry
+after an unknown outcome is applied by Stripe at most once. Every provider answer is mapped to
+exactly one of four results, chosen so that a wrong guess can only ever *keep* a claim, never
+release one whose charge landed (invariant 6):
+
+==========================================================  ==============================
+What the provider said                                      Result
+==========================================================  ==============================
+PaymentIntent ``succeeded``                                 :class:`Charge`
+402 ``card_error`` (issuer decline, ``authentication_       :class:`PaymentDeclined`
+required`` because we confirm ``off_session``)
+``requires_payment_method`` / ``canceled`` after confirm     :class:`PaymentDeclined`
+``requires_action`` that we then provably cancel             :class:`PaymentDeclined`
+401 (bad key), 403 (key lacks permission)                   :class:`ChargeNotAttempted`
+400/404 ``invalid_request_error`` with no PaymentIntent      :class:`ChargeNotAttempted`
+400 ``idempotency_error`` (key reused, other parameters)     :class:`PaymentOutcomeUnknown`
+400 carrying a PaymentIntent, 409 (same key in flight),      :class:`PaymentOutcomeUnknown`
+429, 5xx, connection errors, timeouts, ``processing``,
+``requires_capture``, anything unexpected
+==========================================================  ==============================
+
+Why the "not attempted" rows are safe: Stripe authenticates and authorises a request, and
+validates its parameters, before the endpoint begins executing; Stripe only saves an idempotent
+result once execution has begun, and nothing is created or charged before that. So a 401, a 403
+or a parameter error that carries no PaymentIntent proves the create was never applied. A 400
+``idempotency_error`` is the opposite: it proves an earlier request with the same key *did*
+execute (with other parameters), and that one may have charged.
+
+What :class:`ChargeNotAttempted` does *not* prove: it is about this request only. Authentication
+and rate limiting run before Stripe's idempotency layer, so if an earlier request of the same
+attempt may have reached Stripe (a retry after :class:`PaymentOutcomeUnknown`, or a lease takeover
+that kept the attempt), a 401 after a key rotation says nothing about that earlier request. The
+caller may release the claim on it only when this was the attempt's first charge request;
+otherwise the claim is kept and the attempt reconciled with :meth:`StripeProvider.find_charge`.
+
+The 24-hour window: Stripe keeps an idempotency key for at least 24 hours and may forget it after
+that, when a request with the same key is applied anew. Retrying :meth:`StripeProvider.charge` is
+therefore only safe within 24 hours of the first request with that key; after that the caller
+must learn the outcome with :meth:`StripeProvider.find_charge` (reconciliation), never re-charge.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import stripe
+
+from payment_saga.errors import ChargeNotAttempted, PaymentDeclined, PaymentOutcomeUnknown
+
+if TYPE_CHECKING:
+    from payment_saga.orders import Order
+
+logger = logging.getLogger(__name__)
+
+#: How long Stripe replays a saved response for an idempotency key (at least; it may keep longer).
+IDEMPOTENCY_WINDOW_SECONDS = 24 * 60 * 60
+#: The SDK's own default is 80 s, longer than the Charge Lambda should ever wait on one call.
+DEFAULT_TIMEOUT_SECONDS = 10.0
+
+#: Statuses in which a PaymentIntent has not charged and cannot without our own further call.
+_FAILED_STATUSES = frozenset({"requires_payment_method", "canceled"})
+
+_SECRET_PATTERN = re.compile(r"\b(?:sk|rk|pk)_(?:test|live)_[A-Za-z0-9_]+")
+
+
+def idempotency_key(order_id: str, attempt: int) -> str:
+    """The provider idempotency key of one charge attempt of an order.
+
+    Deterministic on purpose (invariant 5): whoever retries the charge of this attempt (a retried
+    step, a redelivered message, an execution that took over an expired lease) sends the same key,
+    so Stripe applies the charge at most once. It is derived from the producer's ``orderId`` (the
+    business key, invariant 4), never from a message id or an execution id, which change between
+    deliveries. The attempt number changes only after a release proved that nothing was charged,
+    which is exactly when a new charge is allowed.
+    """
+    if not order_id:
+        raise ValueError("order_id must be a non-empty string")
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+        raise ValueError(f"attempt must be a non-negative integer, got {attempt!r}")
+    return f"payment-saga/{order_id}/attempt-{attempt}"
+
+
+@dataclass(frozen=True)
+class Charge:
+    """A payment the provider accepted.
+
+    ``charge_id`` is the PaymentIntent id (``pi_...``): the object that is refunded, looked up and
+    shown in the Stripe dashboard. ``replayed`` is true when Stripe answered from its idempotency
+    store (the charge had already been applied by an earlier request with the same key).
+    """
+
+    charge_id: str
+    status: str
+    amount: int
+    currency: str
+    replayed: bool
+
+
+class PaymentProvider(Protocol):
+    """What the saga needs from a payment provider."""
+
+    def charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge:
+        """Charge the order once, or raise PaymentDeclined, ChargeNotAttempted or PaymentOutcomeUnknown."""
+        ...
+
+    def find_charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge | None:
+        """The landed charge of this attempt, None if there is none, or raise PaymentOutcomeUnknown."""
+        ...
+
+
+class StripeProvider:
+    """:class:`PaymentProvider` on Stripe's PaymentIntents API, through the official SDK.
+
+    The SDK never retries (``max_network_retries=0``): the state machine retries with the same
+    idempotency key, where every attempt is visible. Each HTTP call is bounded by
+    ``timeout_seconds`` (connect and read). ``api_base`` points the client at another host (the
+    local provider emulator); ``client`` replaces the SDK client altogether.
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        *,
+        api_base: str | None = None,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        client: stripe.StripeClient | None = None,
+    ) -> None:
+        if not api_key:
+            raise ValueError("api_key must be a non-empty string")
+        if timeout_seconds <= 0:
+            raise ValueError("timeout_seconds must be positive")
+        self._api_key = api_key
+        self._http_client: stripe.HTTPClient | None = None
+        if client is None:
+            self._http_client = stripe.RequestsClient(timeout=timeout_seconds)
+            client = stripe.StripeClient(
+                api_key,
+                base_addresses={"api": api_base} if api_base else None,
+                max_network_retries=0,
+                http_client=self._http_client,
+            )
+        self._client = client
+
+    def __repr__(self) -> str:
+        # Never the key, not even in a debugger or a log line that prints the provider.
+        return f"{type(self).__name__}()"
+
+    def close(self) -> None:
+        """Close the HTTP connection the calling thread holds (if this provider created the client)."""
+        if self._http_client is not None:
+            self._http_client.close()  # type: ignore[no-untyped-call]  # the SDK leaves it unannotated
+
+    def charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge:
+        """Create and confirm a PaymentIntent for the order, applied at most once per ``idempotency_key``.
+
+        Returns the :class:`Charge` when the payment succeeded (``replayed`` tells whether an earlier
+        request with the same key had already applied it). Raises :class:`PaymentDeclined` when the
+        payment provably did not and will not happen, :class:`ChargeNotAttempted` when Stripe
+        rejected the request before executing it, and :class:`PaymentOutcomeUnknown` otherwise; see
+        the module docstring for the full mapping. Retrying with the same key is safe only within
+        :data:`IDEMPOTENCY_WINDOW_SECONDS` of the first request.
+        """
+        try:
+            intent = self._client.v1.payment_intents.create(
+                {
+                    "amount": order.amount,
+                    "currency": order.currency.lower(),
+                    "payment_method": order.payment_method,
+                    # A server-side confirm needs either a return_url or a promise of no redirect.
+                    # payment_method_types=[card] was the other way, but the API version this SDK
+                    # pins (2026-10-28.endive) no longer accepts it on create (400
+                    # payment_method_types_no_longer_supported, since 2026-09-30.endive). With
+                    # allow_redirects=never Stripe offers only methods that complete without sending
+                    # the customer to another page, which no one could follow from an SQS-driven
+                    # saga anyway. A card answers synchronously (succeeded, or a 402); any
+                    # delayed-notification method (SEPA, ACH) ends in `processing` and therefore in
+                    # reconciliation, never in a release.
+                    "automatic_payment_methods": {"enabled": True, "allow_redirects": "never"},
+                    "confirm": True,
+                    # No customer is present in an SQS-driven saga to complete 3-D Secure. With
+                    # off_session, a card that needs authentication fails the confirm with a 402
+                    # `authentication_required` (PaymentIntent back in requires_payment_method,
+                    # nothing charged) instead of parking in requires_action.
+                    "off_session": True,
+                    # Our customerId is not a Stripe Customer id (Stripe would answer 400 "No such
+                    # customer"), so it travels as metadata, with what find_charge searches on.
+                    "metadata": {
+                        "orderId": order.order_id,
+                        "attempt": str(attempt),
+                        "customerId": order.customer_id,
+                    },
+                },
+                {"idempotency_key": idempotency_key},
+            )
+        except stripe.StripeError as exc:
+            raise self._charge_error(exc, order, idempotency_key) from exc
+        return self._outcome(intent, order, idempotency_key, replayed=_was_replayed(intent))
+
+    def find_charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge | None:
+        """What happened to an attempt whose outcome is unknown, without risking a charge.
+
+        Replaying the create with the same key would answer too, but it would *apply* the charge if
+        the first request never landed (or if its key is older than 24 hours), so this searches
+        instead, on the metadata every charge carries. Returns the succeeded PaymentIntent's
+        :class:`Charge` (``replayed=False``), None when no PaymentIntent of the attempt succeeded or
+        may still succeed, and raises :class:`PaymentOutcomeUnknown` when one is still in flight
+        (``processing``, ``requires_action``, ...) or the search itself failed.
+
+        Stripe's search is eventually consistent: a PaymentIntent usually becomes searchable within
+        a minute of being created or updated, and during incidents up to an hour later. A ``None``
+        is therefore only evidence that nothing was charged once the attempt's last charge request
+        is older than that grace period; the sweeper must not release a claim on a younger ``None``.
+        ``idempotency_key`` identifies the attempt in error messages; Stripe cannot search by it.
+        """
+        query = (
+            f"metadata['orderId']:'{_search_literal(order.order_id)}'"
+            f" AND metadata['attempt']:'{_search_literal(str(attempt))}'"
+        )
+        try:
+            result = self._client.v1.payment_intents.search({"query": query, "limit": 100})
+            intents = [
+                intent
+                for intent in result.auto_paging_iter()
+                # Search matching is the provider's; check the exact values ourselves too.
+                if _metadata(intent).get("orderId") == order.order_id
+                and _metadata(intent).get("attempt") == str(attempt)
+            ]
+        except stripe.StripeError as exc:
+            raise PaymentOutcomeUnknown(
+                f"could not search the provider for order {order.order_id} ({idempotency_key}): "
+                f"{self._describe(exc)}"
+            ) from exc
+
+        succeeded = sorted((i for i in intents if i.status == "succeeded"), key=lambda i: (i.created, i.id))
+        if len(succeeded) > 1:
+            # Invariant 1 is broken for this order: someone must refund all but one.
+            logger.error(
+                "more than one succeeded PaymentIntent for one order attempt",
+                extra={"orderId": order.order_id, "attempt": attempt, "chargeIds": [i.id for i in succeeded]},
+            )
+        if succeeded:
+            return self._charge_from(succeeded[0], order, idempotency_key, replayed=False)
+        pending = [i for i in intents if i.status not in _FAILED_STATUSES]
+        if pending:
+            raise PaymentOutcomeUnknown(
+                f"order {order.order_id} ({idempotency_key}) has a PaymentIntent still in flight: "
+                + ", ".join(f"{i.id} is {i.status}" for i in pending)
+            )
+        return None
+
+    # -- outcome mapping -----------------------------------------------------------------------
+
+    def _outcome(self, intent: stripe.PaymentIntent, order: Order, key: str, *, replayed: bool) -> Charge:
+        status = intent.status
+        if status == "succeeded":
+            return self._charge_from(intent, order, key, replayed=replayed)
+        if status in _FAILED_STATUSES:
+            # After a confirm, requires_payment_method means the payment failed; a PaymentIntent in
+            # it (or canceled) charges nothing unless confirmed again, which only we could do, and a
+            # retry of this attempt replays this very answer.
+            error = intent.last_payment_error
+            decline_code = (error.decline_code or error.code) if error else None
+            raise PaymentDeclined(
+                f"payment for order {order.order_id} failed: PaymentIntent {intent.id} is {status}"
+                + (f" ({decline_code})" if decline_code else ""),
+                decline_code=decline_code,
+                charge_id=intent.id,
+            )
+        if status == "requires_action":
+            return self._abandon_unauthenticated(intent, order, key)
+        # processing: the payment method settles later (it may yet succeed); requires_capture: the
+        # funds are held; anything else is unexpected. None of these proves nothing will be charged.
+        raise PaymentOutcomeUnknown(
+            f"payment for order {order.order_id} ({key}) is not final: PaymentIntent {intent.id} is {status}"
+        )
+
+    def _abandon_unauthenticated(self, intent: stripe.PaymentIntent, order: Order, key: str) -> Charge:
+        """A PaymentIntent waiting for customer authentication that no customer will ever perform.
+
+        It has not charged yet, but it could if it were authenticated later, so it is not released
+        on its status alone: it is canceled first, and only a canceled PaymentIntent (which can never
+        be confirmed again) counts as proof that nothing will be charged. The cancel carries a key
+        derived from the charge's, so a retried step replays it instead of failing on it.
+        """
+        try:
+            status = self._client.v1.payment_intents.cancel(
+                intent.id, {"cancellation_reason": "abandoned"}, {"idempotency_key": f"{key}/cancel"}
+            ).status
+        except stripe.StripeError:
+            # Already canceled by an earlier try (a replayed create still says requires_action),
+            # or the cancel failed: the PaymentIntent itself says which.
+            try:
+                current = self._client.v1.payment_intents.retrieve(intent.id)
+            except stripe.StripeError as exc:
+                raise PaymentOutcomeUnknown(
+                    f"payment for order {order.order_id} ({key}) requires authentication and "
+                    f"PaymentIntent {intent.id} could not be canceled: {self._describe(exc)}"
+                ) from exc
+            if current.status == "succeeded":
+                return self._charge_from(current, order, key, replayed=False)
+            status = current.status
+        if status == "canceled":
+            raise PaymentDeclined(
+                f"payment for order {order.order_id} requires customer authentication; "
+                f"PaymentIntent {intent.id} was canceled, nothing was charged",
+                decline_code="authentication_required",
+                charge_id=intent.id,
+            )
+        raise PaymentOutcomeUnknown(
+            f"payment for order {order.order_id} ({key}) requires authentication and "
+            f"PaymentIntent {intent.id} is {status} after the cancel"
+        )
+
+    def _charge_from(self, intent: stripe.PaymentIntent, order: Order, key: str, *, replayed: bool) -> Charge:
+        # Stripe compares a replayed request's parameters with the first, so this cannot differ;
+        # if it ever did, money moved for something else than this order: keep the claim.
+        if intent.amount != order.amount or intent.currency.upper() != order.currency:
+            raise PaymentOutcomeUnknown(
+                f"the provider returned PaymentIntent {intent.id} for {intent.amount} "
+                f"{intent.currency.upper()}, but order {order.order_id} ({key}) is for "
+                f"{order.amount} {order.currency}"
+            )
+        return Charge(
+            charge_id=intent.id,
+            status=intent.status,
+            amount=intent.amount,
+            currency=intent.currency.upper(),
+            replayed=replayed,
+        )
+
+    def _charge_error(self, exc: stripe.StripeError, order: Order, key: str) -> Exception:
+        where = f"order {order.order_id} ({key})"
+        if isinstance(exc, stripe.CardError):
+            return self._declined(exc, order, key)
+        if isinstance(exc, (stripe.AuthenticationError, stripe.PermissionError)):
+            # Rejected before the endpoint runs. Stripe's own message quotes part of the key, so
+            # it is not repeated here.
+            return ChargeNotAttempted(
+                f"the provider rejected our credentials for {where} "
+                f"(HTTP {exc.http_status}, request {exc.request_id}); nothing was charged"
+            )
+        if isinstance(exc, stripe.IdempotencyError):
+            return PaymentOutcomeUnknown(
+                f"the provider already executed {key} with other parameters, and that request may "
+                f"have charged: {self._describe(exc)}"
+            )
+        if isinstance(exc, stripe.InvalidRequestError) and exc.http_status in (400, 404):
+            if _error_payment_intent(exc) is None:
+                return ChargeNotAttempted(
+                    f"the provider refused the charge request for {where}: {self._describe(exc)}"
+                )
+            # Something was created before the error: let reconciliation look at it.
+            return PaymentOutcomeUnknown(f"the provider failed the charge for {where}: {self._describe(exc)}")
+        # APIConnectionError (timeouts, resets), RateLimitError (429), APIError (409, 5xx, bodies
+        # that are not Stripe's): the request may have been applied. Retry with the same key.
+        return PaymentOutcomeUnknown(
+            f"the outcome of the charge for {where} is unknown: {self._describe(exc)}"
+        )
+
+    def _declined(self, exc: stripe.CardError, order: Order, key: str) -> Exception:
+        error = exc.error
+        intent = _error_payment_intent(exc)
+        intent_status = intent.status if intent is not None else None
+        if (
+            error is None
+            or error.type != "card_error"
+            or (intent_status is not None and intent_status not in _FAILED_STATUSES)
+        ):
+            # A 402 that is not a plain card decline, or one whose PaymentIntent did not fail.
+            return PaymentOutcomeUnknown(
+                f"unexpected 402 for order {order.order_id} ({key}), PaymentIntent status "
+                f"{intent_status}: {self._describe(exc)}"
+            )
+        decline_code = error.decline_code or error.code
+        return PaymentDeclined(
+            f"payment for order {order.order_id} declined ({decline_code}): "
+            + self._redact(error.message or ""),
+            decline_code=decline_code,
+            charge_id=intent.id if intent is not None else None,
+        )
+
+    def _describe(self, exc: stripe.StripeError) -> str:
+        status = f"HTTP {exc.http_status}" if exc.http_status else "no HTTP response"
+        request = f", request {exc.request_id}" if exc.request_id else ""
+        return f"{type(exc).__name__} ({status}{request}): {self._redact(exc.user_message or '')}"
+
+    def _redact(self, text: str) -> str:
+        return _SECRET_PATTERN.sub("<redacted>", text.replace(self._api_key, "<redacted>"))
+
+
+def stripe_secret_from_string(raw: str) -> str:
+    """The API key in a secret's string: either the key itself or JSON ``{"apiKey": "..."}``.
+
+    Error messages never quote the secret.
+    """
+    text = raw.strip()
+    if not text:
+        raise ValueError("the payment API secret is empty")
+    if not text.startswith("{"):
+        return text
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ValueError("the payment API secret looks like JSON but does not parse") from None
+    key = data.get("apiKey") if isinstance(data, dict) else None
+    if not isinstance(key, str) or not key.strip():
+        raise ValueError('the payment API secret is JSON without a non-empty "apiKey" string')
+    return key.strip()
+
+
+def _was_replayed(obj: stripe.StripeObject) -> bool:
+    response = obj.last_response
+    headers: Mapping[str, str] = response.headers if response is not None else {}
+    value = next((v for k, v in headers.items() if k.lower() == "idempotent-replayed"), "")
+    return value.lower() == "true"
+
+
+def _metadata(intent: stripe.PaymentIntent) -> dict[str, Any]:
+    # A StripeObject is not a dict (no .get): convert it.
+    return intent.metadata.to_dict() if intent.metadata is not None else {}
+
+
+def _error_payment_intent(exc: stripe.StripeError) -> stripe.PaymentIntent | None:
+    error = exc.error
+    intent: Any = error.payment_intent if error is not None else None
+    return intent if isinstance(intent, stripe.PaymentIntent) else None
+
+
+def _search_literal(value: str) -> str:
+    # Stripe's search query language quotes strings in single quotes and escapes with a backslash.
+    return value.replace("\\", "\\\\").replace("'", "\\'")

@@ -1,0 +1,197 @@
+"""Drive a provisioned stack: send orders, run the event source, wait, and read what happened.
+
+Used by the tests (moto in-process), the local stack and the ``saga`` command alike, so that what
+the tests prove is what the demo shows.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from saga_local.event_source import SqsEventSource
+
+if TYPE_CHECKING:
+    from saga_local.stack import Stack
+
+TERMINAL = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """How one execution ended, read from ``DescribeExecution`` and its history."""
+
+    arn: str
+    name: str
+    status: str
+    order_id: str | None
+    output: dict[str, Any] | None
+    error: str | None
+    cause: str | None
+    path: list[str]
+
+    @property
+    def outcome(self) -> str:
+        """``CHARGED``, ``DUPLICATE``, or the Fail state's error (``PaymentDeclined``...)."""
+        if self.status == "SUCCEEDED" and self.output:
+            return str(self.output.get("status"))
+        return self.error or self.status
+
+
+class Driver:
+    """Sends orders to a stack and observes it. ``clients`` maps a service name to a boto3 client."""
+
+    def __init__(self, clients: Any, stack: Stack) -> None:
+        self.stack = stack
+        self.sqs = clients("sqs")
+        self.sfn = clients("stepfunctions")
+        self.dynamodb = clients("dynamodb")
+        self.lambda_client = clients("lambda")
+        self.event_source = SqsEventSource(
+            self.sqs,
+            self.lambda_client,
+            stack.queue_url,
+            stack.resolver.attrs[("OrdersQueue", "Arn")],
+            stack.function_name("StartExecutionFunction"),
+            batch_size=int(
+                stack.functions[stack.function_name("StartExecutionFunction")][0]
+                .events["Orders"]["Properties"]
+                .get("BatchSize", 10)
+            ),
+        )
+
+    # -- input ---------------------------------------------------------------------------------
+
+    def send(self, order: dict[str, Any] | str, *, copies: int = 1) -> list[str]:
+        """Send ``copies`` messages carrying ``order`` (each a new MessageId, like a producer's retry)."""
+        body = order if isinstance(order, str) else json.dumps(order)
+        return [
+            self.sqs.send_message(QueueUrl=self.stack.queue_url, MessageBody=body)["MessageId"]
+            for _ in range(copies)
+        ]
+
+    def start(self, order: dict[str, Any], *, name: str) -> str:
+        """Start an execution directly (as the start Lambda would), bypassing SQS."""
+        payload = json.dumps({"order": order, "messageId": name}, sort_keys=True)
+        return str(
+            self.sfn.start_execution(stateMachineArn=self.stack.state_machine_arn, name=name, input=payload)[
+                "executionArn"
+            ]
+        )
+
+    # -- running -------------------------------------------------------------------------------
+
+    def pump(self, *, timeout: float = 60.0, pollers: int = 1) -> None:
+        """Run the event source until the queue is empty and every execution has ended."""
+        deadline = time.monotonic() + timeout
+        stop = threading.Event()
+        threads = [
+            threading.Thread(target=self.event_source.run, args=(stop,), daemon=True) for _ in range(pollers)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            while time.monotonic() < deadline:
+                if self.queue_depth() == 0 and not self.running():
+                    # Let a poller that is mid-batch finish before declaring the stack idle.
+                    time.sleep(0.05)
+                    if self.queue_depth() == 0 and not self.running():
+                        return
+                time.sleep(0.05)
+            raise TimeoutError(f"stack still busy after {timeout} s: depth={self.queue_depth()}")
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+
+    def wait(self, arn: str, *, timeout: float = 60.0) -> ExecutionResult:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.sfn.describe_execution(executionArn=arn)["status"]
+            if status in TERMINAL:
+                return self.result(arn)
+            time.sleep(0.02)
+        raise TimeoutError(f"execution {arn} still running after {timeout} s")
+
+    def queue_depth(self, url: str | None = None) -> int:
+        attrs = self.sqs.get_queue_attributes(
+            QueueUrl=url or self.stack.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+    def running(self) -> bool:
+        page = self.sfn.list_executions(stateMachineArn=self.stack.state_machine_arn, statusFilter="RUNNING")
+        return bool(page["executions"])
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def execution_arns(self) -> list[str]:
+        arns: list[str] = []
+        for page in self.sfn.get_paginator("list_executions").paginate(
+            stateMachineArn=self.stack.state_machine_arn
+        ):
+            arns.extend(e["executionArn"] for e in page["executions"])
+        return arns
+
+    def results(self) -> list[ExecutionResult]:
+        return [self.result(arn) for arn in self.execution_arns()]
+
+    def history(self, arn: str) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        for page in self.sfn.get_paginator("get_execution_history").paginate(executionArn=arn):
+            events.extend(page["events"])
+        return events
+
+    def result(self, arn: str) -> ExecutionResult:
+        described = self.sfn.describe_execution(executionArn=arn)
+        execution_input = json.loads(described.get("input") or "{}")
+        output = json.loads(described["output"]) if described.get("output") else None
+        history = self.history(arn)
+        path = [
+            e["stateEnteredEventDetails"]["name"] for e in history if e["type"].endswith("StateEntered")
+        ]
+        failed = next((e for e in history if e["type"] == "ExecutionFailed"), None)
+        details = (failed or {}).get("executionFailedEventDetails", {})
+        return ExecutionResult(
+            arn=arn,
+            name=described["name"],
+            status=described["status"],
+            order_id=(execution_input.get("order") or {}).get("orderId"),
+            output=output,
+            error=details.get("error"),
+            cause=details.get("cause"),
+            path=path,
+        )
+
+    def claim(self, order_id: str) -> dict[str, Any] | None:
+        item = self.dynamodb.get_item(
+            TableName=self.stack.table_name, Key={"orderId": {"S": order_id}}, ConsistentRead=True
+        ).get("Item")
+        return {k: next(iter(v.values())) for k, v in item.items()} if item else None
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """Every message on the dead-letter queue (received and left there), with its attributes."""
+        messages: dict[str, dict[str, Any]] = {}
+        for _ in range(20):
+            response = self.sqs.receive_message(
+                QueueUrl=self.stack.dead_letter_queue_url,
+                MaxNumberOfMessages=10,
+                MessageAttributeNames=["All"],
+                VisibilityTimeout=0,
+            )
+            batch = response.get("Messages", [])
+            if not batch:
+                break
+            fresh = [m for m in batch if m["MessageId"] not in messages]
+            if not fresh:
+                break
+            messages.update({m["MessageId"]: m for m in fresh})
+        return list(messages.values())
+
+    def outcomes(self) -> Counter[str]:
+        return Counter(r.outcome for r in self.results())

@@ -1,0 +1,123 @@
+"""The SQS event source mapping, as Lambda runs it: poll, batch, invoke, delete what succeeded.
+
+* a batch of up to ``batch_size`` messages becomes one invocation with an ``aws:sqs`` event;
+* with ``ReportBatchItemFailures``, the messages named in ``batchItemFailures`` stay on the queue
+  and the rest are deleted; a malformed response or a failed invocation fails the whole batch;
+* a message that is not deleted becomes visible again after the visibility timeout, and the
+  queue's redrive policy moves it to the dead-letter queue after ``maxReceiveCount`` receives
+  (moto's SQS applies that, as SQS does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class EventSourceStats:
+    batches: int = 0
+    messages: int = 0
+    deleted: int = 0
+    failed: int = 0
+    invocation_errors: int = 0
+    throttled: int = 0
+
+
+@dataclass
+class SqsEventSource:
+    """Polls ``queue_url`` and invokes ``function_name`` through the Lambda API (so moto routes it)."""
+
+    sqs: Any
+    lambda_client: Any
+    queue_url: str
+    queue_arn: str
+    function_name: str
+    batch_size: int = 10
+    report_batch_item_failures: bool = True
+    region: str = "us-east-1"
+    stats: EventSourceStats = field(default_factory=EventSourceStats)
+
+    def poll_once(self, wait_seconds: int = 0) -> int:
+        """Receive one batch and hand it to the function. Returns how many messages were received."""
+        response = self.sqs.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=self.batch_size,
+            WaitTimeSeconds=wait_seconds,
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        messages = response.get("Messages", [])
+        if not messages:
+            return 0
+        self.stats.batches += 1
+        self.stats.messages += len(messages)
+        failed_ids = self._invoke(messages)
+        to_delete = [m for m in messages if m["MessageId"] not in failed_ids]
+        for start in range(0, len(to_delete), 10):
+            chunk = to_delete[start : start + 10]
+            self.sqs.delete_message_batch(
+                QueueUrl=self.queue_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)],
+            )
+        self.stats.deleted += len(to_delete)
+        self.stats.failed += len(messages) - len(to_delete)
+        return len(messages)
+
+    def _invoke(self, messages: list[dict[str, Any]]) -> set[str]:
+        """Invoke the function; return the MessageIds that must stay on the queue."""
+        all_ids = {m["MessageId"] for m in messages}
+        event = {"Records": [self._record(m) for m in messages]}
+        try:
+            response = self.lambda_client.invoke(
+                FunctionName=self.function_name, Payload=json.dumps(event).encode()
+            )
+        except self.lambda_client.exceptions.TooManyRequestsException:
+            self.stats.throttled += 1
+            return all_ids
+        payload = response["Payload"].read()
+        if response.get("FunctionError"):
+            self.stats.invocation_errors += 1
+            return all_ids
+        if not self.report_batch_item_failures:
+            return set()
+        try:
+            failures = json.loads(payload or b"{}").get("batchItemFailures", [])
+            failed = {f["itemIdentifier"] for f in failures}
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return all_ids  # Lambda treats a malformed response as a failure of the whole batch
+        if not failed <= all_ids:
+            return all_ids  # an unknown itemIdentifier also fails the whole batch
+        return failed
+
+    def _record(self, message: dict[str, Any]) -> dict[str, Any]:
+        body = message["Body"]
+        return {
+            "messageId": message["MessageId"],
+            "receiptHandle": message["ReceiptHandle"],
+            "body": body,
+            "attributes": message.get("Attributes", {}),
+            "messageAttributes": {
+                name: {
+                    "stringValue": value.get("StringValue"),
+                    "dataType": value.get("DataType"),
+                    "stringListValues": [],
+                    "binaryListValues": [],
+                }
+                for name, value in message.get("MessageAttributes", {}).items()
+            },
+            "md5OfBody": hashlib.md5(body.encode(), usedforsecurity=False).hexdigest(),
+            "eventSource": "aws:sqs",
+            "eventSourceARN": self.queue_arn,
+            "awsRegion": self.region,
+        }
+
+    def run(self, stop: threading.Event, *, idle_sleep: float = 0.05) -> None:
+        """Poll until ``stop`` is set (one poller; Lambda scales pollers, we do not need to)."""
+        while not stop.is_set():
+            if not self.poll_once():
+                time.sleep(idle_sleep)

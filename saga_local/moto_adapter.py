@@ -1,0 +1,155 @@
+"""Our adapter onto moto's internals: run Lambdas without Docker, compress retry waits, make writes atomic.
+
+moto 5.2.5 executes Step Functions state machines (``execute_state_machine``), but it invokes Lambda
+functions in Docker and, like any Python server, applies a DynamoDB conditional write as a check
+followed by a store with no lock. This module patches three internals, all guarded by
+``tests/local/test_moto_contract.py`` against the exact moto version pinned in pyproject.toml:
+
+* ``LambdaBackend.invoke`` -> a :class:`LambdaRuntime` of ours (in-process for tests, worker
+  processes for the local stack), reporting errors the way Lambda does: a ``FunctionError`` header
+  and ``{"errorType", "errorMessage"}``, so the state machine sees ``Error`` = the class name.
+* the retrier's ``time.sleep`` -> a scaled sleep that also records every wait the ASL asked for,
+  so tests can run the real Retry policies (and check their backoff) without waiting minutes.
+* the execution's context object -> gains ``Execution.RedriveCount`` (0), which AWS has carried
+  since executions could be redriven and the Charge step reads; moto 5.2.5 omits it.
+* DynamoDB's request handling -> serialised behind one lock, so a conditional write (and the
+  ``ALL_OLD`` item it returns, which moto reads *before* applying the write) is atomic under
+  concurrent requests, as it is in DynamoDB. Without it two racing claims can both win.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time as _time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import moto
+from moto.awslambda import models as lambda_models
+from moto.awslambda.exceptions import LambdaClientError
+from moto.dynamodb.responses import DynamoHandler
+from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+MOTO_VERSION = "5.2.5"
+SFN_CONFIG = {"stepfunctions": {"execute_state_machine": True}}
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What a Lambda invocation returned: the payload, and ``FunctionError`` when it failed."""
+
+    payload: bytes
+    function_error: str | None = None
+
+
+class LambdaRuntime(Protocol):
+    """Runs a function by name. Raises :class:`Throttled` to answer as the Lambda service would."""
+
+    def invoke(self, function_name: str, payload: bytes) -> Invocation: ...
+
+
+class Throttled(Exception):
+    """The Lambda service refused the invocation (429 ``TooManyRequestsException``)."""
+
+
+@dataclass
+class EngineHooks:
+    """What the patched engine observed. ``retry_waits`` are the waits the ASL asked for, in seconds."""
+
+    retry_time_scale: float = 0.0
+    retry_waits: list[float] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.retry_waits.append(seconds)
+        if self.retry_time_scale > 0:
+            _time.sleep(seconds * self.retry_time_scale)
+
+
+class _ScaledTime:
+    """Stands in for the ``time`` module inside moto's retrier (only ``sleep`` is used there)."""
+
+    def __init__(self, hooks: EngineHooks) -> None:
+        self._hooks = hooks
+
+    def sleep(self, seconds: float) -> None:
+        self._hooks.sleep(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(_time, name)
+
+
+_DYNAMODB_LOCK = threading.RLock()
+
+
+def _locked(method: Any) -> Any:
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with _DYNAMODB_LOCK:
+            return method(*args, **kwargs)
+
+    wrapper.__saga_locked__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def check_moto_version() -> None:
+    if moto.__version__ != MOTO_VERSION:
+        raise RuntimeError(
+            f"saga_local is pinned to moto {MOTO_VERSION} (its internals are patched); found {moto.__version__}"
+        )
+
+
+@contextlib.contextmanager
+def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> Iterator[EngineHooks]:
+    """Install the three patches for the duration of the block. Not re-entrant across runtimes."""
+    check_moto_version()
+    hooks = EngineHooks(retry_time_scale=retry_time_scale)
+
+    def invoke(
+        self: Any, function_name: str, qualifier: str | None, body: Any, headers: Any, response_headers: Any
+    ) -> bytes:
+        fn = self.get_function(function_name, qualifier)  # 404 ResourceNotFound, as Lambda answers
+        raw = body if isinstance(body, bytes) else (body or "{}").encode()
+        try:
+            result = runtime.invoke(fn.function_name, raw)
+        except Throttled as exc:
+            error = LambdaClientError("TooManyRequestsException", str(exc) or "Rate Exceeded.")
+            error.code = 429
+            raise error from None
+        if result.function_error:
+            response_headers["x-amz-function-error"] = result.function_error
+        response_headers["Content-Length"] = str(len(result.payload))
+        return result.payload
+
+    saved_invoke = lambda_models.LambdaBackend.invoke
+    saved_time = retrier_decl.time
+    saved_environment = ExecutionWorker._get_evaluation_environment  # noqa: SLF001
+
+    def evaluation_environment(worker: Any) -> Any:
+        env = saved_environment(worker)
+        env.states.context_object.context_object_data["Execution"].setdefault("RedriveCount", 0)
+        return env
+
+    saved_call_action = DynamoHandler.__dict__.get("call_action")
+    lambda_models.LambdaBackend.invoke = invoke  # type: ignore[method-assign]
+    retrier_decl.time = _ScaledTime(hooks)  # type: ignore[assignment]
+    ExecutionWorker._get_evaluation_environment = evaluation_environment  # type: ignore[method-assign]  # noqa: SLF001
+    if not getattr(DynamoHandler.call_action, "__saga_locked__", False):
+        DynamoHandler.call_action = _locked(DynamoHandler.call_action)  # type: ignore[method-assign]
+    try:
+        yield hooks
+    finally:
+        lambda_models.LambdaBackend.invoke = saved_invoke  # type: ignore[method-assign]
+        retrier_decl.time = saved_time
+        ExecutionWorker._get_evaluation_environment = saved_environment  # type: ignore[method-assign]  # noqa: SLF001
+        if saved_call_action is None:
+            del DynamoHandler.call_action
+        else:
+            DynamoHandler.call_action = saved_call_action  # type: ignore[method-assign]

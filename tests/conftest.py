@@ -1,0 +1,69 @@
+"""Shared fixtures. AWS is moto (in-process), the claims table is built from template.yaml."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from saga_local.moto_adapter import SFN_CONFIG
+from saga_local.stack import REGION, table_request
+from saga_local.template import load_template
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+# Never reach a real account from a test, whatever the developer's shell holds.
+for _name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+    os.environ.pop(_name, None)
+os.environ.update(
+    {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_SERVICE_NAME": "payment-saga",
+        "POWERTOOLS_METRICS_NAMESPACE": "PaymentSaga",
+    }
+)
+
+
+class FakeClock:
+    """A clock tests move by hand: leases expire without sleeping."""
+
+    def __init__(self, now: float = 1_790_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def aws() -> Iterator[None]:
+    """moto for every AWS call in the test, Step Functions executing state machines."""
+    with mock_aws(config=SFN_CONFIG):  # type: ignore[arg-type]
+        yield
+
+
+@pytest.fixture
+def dynamodb(aws: None) -> Any:
+    return boto3.client("dynamodb", region_name=REGION)
+
+
+@pytest.fixture
+def claims_table(dynamodb: Any) -> str:
+    """The claims table exactly as template.yaml declares it (key, index, TTL)."""
+    props = load_template()["Resources"]["ClaimsTable"]["Properties"]
+    dynamodb.create_table(**table_request(props, "claims"))
+    return "claims"
