@@ -152,9 +152,7 @@ class Driver:
         execution_input = json.loads(described.get("input") or "{}")
         output = json.loads(described["output"]) if described.get("output") else None
         history = self.history(arn)
-        path = [
-            e["stateEnteredEventDetails"]["name"] for e in history if e["type"].endswith("StateEntered")
-        ]
+        path = [e["stateEnteredEventDetails"]["name"] for e in history if e["type"].endswith("StateEntered")]
         failed = next((e for e in history if e["type"] == "ExecutionFailed"), None)
         details = (failed or {}).get("executionFailedEventDetails", {})
         return ExecutionResult(

@@ -44,7 +44,7 @@ class Fault:
     fired: int = 0
 
 
-class InvocationKilled(BaseException):  # noqa: N818 - it is a death, not an error
+class InvocationKilled(BaseException):
     """The invocation ends here as ``kind`` would end it. A BaseException so no handler catches it."""
 
     def __init__(self, kind: FaultKind, point: str) -> None:
@@ -76,6 +76,25 @@ class FaultPlan:
                 fault.fired += 1
                 return fault
         return None
+
+    def take_for_invocation(self, function: str, order_id: str | None) -> Fault | None:
+        """One fault to arm in a worker process for this invocation (any point but ``start``).
+
+        It counts as fired when taken; :meth:`refund` it if the invocation never reached its point.
+        """
+        with self._lock:
+            for fault in self.faults:
+                if fault.function != function or fault.point == "start" or fault.fired >= fault.times:
+                    continue
+                if fault.order_id is not None and fault.order_id != order_id:
+                    continue
+                fault.fired += 1
+                return fault
+        return None
+
+    def refund(self, fault: Fault) -> None:
+        with self._lock:
+            fault.fired -= 1
 
     def fired(self) -> dict[str, int]:
         with self._lock:

@@ -10,14 +10,16 @@ invocation is reported as Lambda reports it: ``FunctionError: Unhandled`` and a 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
+import select
+import subprocess
 import sys
 import threading
 import time
 import traceback
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,33 +27,17 @@ from typing import TYPE_CHECKING, Any
 import boto3
 
 from saga_local.faults import ERROR_TYPES, FaultPlan, InvocationKilled
+from saga_local.lambda_api import LambdaContext, death_error, lambda_error, order_id_of
 from saga_local.moto_adapter import Invocation, Throttled
 from saga_local.template import ROOT
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from saga_local.template import FunctionSpec
 
 FUNCTIONS_DIR = ROOT / "functions"
-
-
-@dataclass
-class LambdaContext:
-    """The parts of Lambda's context object that handlers and Powertools read."""
-
-    function_name: str
-    memory_limit_in_mb: int
-    timeout_seconds: int
-    invoked_function_arn: str = ""
-    function_version: str = "$LATEST"
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    log_group_name: str = ""
-    log_stream_name: str = "local"
-    _started: float = field(default_factory=time.monotonic)
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self.timeout_seconds - (time.monotonic() - self._started)) * 1000))
 
 
 @dataclass(frozen=True)
@@ -62,35 +48,6 @@ class InvocationRecord:
     order_id: str | None
     duration_ms: float
     error_type: str | None
-
-
-def order_id_of(event: Any) -> str | None:
-    """The order an event concerns, wherever the step puts it (for fault targeting and counting)."""
-    if not isinstance(event, dict):
-        return None
-    for candidate in (event.get("order"), (event.get("state") or {}).get("order"), event):
-        if isinstance(candidate, dict) and isinstance(candidate.get("orderId"), str):
-            return str(candidate["orderId"])
-    return None
-
-
-def lambda_error(error_type: str, message: str, trace: list[str] | None = None) -> bytes:
-    """The payload Lambda's Python runtime returns for a failed invocation."""
-    body: dict[str, Any] = {"errorMessage": message, "errorType": error_type, "requestId": str(uuid.uuid4())}
-    if trace is not None:
-        body["stackTrace"] = trace
-    return json.dumps(body).encode()
-
-
-def death_error(kind: str, timeout_seconds: int) -> bytes:
-    """How Lambda words a death of each kind."""
-    error_type = ERROR_TYPES[kind]
-    message = {
-        "Runtime.ExitError": "RequestId: local Error: Runtime exited with error: exit status 1",
-        "Sandbox.Timedout": f"RequestId: local Error: Task timed out after {timeout_seconds:.2f} seconds",
-        "Runtime.OutOfMemory": "RequestId: local Error: Runtime exited with error: signal: killed",
-    }[error_type]
-    return lambda_error(error_type, message)
 
 
 class _Current(threading.local):
@@ -133,7 +90,7 @@ class InProcessRuntime:
         os.environ.update(merged)
         if str(FUNCTIONS_DIR) not in sys.path:
             sys.path.insert(0, str(FUNCTIONS_DIR))
-        from handlers import runtime as handler_runtime  # noqa: PLC0415 - needs the path above
+        from handlers import runtime as handler_runtime
 
         handler_runtime.reset()  # a fresh "container": clients are created inside the mock
 
@@ -143,12 +100,12 @@ class InProcessRuntime:
         The hooks are installed once per process and dispatch to the newest runtime, so that a
         second runtime (a new test) never finds the first one's hooks in its way.
         """
-        global _ACTIVE  # noqa: PLW0603 - one runtime serves the process at a time
+        global _ACTIVE
         _ACTIVE = self
-        events = boto3._get_default_session().events  # noqa: SLF001 - the session the handlers use
+        events = boto3._get_default_session().events
         events.register("before-call", _before_call, unique_id="saga-runtime-before")
         events.register("after-call", _after_call, unique_id="saga-runtime-after")
-        from payment_saga.payments import StripeProvider  # noqa: PLC0415
+        from payment_saga.payments import StripeProvider
 
         if not getattr(StripeProvider.charge, "__saga_hooked__", False):
             original = StripeProvider.charge
@@ -213,7 +170,9 @@ class InProcessRuntime:
             return Invocation(lambda_error(error_type, str(exc), trace), "Unhandled")
         finally:
             self._current.function = self._current.order_id = None
-            record = InvocationRecord(spec.logical_id, order_id, (time.perf_counter() - started) * 1000, error_type)
+            record = InvocationRecord(
+                spec.logical_id, order_id, (time.perf_counter() - started) * 1000, error_type
+            )
             with self._records_lock:
                 self.records.append(record)
 
@@ -240,3 +199,225 @@ def _after_call(event_name: str, **_: Any) -> None:
 def _call_name(event_name: str) -> str:
     # "after-call.dynamodb.UpdateItem" -> "dynamodb.UpdateItem"
     return event_name.split(".", 1)[1] if "." in event_name else event_name
+
+
+@dataclass
+class _Worker:
+    process: subprocess.Popen[bytes]
+    requests: int  # fd the parent writes requests to
+    responses: int  # fd the parent reads responses from
+    buffer: bytearray = field(default_factory=bytearray)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        self.process.wait()
+        for fd in (self.requests, self.responses):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class WorkerRuntime:
+    """Runs each function in worker processes, as Lambda runs containers.
+
+    A worker imports its handler once (cold start) and then serves one invocation at a time. The
+    function's ``Timeout`` is enforced by killing the worker (``Sandbox.Timedout``); a worker that
+    exits mid-invocation is reported as ``Runtime.ExitError``, or ``Runtime.OutOfMemory`` when it
+    ran out of the memory its ``MemorySize`` allows. The stack survives all of these: the next
+    invocation gets a fresh worker, as Lambda gives a fresh sandbox.
+
+    Args:
+        functions: physical function name -> (spec, resolved environment).
+        base_environment: variables every worker gets (endpoint, credentials, region).
+        faults: injected faults; ``start`` faults are decided here, others are armed in the worker.
+        max_workers: warm workers per function; an invocation beyond that waits for one.
+        log_dir: where each function's stdout/stderr (its JSON logs) go; ``None`` discards them.
+        guard_off: bypass the claim inside the workers (``saga demo``'s first act only).
+    """
+
+    def __init__(
+        self,
+        functions: dict[str, tuple[FunctionSpec, dict[str, str]]],
+        *,
+        base_environment: dict[str, str],
+        faults: FaultPlan | None = None,
+        max_workers: int = 4,
+        log_dir: Path | None = None,
+        guard_off: bool = False,
+    ) -> None:
+        self.functions = functions
+        self.base_environment = base_environment
+        self.faults = faults or FaultPlan()
+        self.max_workers = max_workers
+        self.log_dir = log_dir
+        self.guard_off = guard_off
+        self.records: list[InvocationRecord] = []
+        self.calls: Counter[tuple[str, str]] = Counter()
+        self.cold_starts: Counter[str] = Counter()
+        self._lock = threading.Condition()
+        self._idle: dict[str, list[_Worker]] = {name: [] for name in functions}
+        self._count: Counter[str] = Counter()
+        self._closed = False
+
+    # -- workers -------------------------------------------------------------------------------
+
+    def _spawn(self, name: str) -> _Worker:
+        spec, env = self.functions[name]
+        request_read, request_write = os.pipe()
+        response_read, response_write = os.pipe()
+        environment = {
+            "PATH": os.environ.get("PATH", ""),
+            "PYTHONPATH": str(ROOT),
+            **self.base_environment,
+            **env,
+            "AWS_LAMBDA_FUNCTION_NAME": name,
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
+            "AWS_LAMBDA_FUNCTION_TIMEOUT": str(spec.timeout),
+        }
+        if self.guard_off:
+            environment["SAGA_LOCAL_GUARD_OFF"] = "1"
+        output: Any = subprocess.DEVNULL
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            output = (self.log_dir / f"{spec.logical_id}.log").open("ab")
+        process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [
+                sys.executable,
+                "-m",
+                "saga_local.lambda_worker",
+                str(request_read),
+                str(response_write),
+                str(FUNCTIONS_DIR),
+                spec.handler,
+                str(spec.memory_mb),
+            ],
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+            pass_fds=(request_read, response_write),
+        )
+        if output is not subprocess.DEVNULL:
+            output.close()
+        os.close(request_read)
+        os.close(response_write)
+        worker = _Worker(process, request_write, response_read)
+        # The init phase has its own limit in Lambda (10 s); imports are slow on a busy machine.
+        ready = _read_line(worker, timeout=60)
+        if ready is None:
+            worker.kill()
+            raise RuntimeError(f"{spec.logical_id}: the worker died while starting (see its log)")
+        self.cold_starts[spec.logical_id] += 1
+        return worker
+
+    def _acquire(self, name: str) -> _Worker:
+        with self._lock:
+            while True:
+                if self._closed:
+                    raise RuntimeError("the runtime is shut down")
+                if self._idle[name]:
+                    return self._idle[name].pop()
+                if self._count[name] < self.max_workers:
+                    self._count[name] += 1
+                    break
+                self._lock.wait()
+        try:
+            return self._spawn(name)
+        except BaseException:
+            with self._lock:
+                self._count[name] -= 1
+                self._lock.notify_all()
+            raise
+
+    def _release(self, name: str, worker: _Worker | None) -> None:
+        with self._lock:
+            if worker is None or self._closed:
+                self._count[name] -= 1
+                if worker is not None:
+                    worker.kill()
+            else:
+                self._idle[name].append(worker)
+            self._lock.notify_all()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            workers = [w for idle in self._idle.values() for w in idle]
+            for idle in self._idle.values():
+                idle.clear()
+            self._lock.notify_all()
+        for worker in workers:
+            worker.kill()
+
+    # -- invoke --------------------------------------------------------------------------------
+
+    def invoke(self, function_name: str, payload: bytes) -> Invocation:
+        spec, _ = self.functions[function_name]
+        event = json.loads(payload or b"{}")
+        order_id = order_id_of(event)
+        started = time.perf_counter()
+        fault = self.faults.take(spec.logical_id, "start", order_id)
+        if fault is not None and fault.kind == "throttle":
+            self._record(spec, order_id, started, "Lambda.TooManyRequestsException")
+            raise Throttled("Rate Exceeded.")
+        armed = fault or self.faults.take_for_invocation(spec.logical_id, order_id)
+        worker = self._acquire(function_name)
+        request = {
+            "payload": payload.decode(),
+            "function_name": function_name,
+            "timeout": spec.timeout,
+            "fault": {"point": armed.point, "kind": armed.kind} if armed else None,
+        }
+        try:
+            os.write(worker.requests, json.dumps(request).encode() + b"\n")
+            line = _read_line(worker, timeout=spec.timeout)
+        except OSError:
+            line = None
+        if line is None:
+            # Dead or hung: this sandbox is gone either way.
+            timed_out = worker.process.poll() is None
+            worker.kill()
+            self._release(function_name, None)
+            if timed_out:
+                kind = "timeout"
+            elif worker.process.returncode in (137, -9):
+                kind = "oom"
+            else:
+                kind = "die"
+            self._record(spec, order_id, started, ERROR_TYPES[kind])
+            return Invocation(death_error(kind, spec.timeout), "Unhandled")
+        self._release(function_name, worker)
+        if armed is not None:
+            self.faults.refund(armed)  # it answered, so the fault's point was never reached
+        response = json.loads(line)
+        with self._lock:
+            for call, n in response.get("calls", {}).items():
+                self.calls[(spec.logical_id, call)] += n
+        self._record(spec, order_id, started, response["error"])
+        if response["error"]:
+            return Invocation(response["payload"].encode(), "Unhandled")
+        return Invocation(response["payload"].encode())
+
+    def _record(self, spec: FunctionSpec, order_id: str | None, started: float, error: str | None) -> None:
+        record = InvocationRecord(spec.logical_id, order_id, (time.perf_counter() - started) * 1000, error)
+        with self._lock:
+            self.records.append(record)
+
+
+def _read_line(worker: _Worker, *, timeout: float) -> bytes | None:
+    """One response line from the worker, or ``None`` if it died or did not answer in time."""
+    deadline = time.monotonic() + timeout
+    while b"\n" not in worker.buffer:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        readable, _, _ = select.select([worker.responses], [], [], remaining)
+        if not readable:
+            return None
+        chunk = os.read(worker.responses, 65536)
+        if not chunk:
+            return None
+        worker.buffer.extend(chunk)
+    line, _, rest = bytes(worker.buffer).partition(b"\n")
+    worker.buffer[:] = rest
+    return line

@@ -130,7 +130,7 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
 
     saved_invoke = lambda_models.LambdaBackend.invoke
     saved_time = retrier_decl.time
-    saved_environment = ExecutionWorker._get_evaluation_environment  # noqa: SLF001
+    saved_environment = ExecutionWorker._get_evaluation_environment
 
     def evaluation_environment(worker: Any) -> Any:
         env = saved_environment(worker)
@@ -140,7 +140,7 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
     saved_call_action = DynamoHandler.__dict__.get("call_action")
     lambda_models.LambdaBackend.invoke = invoke  # type: ignore[method-assign]
     retrier_decl.time = _ScaledTime(hooks)  # type: ignore[assignment]
-    ExecutionWorker._get_evaluation_environment = evaluation_environment  # type: ignore[method-assign]  # noqa: SLF001
+    ExecutionWorker._get_evaluation_environment = evaluation_environment  # type: ignore[method-assign]
     if not getattr(DynamoHandler.call_action, "__saga_locked__", False):
         DynamoHandler.call_action = _locked(DynamoHandler.call_action)  # type: ignore[method-assign]
     try:
@@ -148,7 +148,7 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
     finally:
         lambda_models.LambdaBackend.invoke = saved_invoke  # type: ignore[method-assign]
         retrier_decl.time = saved_time
-        ExecutionWorker._get_evaluation_environment = saved_environment  # type: ignore[method-assign]  # noqa: SLF001
+        ExecutionWorker._get_evaluation_environment = saved_environment  # type: ignore[method-assign]
         if saved_call_action is None:
             del DynamoHandler.call_action
         else:

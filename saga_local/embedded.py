@@ -1,0 +1,190 @@
+"""The embedded local stack: the whole saga on one machine, no AWS account, no Docker.
+
+* AWS is moto's server (pinned), on 127.0.0.1, so real clients work against it:
+  ``aws --endpoint-url http://127.0.0.1:PORT stepfunctions get-execution-history ...``.
+* Step Functions executes the real ASL from ``statemachine/``; every resource comes from
+  ``template.yaml`` (``saga_local.stack.provision``).
+* Lambda is :class:`~saga_local.lambda_runtime.WorkerRuntime`: the real handlers in worker
+  processes, each function's environment, timeout and memory from the template.
+* The SQS event source polls the orders queue and invokes the start function as Lambda does.
+* The payment provider is :class:`~saga_local.provider_emulator.ProviderEmulator`.
+
+Two things are compressed in time, and only these: Retry waits (``retry_time_scale``; the waits
+the ASL asked for are recorded) and the queues' visibility timeout (``visibility_timeout``), so a
+run that retries or redrives finishes in seconds. Everything else runs as written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from moto.server import ThreadedMotoServer
+
+from saga_local.driver import Driver
+from saga_local.faults import FaultPlan
+from saga_local.lambda_runtime import InProcessRuntime, WorkerRuntime
+from saga_local.moto_adapter import EngineHooks, check_moto_version, patched_moto
+from saga_local.provider_emulator import ProviderEmulator
+from saga_local.stack import LOCAL_API_KEY, REGION, Stack, provision
+
+#: Credentials for the local endpoint: moto accepts anything. Not a secret.
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+
+
+def quiet_libraries() -> None:
+    """The server's access log and the engine's own error logging would drown the story."""
+    for name in ("werkzeug", "moto", "botocore", "urllib3"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedStack:
+    """Start with :meth:`start` (or ``with``), drive with :attr:`driver`, stop with :meth:`stop`.
+
+    Args:
+        port: moto's port (0: a free one).
+        runtime: ``"workers"`` (processes, as Lambda) or ``"inprocess"`` (threads, faster).
+        guard: ``False`` bypasses the claim inside the workers (the lab's IDEMPOTENCY=0).
+        provider_dedupe: ``False`` makes the provider ignore idempotency keys.
+        faults: faults to inject into the functions.
+        retry_time_scale: multiply the ASL's Retry waits by this (0: do not wait).
+        visibility_timeout: the queues' visibility timeout, in seconds, for this run.
+        max_workers: warm workers per function.
+        log_dir: where the functions' JSON logs go.
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        runtime: str = "workers",
+        guard: bool = True,
+        provider_dedupe: bool = True,
+        faults: FaultPlan | None = None,
+        retry_time_scale: float = 0.0,
+        visibility_timeout: int = 2,
+        max_workers: int = 4,
+        log_dir: Path | None = None,
+    ) -> None:
+        if runtime not in ("workers", "inprocess"):
+            raise ValueError("runtime must be 'workers' or 'inprocess'")
+        if not guard and runtime != "workers":
+            raise ValueError("the guard can only be switched off in worker processes")
+        self.port = port or free_port()
+        self.runtime_kind = runtime
+        self.guard = guard
+        self.faults = faults or FaultPlan()
+        self.retry_time_scale = retry_time_scale
+        self.visibility_timeout = visibility_timeout
+        self.max_workers = max_workers
+        self.log_dir = log_dir
+        self.provider = ProviderEmulator(dedupe=provider_dedupe)
+        self._server: ThreadedMotoServer | None = None
+        self._exit = contextlib.ExitStack()
+        self.stack: Stack
+        self.driver: Driver
+        self.runtime: WorkerRuntime | InProcessRuntime
+        self.hooks: EngineHooks
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self, service: str) -> Any:
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint,
+            region_name=REGION,
+            aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            config=Config(retries={"mode": "standard", "max_attempts": 3}, max_pool_connections=64),
+        )
+
+    def start(self) -> EmbeddedStack:
+        check_moto_version()
+        quiet_libraries()
+        # moto's Step Functions engine calls Lambda through this port (moto.settings.moto_server_port).
+        os.environ["MOTO_PORT"] = str(self.port)
+        for key, value in LOCAL_CREDENTIALS.items():
+            os.environ.setdefault(key, value)
+        os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self._server.start()
+        self._exit.callback(self._server.stop)
+        # moto's backends live in this process: start from an empty account every time.
+        self._moto_api("reset", None)
+        self._moto_api("config", {"stepfunctions": {"execute_state_machine": True}})
+        self.provider.start()
+        self._exit.callback(self.provider.stop)
+        function_environment = {
+            "PAYMENT_API_BASE": self.provider.url,
+            "PAYMENT_API_KEY": LOCAL_API_KEY,
+            "PAYMENT_API_TIMEOUT_SECONDS": "5",
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_DEFAULT_REGION": REGION,
+            **LOCAL_CREDENTIALS,
+        }
+        self.stack = provision(
+            self.client, extra_environment=function_environment, visibility_timeout=self.visibility_timeout
+        )
+        if self.runtime_kind == "workers":
+            self.runtime = WorkerRuntime(
+                self.stack.functions,
+                base_environment={},
+                faults=self.faults,
+                max_workers=self.max_workers,
+                log_dir=self.log_dir,
+                guard_off=not self.guard,
+            )
+            self._exit.callback(self.runtime.close)
+        else:
+            self.runtime = InProcessRuntime(self.stack.functions, faults=self.faults)
+        self.hooks = self._exit.enter_context(patched_moto(self.runtime, retry_time_scale=self.retry_time_scale))
+        self.driver = Driver(self.client, self.stack)
+        return self
+
+    def _moto_api(self, path: str, body: dict[str, Any] | None) -> None:
+        request = urllib.request.Request(  # noqa: S310 - our own loopback endpoint
+            f"{self.endpoint}/moto-api/{path}",
+            data=json.dumps(body or {}).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()  # noqa: S310
+
+    def stop(self) -> None:
+        self._exit.close()
+
+    def __enter__(self) -> EmbeddedStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def serve(self, stop: threading.Event, pollers: int = 1) -> None:
+        """Run the SQS event source until ``stop`` is set (``saga up``)."""
+        threads = [
+            threading.Thread(target=self.driver.event_source.run, args=(stop,), daemon=True)
+            for _ in range(pollers)
+        ]
+        for thread in threads:
+            thread.start()
+        stop.wait()
+        for thread in threads:
+            thread.join()

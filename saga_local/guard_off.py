@@ -1,0 +1,36 @@
+"""The lab's ``IDEMPOTENCY=0`` switch, for ``saga demo`` only: bypass the claim, to show what it prevents.
+
+This module lives in ``saga_local`` and is applied only inside the local stack's worker processes
+when the stack is started with the guard off. Nothing under ``functions/`` knows it exists, and
+``sam deploy`` never ships it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def disable_claim_guard() -> None:
+    """Every claim "wins" as a new first attempt; every completion succeeds without a condition."""
+    from payment_saga.claims import Claim, ClaimOutcome, ClaimResult, ClaimsStore, ClaimStatus
+
+    def claim(self: ClaimsStore, order: Any, *, token: str) -> ClaimOutcome:
+        now = int(self._clock())
+        row = Claim(
+            order.order_id,
+            ClaimStatus.CLAIMED,
+            token,
+            1,
+            order.fingerprint,
+            order.payment_attempt,
+            now + self.lease_seconds,
+            now,
+        )
+        return ClaimOutcome(ClaimResult.NEW, row)
+
+    def complete(self: ClaimsStore, order_id: str, *, token: str, charge_id: str) -> Claim:
+        now = int(self._clock())
+        return Claim(order_id, ClaimStatus.COMPLETED, token, 1, "", "", now, now, charge_id=charge_id)
+
+    ClaimsStore.claim = claim  # type: ignore[method-assign]
+    ClaimsStore.complete = complete  # type: ignore[method-assign]

@@ -1,0 +1,61 @@
+"""What Lambda's Python runtime gives a handler and returns for it: kept free of moto and boto3.
+
+Imported by the worker processes (``saga_local.lambda_worker``), which must start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from saga_local.faults import ERROR_TYPES
+
+
+@dataclass
+class LambdaContext:
+    """The parts of Lambda's context object that handlers and Powertools read."""
+
+    function_name: str
+    memory_limit_in_mb: int
+    timeout_seconds: int
+    invoked_function_arn: str = ""
+    function_version: str = "$LATEST"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    log_group_name: str = ""
+    log_stream_name: str = "local"
+    _started: float = field(default_factory=time.monotonic)
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self.timeout_seconds - (time.monotonic() - self._started)) * 1000))
+
+
+def order_id_of(event: Any) -> str | None:
+    """The order an event concerns, wherever the step puts it (for fault targeting and counting)."""
+    if not isinstance(event, dict):
+        return None
+    for candidate in (event.get("order"), (event.get("state") or {}).get("order"), event):
+        if isinstance(candidate, dict) and isinstance(candidate.get("orderId"), str):
+            return str(candidate["orderId"])
+    return None
+
+
+def lambda_error(error_type: str, message: str, trace: list[str] | None = None) -> bytes:
+    """The payload Lambda's Python runtime returns for a failed invocation."""
+    body: dict[str, Any] = {"errorMessage": message, "errorType": error_type, "requestId": str(uuid.uuid4())}
+    if trace is not None:
+        body["stackTrace"] = trace
+    return json.dumps(body).encode()
+
+
+def death_error(kind: str, timeout_seconds: int) -> bytes:
+    """How Lambda words a death of each kind."""
+    error_type = ERROR_TYPES[kind]
+    message = {
+        "Runtime.ExitError": "RequestId: local Error: Runtime exited with error: exit status 1",
+        "Sandbox.Timedout": f"RequestId: local Error: Task timed out after {timeout_seconds:.2f} seconds",
+        "Runtime.OutOfMemory": "RequestId: local Error: Runtime exited with error: signal: killed",
+    }[error_type]
+    return lambda_error(error_type, message)

@@ -1,0 +1,148 @@
+"""A Lambda "container": one process running one function's handler, invocation after invocation.
+
+Started by :class:`saga_local.lambda_runtime.WorkerRuntime` with the function's environment. It
+imports the handler once (the cold start), then serves requests read from a pipe, one at a time,
+and writes each response to another pipe; the handler's own stdout and stderr (its structured
+logs) go wherever the parent pointed them, as Lambda sends them to CloudWatch Logs.
+
+Faults armed by the parent fire here, for real: ``die`` exits the process, ``timeout`` hangs
+until the parent kills it at the function's timeout, ``oom`` allocates until the address-space
+limit (the function's memory size over what the runtime already uses) raises MemoryError.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from typing import Any
+
+#: Exit codes the parent reads: Lambda reports these deaths as Runtime.ExitError / OutOfMemory.
+EXIT_DIED = 1
+EXIT_OUT_OF_MEMORY = 137
+
+_armed: dict[str, Any] | None = None
+
+
+def _fire(point: str) -> None:
+    global _armed
+    if _armed is None or _armed["point"] != point:
+        return
+    kind = _armed["kind"]
+    _armed = None
+    if kind == "die":
+        os._exit(EXIT_DIED)
+    if kind == "timeout":
+        while True:  # the parent kills us at the function's timeout
+            time.sleep(3600)
+    if kind == "oom":
+        _exhaust_memory()
+
+
+def _exhaust_memory() -> None:
+    hog = []
+    try:
+        while True:
+            hog.append(bytearray(64 * 1024 * 1024))
+    except MemoryError:
+        os._exit(EXIT_OUT_OF_MEMORY)
+
+
+def _limit_memory(memory_mb: int) -> None:
+    """Cap the address space at what the runtime uses now plus the function's memory size."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        vm_kb = next(int(line.split()[1]) for line in status if line.startswith("VmSize:"))
+    limit = (vm_kb * 1024) + memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _install_hooks(calls: dict[str, int]) -> None:
+    import boto3
+
+    def before(event_name: str, **_: Any) -> None:
+        _fire("before:" + event_name.split(".", 1)[1])
+
+    def after(event_name: str, **_: Any) -> None:
+        name = event_name.split(".", 1)[1]
+        calls[name] = calls.get(name, 0) + 1
+        _fire("after:" + name)
+
+    events = boto3._get_default_session().events
+    events.register("before-call", before)
+    events.register("after-call", after)
+    from payment_saga.payments import StripeProvider
+
+    original = StripeProvider.charge
+
+    def charge(provider: Any, *args: Any, **kwargs: Any) -> Any:
+        _fire("before:provider.charge")
+        result = original(provider, *args, **kwargs)
+        _fire("after:provider.charge")
+        return result
+
+    StripeProvider.charge = charge  # type: ignore[method-assign]
+
+
+def _read_line(fd: int, buffer: bytearray) -> bytes | None:
+    while b"\n" not in buffer:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return None
+        buffer.extend(chunk)
+    line, _, rest = bytes(buffer).partition(b"\n")
+    buffer[:] = rest
+    return line
+
+
+def main() -> None:
+    global _armed
+    request_fd, response_fd = int(sys.argv[1]), int(sys.argv[2])
+    functions_dir, handler_path, memory_mb = sys.argv[3], sys.argv[4], int(sys.argv[5])
+    sys.path.insert(0, functions_dir)
+    calls: dict[str, int] = {}
+    if os.environ.get("SAGA_LOCAL_GUARD_OFF") == "1":
+        from saga_local.guard_off import disable_claim_guard
+
+        disable_claim_guard()
+    _install_hooks(calls)
+    import importlib
+
+    module_name, _, attr = handler_path.rpartition(".")
+    handler = getattr(importlib.import_module(module_name), attr)
+    from saga_local.lambda_api import LambdaContext, lambda_error
+
+    _limit_memory(memory_mb)
+    os.write(response_fd, b'{"ready": true}\n')
+    buffer = bytearray()
+    while True:
+        line = _read_line(request_fd, buffer)
+        if line is None:
+            return  # the parent closed the pipe: shut down
+        request = json.loads(line)
+        _armed = request.get("fault")
+        calls.clear()
+        event = json.loads(request["payload"] or "{}")
+        context = LambdaContext(request["function_name"], memory_mb, request["timeout"])
+        try:
+            if _armed and _armed["point"] == "start":
+                _fire("start")
+            result = handler(event, context)
+            _fire("end")
+            response = {"payload": json.dumps(result), "error": None}
+        except MemoryError:
+            os._exit(EXIT_OUT_OF_MEMORY)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, as Lambda does
+            error = lambda_error(type(exc).__name__, str(exc), traceback.format_exception(exc))
+            response = {"payload": error.decode(), "error": type(exc).__name__}
+        response["fired"] = _armed is None and request.get("fault") is not None
+        response["calls"] = calls
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.write(response_fd, json.dumps(response).encode() + b"\n")
+
+
+if __name__ == "__main__":
+    main()
