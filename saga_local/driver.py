@@ -95,13 +95,16 @@ class Driver:
         for thread in threads:
             thread.start()
         try:
+            pause = 0.05
             while time.monotonic() < deadline:
                 if self.queue_depth() == 0 and not self.running():
                     # Let a poller that is mid-batch finish before declaring the stack idle.
                     time.sleep(0.05)
                     if self.queue_depth() == 0 and not self.running():
                         return
-                time.sleep(0.05)
+                # Asking moto for the queue depth walks every message: ask less often as we wait.
+                time.sleep(pause)
+                pause = min(pause * 1.5, 0.5)
             raise TimeoutError(f"stack still busy after {timeout} s: depth={self.queue_depth()}")
         finally:
             stop.set()
@@ -138,8 +141,8 @@ class Driver:
             arns.extend(e["executionArn"] for e in page["executions"])
         return arns
 
-    def results(self) -> list[ExecutionResult]:
-        return [self.result(arn) for arn in self.execution_arns()]
+    def results(self, *, with_path: bool = True) -> list[ExecutionResult]:
+        return [self.result(arn, with_path=with_path) for arn in self.execution_arns()]
 
     def history(self, arn: str) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
@@ -147,22 +150,26 @@ class Driver:
             events.extend(page["events"])
         return events
 
-    def result(self, arn: str) -> ExecutionResult:
+    def result(self, arn: str, *, with_path: bool = True) -> ExecutionResult:
+        """How the execution ended; ``with_path`` also reads its history for the states it went through."""
         described = self.sfn.describe_execution(executionArn=arn)
         execution_input = json.loads(described.get("input") or "{}")
         output = json.loads(described["output"]) if described.get("output") else None
-        history = self.history(arn)
-        path = [e["stateEnteredEventDetails"]["name"] for e in history if e["type"].endswith("StateEntered")]
-        failed = next((e for e in history if e["type"] == "ExecutionFailed"), None)
-        details = (failed or {}).get("executionFailedEventDetails", {})
+        path: list[str] = []
+        if with_path:
+            path = [
+                e["stateEnteredEventDetails"]["name"]
+                for e in self.history(arn)
+                if e["type"].endswith("StateEntered")
+            ]
         return ExecutionResult(
             arn=arn,
             name=described["name"],
             status=described["status"],
             order_id=(execution_input.get("order") or {}).get("orderId"),
             output=output,
-            error=details.get("error"),
-            cause=details.get("cause"),
+            error=described.get("error"),
+            cause=described.get("cause"),
             path=path,
         )
 
@@ -191,5 +198,28 @@ class Driver:
             messages.update({m["MessageId"]: m for m in fresh})
         return list(messages.values())
 
+    def outcome_counts(self) -> Counter[str]:
+        """Executions by status, failures by their error: cheap (DescribeExecution only for failures)."""
+        counts: Counter[str] = Counter()
+        for page in self.sfn.get_paginator("list_executions").paginate(
+            stateMachineArn=self.stack.state_machine_arn
+        ):
+            for execution in page["executions"]:
+                if execution["status"] == "FAILED":
+                    error = self.sfn.describe_execution(executionArn=execution["executionArn"]).get("error")
+                    counts[error or "FAILED"] += 1
+                else:
+                    counts[execution["status"]] += 1
+        return counts
+
     def outcomes(self) -> Counter[str]:
-        return Counter(r.outcome for r in self.results())
+        return Counter(r.outcome for r in self.results(with_path=False))
+
+    def claims(self) -> dict[str, dict[str, Any]]:
+        """Every claim row, for reports (a Scan: never on a path that decides anything)."""
+        rows: dict[str, dict[str, Any]] = {}
+        for page in self.dynamodb.get_paginator("scan").paginate(TableName=self.stack.table_name):
+            for item in page["Items"]:
+                row = {k: next(iter(v.values())) for k, v in item.items()}
+                rows[row["orderId"]] = row
+        return rows

@@ -28,12 +28,13 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
+from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 from saga_local.driver import Driver
 from saga_local.faults import FaultPlan
 from saga_local.lambda_runtime import InProcessRuntime, WorkerRuntime
-from saga_local.moto_adapter import EngineHooks, check_moto_version, patched_moto
+from saga_local.moto_adapter import SFN_CONFIG, EngineHooks, check_moto_version, patched_moto
 from saga_local.provider_emulator import ProviderEmulator
 from saga_local.stack import LOCAL_API_KEY, REGION, Stack, provision
 
@@ -106,9 +107,10 @@ class EmbeddedStack:
         return f"http://127.0.0.1:{self.port}"
 
     def client(self, service: str) -> Any:
+        """A client for the stack: in-process when the handlers are, else over HTTP to the server."""
         return boto3.client(
             service,
-            endpoint_url=self.endpoint,
+            endpoint_url=None if self.runtime_kind == "inprocess" else self.endpoint,
             region_name=REGION,
             aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
@@ -129,6 +131,12 @@ class EmbeddedStack:
         # moto's backends live in this process: start from an empty account every time.
         self._moto_api("reset", None)
         self._moto_api("config", {"stepfunctions": {"execute_state_machine": True}})
+        if self.runtime_kind == "inprocess":
+            # Handlers in this process reach moto's backends directly, without HTTP (much faster);
+            # the server still answers every client outside this process.
+            mock = mock_aws(config=SFN_CONFIG)  # type: ignore[arg-type]
+            mock.start(reset=False)
+            self._exit.callback(mock.stop, remove_data=False)
         self.provider.start()
         self._exit.callback(self.provider.stop)
         function_environment = {
@@ -136,10 +144,11 @@ class EmbeddedStack:
             "PAYMENT_API_KEY": LOCAL_API_KEY,
             "PAYMENT_API_TIMEOUT_SECONDS": "5",
             "POWERTOOLS_TRACE_DISABLED": "true",
-            "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_DEFAULT_REGION": REGION,
             **LOCAL_CREDENTIALS,
         }
+        if self.runtime_kind == "workers":
+            function_environment["AWS_ENDPOINT_URL"] = self.endpoint
         self.stack = provision(
             self.client, extra_environment=function_environment, visibility_timeout=self.visibility_timeout
         )

@@ -10,6 +10,14 @@ followed by a store with no lock. This module patches three internals, all guard
   and ``{"errorType", "errorMessage"}``, so the state machine sees ``Error`` = the class name.
 * the retrier's ``time.sleep`` -> a scaled sleep that also records every wait the ASL asked for,
   so tests can run the real Retry policies (and check their backoff) without waiting minutes.
+* the ASL parser -> parsed once per definition, not once per execution (moto's ANTLR parser
+  takes ~200 ms of CPU per parse; the parsed program keeps its per-execution state in the
+  execution's own environment, so one program serves many executions).
+* the engine's clients and JSONPath parser -> cached: moto builds a new boto3 client for every
+  Lambda task and re-parses every JSONPath on every evaluation, which dominates a busy run.
+* SQS's retention check -> reads the queue's retention period directly: moto computes every
+  queue attribute (walking every message) for every message it considers receiving, which makes
+  a receive quadratic in the queue's depth. Same answer, linear time.
 * the execution's context object -> gains ``Execution.RedriveCount`` (0), which AWS has carried
   since executions could be redriven and the Charge step reads; moto 5.2.5 omits it.
 * DynamoDB's request handling -> serialised behind one lock, so a conditional write (and the
@@ -30,7 +38,11 @@ import moto
 from moto.awslambda import models as lambda_models
 from moto.awslambda.exceptions import LambdaClientError
 from moto.dynamodb.responses import DynamoHandler
+from moto.sqs.models import SQSBackend
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
+from moto.stepfunctions.parser.asl.utils import boto_client as engine_boto_client
+from moto.stepfunctions.parser.asl.utils import json_path as engine_json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 if TYPE_CHECKING:
@@ -99,6 +111,53 @@ def _locked(method: Any) -> Any:
     return wrapper
 
 
+_PROGRAMS: dict[str, Any] = {}
+_PROGRAMS_LOCK = threading.Lock()
+
+
+class _CachedBoto3:
+    """Stands in for ``boto3`` inside moto's engine: one client per (service, region, endpoint)."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self._clients: dict[tuple[Any, ...], Any] = {}
+        self._lock = threading.Lock()
+
+    def client(self, *args: Any, **kwargs: Any) -> Any:
+        key = (kwargs.get("service_name"), kwargs.get("region_name"), kwargs.get("endpoint_url"), args)
+        with self._lock:
+            if key not in self._clients:
+                self._clients[key] = self._real.client(*args, **kwargs)
+            return self._clients[key]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def _retention_check(self: Any, queue_name: str, message: Any) -> bool:
+    """moto's ``is_message_valid_based_on_retention_period``, without computing every attribute."""
+    retention_period = int(self.get_queue(queue_name).message_retention_period)
+    return bool(retention_period + message.sent_timestamp / 1000 > _time.time())
+
+
+def _prewarm_heap_keys(root: Any) -> None:
+    """Give every component its heap key now: moto makes it lazily, which races across threads."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, EvalComponent):
+            _ = node.heap_key
+            stack.extend(vars(node).values())
+        elif isinstance(node, (list, tuple, set)):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+
+
 def check_moto_version() -> None:
     if moto.__version__ != MOTO_VERSION:
         raise RuntimeError(
@@ -108,7 +167,7 @@ def check_moto_version() -> None:
 
 @contextlib.contextmanager
 def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> Iterator[EngineHooks]:
-    """Install the three patches for the duration of the block. Not re-entrant across runtimes."""
+    """Install the patches for the duration of the block. Not re-entrant across runtimes."""
     check_moto_version()
     hooks = EngineHooks(retry_time_scale=retry_time_scale)
 
@@ -128,19 +187,36 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
         response_headers["Content-Length"] = str(len(result.payload))
         return result.payload
 
-    saved_invoke = lambda_models.LambdaBackend.invoke
-    saved_time = retrier_decl.time
-    saved_environment = ExecutionWorker._get_evaluation_environment
-
     def evaluation_environment(worker: Any) -> Any:
         env = saved_environment(worker)
         env.states.context_object.context_object_data["Execution"].setdefault("RedriveCount", 0)
         return env
 
+    def evaluation_entrypoint(worker: Any) -> Any:
+        definition = worker._evaluation_details.state_machine_details.definition
+        with _PROGRAMS_LOCK:
+            program = _PROGRAMS.get(definition)
+            if program is None:
+                program = saved_entrypoint(worker)
+                _prewarm_heap_keys(program)
+                _PROGRAMS[definition] = program
+        return program
+
+    saved_invoke = lambda_models.LambdaBackend.invoke
+    saved_time = retrier_decl.time
+    saved_environment = ExecutionWorker._get_evaluation_environment
+    saved_entrypoint = ExecutionWorker._get_evaluation_entrypoint
     saved_call_action = DynamoHandler.__dict__.get("call_action")
+    saved_boto3 = engine_boto_client.boto3
+    saved_retention = SQSBackend.is_message_valid_based_on_retention_period
+    SQSBackend.is_message_valid_based_on_retention_period = _retention_check  # type: ignore[method-assign]
+    saved_parse = engine_json_path.parse
+    engine_boto_client.boto3 = _CachedBoto3(saved_boto3)  # type: ignore[assignment]
+    engine_json_path.parse = functools.lru_cache(maxsize=4096)(saved_parse)
     lambda_models.LambdaBackend.invoke = invoke  # type: ignore[method-assign]
     retrier_decl.time = _ScaledTime(hooks)  # type: ignore[assignment]
     ExecutionWorker._get_evaluation_environment = evaluation_environment  # type: ignore[method-assign]
+    ExecutionWorker._get_evaluation_entrypoint = evaluation_entrypoint  # type: ignore[method-assign]
     if not getattr(DynamoHandler.call_action, "__saga_locked__", False):
         DynamoHandler.call_action = _locked(DynamoHandler.call_action)  # type: ignore[method-assign]
     try:
@@ -148,7 +224,11 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
     finally:
         lambda_models.LambdaBackend.invoke = saved_invoke  # type: ignore[method-assign]
         retrier_decl.time = saved_time
+        engine_boto_client.boto3 = saved_boto3
+        SQSBackend.is_message_valid_based_on_retention_period = saved_retention  # type: ignore[method-assign]
+        engine_json_path.parse = saved_parse
         ExecutionWorker._get_evaluation_environment = saved_environment  # type: ignore[method-assign]
+        ExecutionWorker._get_evaluation_entrypoint = saved_entrypoint  # type: ignore[method-assign]
         if saved_call_action is None:
             del DynamoHandler.call_action
         else:

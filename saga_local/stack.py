@@ -96,6 +96,7 @@ def provision(
             "AWS::AccountId": ACCOUNT_ID,
             "AWS::Partition": "aws",
         },
+        conditions=template.get("Conditions", {}),
     )
     if "PaymentApiKeySecretArn" not in resolver.parameters:
         secret = clients("secretsmanager").create_secret(
@@ -105,10 +106,7 @@ def provision(
 
     _create_queues(clients("sqs"), template, resolver, stack_name, visibility_timeout)
     _create_tables(clients("dynamodb"), template, resolver, stack_name)
-    for logical_id in resources_of_type(template, "AWS::Logs::LogGroup"):
-        resolver.attrs[(logical_id, "Arn")] = (
-            f"arn:aws:logs:{REGION}:{ACCOUNT_ID}:log-group:{stack_name}-{logical_id}:*"
-        )
+    _name_unemulated(template, resolver, stack_name)
     specs = functions(template)
     _create_functions(clients("iam"), clients("lambda"), specs, resolver, stack_name)
     for logical_id in resources_of_type(template, "AWS::Serverless::StateMachine"):
@@ -125,7 +123,11 @@ def provision(
 
     stack = Stack(
         name=stack_name,
-        outputs={k: str(resolver.resolve(v["Value"])) for k, v in template.get("Outputs", {}).items()},
+        outputs={
+            k: str(resolver.resolve(v["Value"]))
+            for k, v in template.get("Outputs", {}).items()
+            if "Condition" not in v or resolver.condition(v["Condition"])
+        },
         resolver=resolver,
     )
     for logical_id, spec in specs.items():
@@ -133,6 +135,29 @@ def provision(
         env.update(extra_environment or {})
         stack.functions[resolver.refs[logical_id]] = (spec, env)
     return stack
+
+
+#: Resources the local stack does not run (operations, not the saga): named so references resolve.
+_UNEMULATED = {
+    "AWS::Logs::LogGroup": "arn:aws:logs:{region}:{account}:log-group:{name}:*",
+    "AWS::SNS::Topic": "arn:aws:sns:{region}:{account}:{name}",
+    "AWS::KMS::Key": "arn:aws:kms:{region}:{account}:key/{name}",
+    "AWS::CloudWatch::Alarm": "arn:aws:cloudwatch:{region}:{account}:alarm:{name}",
+    "AWS::CloudWatch::Dashboard": "{name}",
+    "AWS::Logs::MetricFilter": "{name}",
+    "AWS::SQS::QueuePolicy": "{name}",
+}
+
+
+def _name_unemulated(template: dict[str, Any], resolver: Resolver, stack_name: str) -> None:
+    for logical_id, resource in template["Resources"].items():
+        pattern = _UNEMULATED.get(resource["Type"])
+        if pattern is None:
+            continue
+        name = f"{stack_name}-{logical_id}"
+        arn = pattern.format(region=REGION, account=ACCOUNT_ID, name=name)
+        resolver.refs[logical_id] = arn if resource["Type"] == "AWS::SNS::Topic" else name
+        resolver.attrs[(logical_id, "Arn")] = arn
 
 
 def _create_queues(

@@ -75,6 +75,26 @@ class Resolver:
     attrs: dict[tuple[str, str], str] = field(default_factory=dict)
     parameters: dict[str, str] = field(default_factory=dict)
     pseudo: dict[str, str] = field(default_factory=dict)
+    conditions: dict[str, Any] = field(default_factory=dict)
+
+    def condition(self, name: str) -> bool:
+        """Evaluate a template condition (``Fn::Equals``/``Not``/``And``/``Or``/``Condition``)."""
+        return self._truth(self.conditions[name])
+
+    def _truth(self, expr: Any) -> bool:
+        (key, arg), = expr.items()
+        if key == "Fn::Equals":
+            left, right = (self.resolve(a) for a in arg)
+            return bool(left == right)
+        if key == "Fn::Not":
+            return not self._truth(arg[0])
+        if key == "Fn::And":
+            return all(self._truth(a) for a in arg)
+        if key == "Fn::Or":
+            return any(self._truth(a) for a in arg)
+        if key == "Condition":
+            return self.condition(arg)
+        raise ValueError(f"unsupported condition {key}")
 
     def resolve(self, value: Any) -> Any:
         if isinstance(value, list):
@@ -93,6 +113,9 @@ class Resolver:
                     raise KeyError(f"!GetAtt {logical}.{attribute} has no local value") from None
             if key == "Fn::Sub":
                 return self._sub(arg)
+            if key == "Fn::If":
+                name, if_true, if_false = arg
+                return self.resolve(if_true if self.condition(name) else if_false)
             if key == "Fn::Join":
                 sep, parts = arg
                 return sep.join(str(self.resolve(p)) for p in parts)

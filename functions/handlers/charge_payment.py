@@ -22,22 +22,22 @@ if TYPE_CHECKING:
 def first_request_of_attempt(event: dict[str, Any]) -> bool:
     """Whether no earlier request with this idempotency key can exist.
 
-    True only on the first try of this step, in an execution that was never redriven, for a claim
-    this execution did not take over: a retry may follow a request that landed (its response was
-    lost), a redriven execution (after a timeout, say) may have charged before, and a takeover
-    continues the attempt of an execution that may have charged.
+    True only on the first try of this step, in an execution that was never redriven, for an
+    attempt this execution started: a retry may follow a request that landed (its response was
+    lost), a redriven execution (after a timeout, say) may have charged before, and an attempt
+    taken over from an expired lease may have been charged by the execution that started it.
     """
     return (
         int(event.get("retryCount", 0)) == 0
         and int(event.get("redriveCount", 0)) == 0
-        and event["claim"].get("how") != "TAKEOVER"
+        and event["claim"].get("attemptOwner") is True
     )
 
 
 def _provider() -> StripeProvider:
     try:
         return provider()
-    except Exception as exc:  # noqa: BLE001 - any failure here is before the provider was called
+    except Exception as exc:  # any failure here is before the provider was called
         raise ChargeNotAttempted(f"payment provider unavailable: {type(exc).__name__}") from exc
 
 

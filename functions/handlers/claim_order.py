@@ -20,7 +20,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Input ``{"order": {...}, "claimToken": "<execution id>"}``.
 
     Output (always the same keys, so the state machine's ``ResultSelector`` never misses one):
-    ``outcome`` (``WON`` or ``DUPLICATE``), ``how``, ``attempt``, ``idempotencyKey``, ``holderStatus``.
+    ``outcome`` (``WON`` or ``DUPLICATE``), ``how``, ``attempt``, ``idempotencyKey``, ``holderStatus``,
+    and ``attemptOwner``: whether this execution started the attempt (false after a takeover, even
+    when a retried Claim step then finds the claim its own), which the release and the charge's
+    "nothing was charged" proofs require.
     """
     order = order_from_message(event["order"])
     token = event["claimToken"]
@@ -47,4 +50,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         "attempt": claim.attempt,
         "idempotencyKey": idempotency_key(order.order_id, claim.attempt),
         "holderStatus": claim.status.value,
+        "attemptOwner": outcome.result.won and claim.attempt_started_by == token,
     }

@@ -48,6 +48,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             # The failed claim never landed: there is nothing of ours to release.
             log_event("release_skipped", reason="claim not held by this execution")
             return {"released": False, "reason": reason.value}
+        if current.attempt_started_by != token:
+            # We took this attempt over from an expired lease: its first holder may have charged.
+            # No proof, no release: the lease runs out again and the sweeper asks the provider.
+            log_event("release_skipped", reason="attempt taken over; its first holder may have charged")
+            return {"released": False, "reason": reason.value}
     claim = store.release(order_id, token=token, reason=reason)
     log_event("claim_released", reason=reason.value, attempt=claim.attempt)
     count("ClaimReleased")

@@ -94,6 +94,9 @@ class Claim:
     payment_attempt: str
     lease_expires_at: int
     attempt_started_at: int
+    #: The token that started this attempt. A takeover continues someone else's attempt: then
+    #: this is not the holder, and the holder cannot prove that nothing was charged under it.
+    attempt_started_by: str = ""
     charge_id: str | None = None
     release_reason: ReleaseReason | None = None
 
@@ -112,6 +115,7 @@ class Claim:
             payment_attempt=item["paymentAttempt"]["S"],
             lease_expires_at=int(item["leaseExpiresAt"]["N"]),
             attempt_started_at=int(item["attemptStartedAt"]["N"]),
+            attempt_started_by=item.get("attemptStartedBy", item["claimToken"])["S"],
             charge_id=item.get("chargeId", {}).get("S"),
             release_reason=ReleaseReason(reason) if reason else None,
         )
@@ -197,6 +201,7 @@ class ClaimsStore:
                 " fingerprint = :fp, amount = :amount, currency = :currency, customerId = :customer,"
                 " paymentAttempt = :pa, attempt = if_not_exists(attempt, :one),"
                 " attemptStartedAt = if_not_exists(attemptStartedAt, :now),"
+                " attemptStartedBy = if_not_exists(attemptStartedBy, :token),"
                 " claimedAt = :now_iso, openClaim = :open, expiresAt = :ttl"
             ),
             "ConditionExpression": (
@@ -216,7 +221,7 @@ class ClaimsStore:
             "UpdateExpression": (
                 "SET #status = :claimed, claimToken = :token, leaseExpiresAt = :lease,"
                 " fingerprint = :fp, amount = :amount, currency = :currency, customerId = :customer,"
-                " paymentAttempt = :pa, attempt = :next, attemptStartedAt = :now,"
+                " paymentAttempt = :pa, attempt = :next, attemptStartedAt = :now, attemptStartedBy = :token,"
                 " claimedAt = :now_iso, openClaim = :open, expiresAt = :ttl"
                 " REMOVE releaseReason, releasedAt"
             ),
@@ -254,13 +259,13 @@ class ClaimsStore:
         """Tell how a won claim won from the row it replaced (``ReturnValues=ALL_OLD``)."""
         previous = Claim.from_item(old) if old else None
         if previous is None:
-            result, attempt, started = ClaimResult.NEW, 1, now
+            result, attempt, started, starter = ClaimResult.NEW, 1, now, token
         elif previous.status is ClaimStatus.RELEASED:
-            result, attempt, started = ClaimResult.NEW_ATTEMPT, previous.attempt + 1, now
-        elif previous.claim_token == token:
-            result, attempt, started = ClaimResult.REENTRANT, previous.attempt, previous.attempt_started_at
+            result, attempt, started, starter = ClaimResult.NEW_ATTEMPT, previous.attempt + 1, now, token
         else:
-            result, attempt, started = ClaimResult.TAKEOVER, previous.attempt, previous.attempt_started_at
+            result = ClaimResult.REENTRANT if previous.claim_token == token else ClaimResult.TAKEOVER
+            attempt, started = previous.attempt, previous.attempt_started_at
+            starter = previous.attempt_started_by
         claim = Claim(
             order_id=order.order_id,
             status=ClaimStatus.CLAIMED,
@@ -270,6 +275,7 @@ class ClaimsStore:
             payment_attempt=order.payment_attempt,
             lease_expires_at=now + self.lease_seconds,
             attempt_started_at=started,
+            attempt_started_by=starter,
         )
         return ClaimOutcome(result, claim)
 

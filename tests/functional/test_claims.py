@@ -231,3 +231,23 @@ def test_racing_reclaims_after_a_release_agree_on_one_new_attempt(
 
     assert results.count(ClaimResult.NEW_ATTEMPT) == 1
     assert store.get(ORDER.order_id).attempt == 2  # type: ignore[union-attr]
+
+
+def test_takeover_continues_the_attempt_of_its_first_holder(store: ClaimsStore, clock: Any) -> None:
+    store.claim(ORDER, token=A)
+    clock.advance(901)
+
+    taken = store.claim(ORDER, token=B)
+    again = store.claim(ORDER, token=B)  # B's Claim step retried after a crash
+
+    assert taken.claim.attempt_started_by == A
+    assert again.result is ClaimResult.REENTRANT
+    assert again.claim.attempt_started_by == A  # still not B's to vouch for
+    assert store.get(ORDER.order_id).attempt_started_by == A  # type: ignore[union-attr]
+
+
+def test_new_attempt_is_started_by_its_claimant(store: ClaimsStore) -> None:
+    store.claim(ORDER, token=A)
+    store.release(ORDER.order_id, token=A, reason=ReleaseReason.NOT_CHARGED)
+
+    assert store.claim(ORDER, token=B).claim.attempt_started_by == B

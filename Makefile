@@ -1,0 +1,127 @@
+# The project's front door. `make` lists the targets; `make test` is what CI runs.
+#
+# Three toolchains, each installed once and stamped, so a second run installs nothing:
+#   .venv          the project and its dev tools (pip install -e '.[dev]'), redone when pyproject.toml changes
+#   .venv-sam      aws-sam-cli alone: it pins its own boto3/botocore, which must not fight moto's
+#   node_modules   asl-validator, pinned by package-lock.json
+# Nothing here talks to AWS: the template checks run offline, with no account and no Docker.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+MAKEFLAGS += --no-builtin-rules --no-print-directory
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SAM_CLI_VERSION := 1.170.0
+SAM_VENV := .venv-sam
+SAM := $(SAM_VENV)/bin/sam
+ASL_VALIDATOR := node_modules/.bin/asl-validator
+STATE_MACHINES := $(wildcard statemachine/*.asl.json)
+SAM_BUILD_DIR := .aws-sam/build-check
+SAM_CACHE_DIR := .aws-sam/cache-check
+
+# The SAM CLI reads no account here: no telemetry, no instance metadata, dummy credentials so that
+# nothing falls back to looking for real ones, a fixed region.
+SAM_ENV := SAM_CLI_TELEMETRY=0 AWS_EC2_METADATA_DISABLED=true AWS_DEFAULT_REGION=us-east-1 \
+	AWS_ACCESS_KEY_ID=offline AWS_SECRET_ACCESS_KEY=offline
+
+# sam build without a container needs the functions' runtime (python3.13) on PATH. The default is the
+# first that runs of: python3.13 on PATH, then pyenv's 3.13 builds. Override with PYTHON313=/path/to/python3.13.
+PYTHON313 ?= $(shell for p in python3.13 $$(pyenv root 2>/dev/null)/versions/3.13*/bin/python3.13; do \
+	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 13); print(sys.executable)' 2>/dev/null && break; \
+	done)
+
+.PHONY: help install tools lint check-template sam-build test demo chromium clean clean-all
+
+help: ## List the targets (the default)
+	@echo "Usage: make TARGET"
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z0-9-]*:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+install: $(VENV)/.installed ## Create .venv (python3 >= 3.11) with the project and its dev tools
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else \
+		"error: $(PYTHON) is Python " + sys.version.split()[0] + "; 3.11 or newer is needed (make PYTHON=python3.11)")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+tools: $(SAM_VENV)/.installed-$(SAM_CLI_VERSION) node_modules/.installed ## Install the template toolchain: SAM CLI (.venv-sam) and asl-validator (node_modules)
+
+$(SAM_VENV)/.installed-$(SAM_CLI_VERSION):
+	$(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SAM_VENV)/bin/python -m pip install --quiet 'aws-sam-cli==$(SAM_CLI_VERSION)'
+	@rm -f $(SAM_VENV)/.installed-*
+	@touch $@
+
+node_modules/.installed: package.json package-lock.json
+	@command -v npm >/dev/null || { echo "error: npm not found (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+	npm ci --no-audit --no-fund --loglevel=warn
+	@touch $@
+
+lint: install ## ruff check, ruff format --check, mypy (strict; config in pyproject.toml)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+# asl-validator sees the definition before substitution: the $${...} DefinitionSubstitutions sit in
+# Parameters.FunctionName strings, which it accepts as strings. cfn-lint and sam validate do not look
+# inside a DefinitionUri file, hence the validator.
+check-template: install tools ## cfn-lint, asl-validator, sam validate --lint, then sam-build
+	$(BIN)/cfn-lint template.yaml
+	@test -n "$(STATE_MACHINES)" || { echo "error: no statemachine/*.asl.json" >&2; exit 1; }
+	@for definition in $(STATE_MACHINES); do \
+		echo "$(ASL_VALIDATOR) --json-path $$definition"; $(ASL_VALIDATOR) --json-path "$$definition"; \
+	done
+	$(SAM_ENV) $(SAM) validate --lint --region us-east-1 --template-file template.yaml
+	@$(MAKE) sam-build
+
+sam-build: tools ## sam build (no container) into .aws-sam/build-check, and print each function's size
+	@py313="$(PYTHON313)"; \
+	if [ -z "$$py313" ]; then \
+		echo "error: sam build needs python3.13 (the functions' runtime): install it (pyenv install 3.13)" \
+			"or point PYTHON313 at one" >&2; \
+		exit 1; \
+	fi; \
+	echo "sam build with $$py313"; \
+	PATH="$$(dirname "$$py313"):$$PATH" $(SAM_ENV) $(SAM) build --template-file template.yaml \
+		--build-dir $(SAM_BUILD_DIR) --cache-dir $(SAM_CACHE_DIR) --cached --parallel --no-use-container --region us-east-1
+	@echo "Built functions (unpacked size, files):"
+	@for dir in $(SAM_BUILD_DIR)/*/; do \
+		printf "  %-24s %6s  %5s files\n" "$$(basename "$$dir")" "$$(du -sh --apparent-size "$$dir" | cut -f1)" "$$(find "$$dir" -type f | wc -l)"; \
+	done
+
+test: install tools lint check-template chromium ## Everything CI runs: lint, template checks, then pytest (not the slow tests)
+	@$(BIN)/python -m pytest -m "not slow" || { \
+		rc=$$?; \
+		if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit 5): that is a failure here" >&2; fi; \
+		exit $$rc; \
+	}
+
+demo: install ## Run the whole saga locally, duplicates and failures included (no AWS, no Docker)
+	$(BIN)/saga demo
+
+# Best effort: a browser test skips itself without chromium, so a failed install must not fail CI.
+chromium: ## Install Debian's chromium when missing (only with CI=true, as root; never fails)
+	@if command -v chromium >/dev/null 2>&1; then \
+		chromium --version 2>/dev/null || true; \
+	elif [ "$${CI:-}" = true ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "Installing chromium (apt-get)"; \
+		{ timeout 900 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq -o DPkg::Lock::Timeout=300 chromium; } \
+			|| echo "warning: chromium could not be installed; the tests that need it will skip" >&2; \
+	else \
+		echo "chromium: not installed; the tests that need it will skip (CI=true make chromium, as root, installs it)"; \
+	fi
+
+clean: ## Remove build output and caches (keeps the venvs and node_modules)
+	rm -rf .aws-sam build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	find . \( -path './.venv*' -o -path ./node_modules -o -path ./.git \) -prune -o \
+		-name __pycache__ -type d -exec rm -rf {} +
+
+clean-all: clean ## clean, and remove .venv, .venv-sam, node_modules and local stack state (.saga)
+	rm -rf $(VENV) $(SAM_VENV) node_modules *.egg-info .saga

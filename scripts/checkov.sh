@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# checkov on template.yaml (CloudFormation framework): exits non-zero if any check fails.
+#
+# Every finding is either fixed in the template or skipped in the resource's own Metadata with the
+# reason written next to it (Metadata: checkov: skip: - id: CKV_AWS_... comment: "...");
+# tests/static/test_security.py checks that each skip says why. Extra arguments go to checkov.
+#
+# checkov pins its own boto3/botocore (older than the project's boto3>=1.40), so it lives in its own
+# venv, .venv-checkov, installed once and stamped with its version. Offline apart from that install:
+# --skip-download and CKV_SKIP_PACKAGE_UPDATE_CHECK keep it from calling Prisma Cloud or PyPI.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CHECKOV_VERSION="3.3.30"
+VENV="${ROOT}/.venv-checkov"
+STAMP="${VENV}/.installed-${CHECKOV_VERSION}"
+PYTHON="${PYTHON:-python3}"
+
+if [[ ! -f "${STAMP}" ]]; then
+  echo "Installing checkov ${CHECKOV_VERSION} into ${VENV#"${ROOT}/"}" >&2
+  rm -rf "${VENV}"
+  "${PYTHON}" -m venv "${VENV}"
+  "${VENV}/bin/python" -m pip install --quiet --upgrade pip
+  "${VENV}/bin/python" -m pip install --quiet "checkov==${CHECKOV_VERSION}"
+  touch "${STAMP}"
+fi
+
+cd "${ROOT}"
+export CKV_SKIP_PACKAGE_UPDATE_CHECK=true
+exec "${VENV}/bin/checkov" --framework cloudformation --file template.yaml --compact --quiet --skip-download "$@"

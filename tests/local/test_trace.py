@@ -1,0 +1,371 @@
+"""``saga trace``: real executions of the real ASL (moto, in-process handlers), traced as text and HTML.
+
+Histories here are what the engine recorded for a run, never hand-written: the trace must read
+what Step Functions writes, not what we think it writes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from saga_local.faults import Fault
+from saga_local.trace import OUTCOME_COLORS, load_definition, render_html, render_text, trace_steps
+from tests.statemachine.conftest import order
+
+if TYPE_CHECKING:
+    from tests.statemachine.conftest import Saga
+
+HAPPY = ["Claim Order", "Already Claimed?", "Charge Payment", "Mark Complete", "Order Charged"]
+DECLINED = [
+    "Claim Order",
+    "Already Claimed?",
+    "Charge Payment",
+    "Release Claim",
+    "Why Released?",
+    "Payment Declined",
+]
+# Unknown order fields are ignored by the saga but travel in every state's input: the page shows them.
+HOSTILE = (
+    '</script><script>document.body.setAttribute("data-pwned","1")</script>'
+    "<img src=x onerror=\"document.body.setAttribute('data-pwned','1')\">\u202e\x1b[2J"
+)
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@dataclass
+class Traced:
+    description: dict[str, Any]
+    history: list[dict[str, Any]]
+    definition: dict[str, Any]
+
+
+def run(saga: Saga, message: dict[str, Any], name: str) -> Traced:
+    """Run one execution to its end and read it back as ``saga trace`` would."""
+    arn = saga.driver.start(message, name=name)
+    saga.driver.wait(arn)
+    sfn = saga.driver.sfn
+    described = sfn.describe_state_machine(stateMachineArn=saga.stack.state_machine_arn)
+    return Traced(
+        description=sfn.describe_execution(executionArn=arn),
+        history=saga.driver.history(arn),
+        # The engine's definition, substitutions applied: what `saga trace` reads from the stack.
+        definition=load_definition(described["definition"]),
+    )
+
+
+def expected_outcomes(definition: dict[str, Any], entered: dict[str, str]) -> dict[str, str]:
+    return {name: entered.get(name, "not-entered") for name in definition["States"]}
+
+
+class Page(HTMLParser):
+    """What the trace page draws: its nodes, edges, badges, scripts, and anything executable."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.nodes: dict[str, dict[str, str]] = {}
+        self.edges: list[dict[str, str]] = []
+        self.badges: dict[str, list[str]] = {}
+        self.tags: list[str] = []
+        self.handlers: list[str] = []
+        self.body: dict[str, str] = {}
+        self.rows: list[dict[str, str]] = []
+        self.steps: list[dict[str, str]] = []
+        self.text: list[str] = []
+        self._node: str | None = None
+        self._depth = 0
+        self._in_badge = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {k: v or "" for k, v in attrs}
+        self.tags.append(tag)
+        self.handlers.extend(k for k in values if k.startswith("on"))
+        if tag == "body":
+            self.body = values
+        elif tag == "tr" and "data-event-id" in values:
+            self.rows.append(values)
+        elif tag == "details" and "step" in values.get("class", "").split():
+            self.steps.append(values)
+        elif tag == "path" and "edge" in values.get("class", "").split():
+            self.edges.append(values)
+        if tag == "g":
+            if "data-state" in values:
+                self._node, self._depth = values["data-state"], 0
+                self.nodes[self._node] = values
+            elif self._node is not None:
+                self._depth += 1
+                self._in_badge = "badge" in values.get("class", "").split()
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "g" and self._node is not None:
+            if self._depth == 0:
+                self._node = None
+            else:
+                self._depth -= 1
+                self._in_badge = False
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+        if self._in_badge and self._node is not None and data.strip():
+            self.badges.setdefault(self._node, []).append(data.strip())
+
+    def outcomes(self) -> dict[str, str]:
+        return {name: attrs["data-outcome"] for name, attrs in self.nodes.items()}
+
+    def taken(self) -> set[tuple[str, str, str]]:
+        return {
+            (e["data-source"], e["data-target"], e["data-kind"])
+            for e in self.edges
+            if e["data-taken"] == "true"
+        }
+
+
+def parse(page_html: str) -> Page:
+    page = Page()
+    page.feed(page_html)
+    page.close()
+    return page
+
+
+# -- text and HTML from real executions ----------------------------------------------------------
+
+
+def test_happy_path_trace_shows_every_state_succeeded_once(saga: Saga) -> None:
+    traced = run(saga, order(), "happy")
+
+    steps = trace_steps(traced.history, traced.definition)
+    text = render_text(traced.description, traced.history, traced.definition)
+    page = parse(render_html(traced.description, traced.history, traced.definition))
+
+    assert [(s.name, s.status, s.attempts, s.errors) for s in steps] == [
+        (name, "succeeded", 1, []) for name in HAPPY
+    ]
+    assert all(s.entered is not None and s.exited is not None and s.exited >= s.entered for s in steps)
+    assert "path: " + " -> ".join(HAPPY) in text
+    assert "retried" not in text
+    assert text.rstrip().splitlines()[-2] == "SUCCEEDED"
+    assert page.outcomes() == expected_outcomes(traced.definition, dict.fromkeys(HAPPY, "succeeded"))
+    assert page.taken() == {
+        ("", "Claim Order", "start"),
+        ("Claim Order", "Already Claimed?", "next"),
+        ("Already Claimed?", "Charge Payment", "default"),
+        ("Charge Payment", "Mark Complete", "next"),
+        ("Mark Complete", "Order Charged", "next"),
+        ("Order Charged", "", "end"),
+    }
+    assert page.body["data-status"] == "SUCCEEDED"
+
+
+def test_decline_trace_shows_the_catch_routing_to_release_claim(saga: Saga) -> None:
+    traced = run(saga, order("ORDER-DECLINED", paymentMethod="pm_card_chargeDeclined"), "declined")
+
+    steps = trace_steps(traced.history, traced.definition)
+    text = render_text(traced.description, traced.history, traced.definition, show_io=True)
+    page = parse(render_html(traced.description, traced.history, traced.definition))
+
+    assert [s.name for s in steps] == DECLINED
+    charge = steps[2]
+    assert (charge.status, charge.attempts, charge.next) == ("caught", 1, "Release Claim")
+    assert [e for e, _ in charge.errors] == ["PaymentDeclined"]
+    assert charge.catch_errors == ["PaymentDeclined", "ChargeNotAttempted"]
+    assert (steps[-1].type, steps[-1].status) == ("Fail", "failed")
+    assert "path: " + " -> ".join(DECLINED) in text
+    assert "caught PaymentDeclined -> Release Claim  (Catch PaymentDeclined, ChargeNotAttempted)" in text
+    assert "Your card was declined." in text  # the cause, read out of the Lambda's error JSON
+    assert '"paymentMethod": "pm_card_chargeDeclined"' in text  # show_io: pretty JSON input
+    assert text.rstrip().splitlines()[-2] == "FAILED  PaymentDeclined"
+    assert "The provider declined the payment." in text.rstrip().splitlines()[-1]
+
+    assert page.outcomes() == expected_outcomes(
+        traced.definition,
+        {
+            "Claim Order": "succeeded",
+            "Already Claimed?": "succeeded",
+            "Charge Payment": "caught",
+            "Release Claim": "succeeded",
+            "Why Released?": "succeeded",
+            "Payment Declined": "failed",
+        },
+    )
+    taken = page.taken()
+    assert ("Charge Payment", "Release Claim", "catch") in taken
+    assert ("Claim Order", "Release Claim", "catch") not in taken  # the other Catch into it
+    assert ("Charge Payment", "Mark Complete", "next") not in taken
+    assert ("Why Released?", "Payment Declined", "choice") in taken
+    assert ("Payment Declined", "", "end") in taken
+    catch_labels = {e["data-target"] for e in page.edges if e["data-kind"] == "catch"}
+    assert {"Release Claim", "Needs Reconciliation", "Order Conflict", "Release Failed"} <= catch_labels
+    assert page.badges.get("Charge Payment") == ["caught"]
+    assert "PaymentDeclined" in "".join(page.text)  # header error
+
+
+def test_retried_step_trace_counts_attempts_and_names_the_errors(saga: Saga) -> None:
+    saga.faults.add(Fault("MarkCompleteFunction", "start", "die", times=2))
+
+    traced = run(saga, order(), "retried")
+
+    steps = trace_steps(traced.history, traced.definition)
+    text = render_text(traced.description, traced.history, traced.definition, color=True)
+    page = parse(render_html(traced.description, traced.history, traced.definition))
+
+    assert [s.name for s in steps] == HAPPY
+    mark = steps[3]
+    assert (mark.status, mark.attempts, mark.retries) == ("retried", 3, 2)
+    assert [e for e, _ in mark.errors] == ["Runtime.ExitError", "Runtime.ExitError"]
+    assert "retried 2x: Runtime.ExitError x2" in text
+    assert "attempt 3 succeeded" in text
+    assert "\x1b[33mretried\x1b[0m" in text  # amber, as in the console
+    assert page.outcomes()["Mark Complete"] == "retried"
+    assert page.badges.get("Mark Complete") == ["retried 2x"]
+    assert {page.outcomes()[name] for name in HAPPY if name != "Mark Complete"} == {"succeeded"}
+    assert ("Mark Complete", "Order Charged", "next") in page.taken()
+
+
+def test_running_execution_shows_the_state_in_progress(saga: Saga) -> None:
+    traced = run(saga, order(), "in-flight")
+    # The history as read while Charge Payment's Lambda was still running.
+    cut = next(
+        i
+        for i, e in enumerate(traced.history)
+        if e["type"] == "TaskStarted" and i > 0 and "Charge" in str(traced.history[i - 1])
+    )
+    history = traced.history[: cut + 1]
+    description = {**traced.description, "status": "RUNNING"}
+    description.pop("stopDate", None)
+    description.pop("output", None)
+
+    steps = trace_steps(history, traced.definition)
+    text = render_text(description, history, traced.definition)
+    page = parse(render_html(description, history, traced.definition))
+
+    assert [(s.name, s.status) for s in steps][-1] == ("Charge Payment", "running")
+    assert text.rstrip().endswith("RUNNING  in Charge Payment")
+    assert page.outcomes()["Charge Payment"] == "running"
+    assert ("Charge Payment", "Mark Complete", "next") not in page.taken()
+
+
+def test_hostile_input_is_inert_in_the_page_and_the_terminal(saga: Saga) -> None:
+    traced = run(
+        saga,
+        order("ORDER-DECLINED", paymentMethod="pm_card_chargeDeclined", note=HOSTILE),
+        "hostile",
+    )
+
+    page_html = render_html(traced.description, traced.history, traced.definition)
+    text = render_text(traced.description, traced.history, traced.definition, show_io=True)
+    page = parse(page_html)
+
+    assert page.tags.count("script") == 1  # ours
+    assert "img" not in page.tags
+    assert page.handlers == []
+    assert any("</script><script>document.body" in chunk for chunk in page.text)  # shown, as text
+    assert "http://" not in page_html.replace("http://www.w3.org/2000/svg", "")
+    assert "https://" not in page_html
+    assert "\x1b" not in text  # no terminal escape reaches the screen
+    assert "\u202e" not in text  # nor a bidi override
+    assert "\\u202e" in text  # made visible instead
+
+
+# -- the page in a real browser ------------------------------------------------------------------
+
+
+def chromium(profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603 - a fixed binary and our own arguments
+        [
+            str(CHROMIUM),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            f"--user-data-dir={profile}",
+            "--window-size=1400,1000",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+
+def rgb(color: str) -> str:
+    r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({r}, {g}, {b})"
+
+
+@dataclass
+class Png:
+    width: int
+    height: int
+    size: int
+
+
+def read_png(path: Path) -> Png:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return Png(width, height, len(data))
+
+
+@pytest.mark.chromium
+@pytest.mark.skipif(
+    not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None,
+    reason="needs Debian's chromium at /usr/bin/chromium (apt-get install -y chromium)",
+)
+def test_decline_page_renders_in_chromium_with_the_path_coloured(saga: Saga, tmp_path: Path) -> None:
+    traced = run(
+        saga,
+        order("ORDER-DECLINED", paymentMethod="pm_card_chargeDeclined", note=HOSTILE),
+        "declined-in-browser",
+    )
+    page_file = tmp_path / "trace.html"
+    page_file.write_text(render_html(traced.description, traced.history, traced.definition), encoding="utf-8")
+    screenshot = tmp_path / "trace.png"
+
+    dom = parse(chromium(tmp_path / "profile-dom", "--dump-dom", page_file.as_uri()).stdout)
+    chromium(tmp_path / "profile-png", f"--screenshot={screenshot}", page_file.as_uri())
+    print(f"\ntrace page: {page_file}\nscreenshot: {screenshot}")
+
+    # The page's script ran to its end, and nothing from the input ran with it.
+    assert dom.body.get("data-rendered") == "true"
+    assert "data-pwned" not in dom.body
+    # The executed path: entered nodes marked taken, each painted in its outcome's colour.
+    entered = {
+        "Claim Order": "succeeded",
+        "Already Claimed?": "succeeded",
+        "Charge Payment": "caught",
+        "Release Claim": "succeeded",
+        "Why Released?": "succeeded",
+        "Payment Declined": "failed",
+    }
+    outcomes = expected_outcomes(traced.definition, entered)
+    assert dom.outcomes() == outcomes
+    for name, attrs in dom.nodes.items():
+        fill, stroke = OUTCOME_COLORS[outcomes[name]]
+        assert (attrs["data-fill"], attrs["data-stroke"]) == (rgb(fill), rgb(stroke)), name
+        assert attrs["data-taken"] == ("true" if name in entered else "false"), name
+    assert len({attrs["data-fill"] for attrs in dom.nodes.values()}) == 4  # green, amber, red, grey
+    assert ("Charge Payment", "Release Claim", "catch") in dom.taken()
+    # The script selected the state the execution ended in: its event rows and step are shown.
+    assert dom.body.get("data-selected") == "Payment Declined"
+    selected = [r for r in dom.rows if "sel" in r.get("class", "").split()]
+    assert selected
+    assert {r["data-state"] for r in selected} == {"Payment Declined"}
+    assert [s["data-state"] for s in dom.steps if "open" in s] == ["Payment Declined"]
+
+    png = read_png(screenshot)
+    assert (png.width, png.height) == (1400, 1000)
+    assert png.size > 30_000  # a drawn page, not a blank one

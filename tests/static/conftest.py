@@ -1,0 +1,162 @@
+"""What the static tests read: ``template.yaml``, the ASL it deploys, and the functions it invokes.
+
+Helpers reach the tests as fixtures and their methods (a rootless ``conftest`` is not importable
+by name while other test folders have their own).
+
+The template is loaded by the same reader the local stack uses (``saga_local.template``), with
+CloudFormation's short-form tags in their long form (``!Ref X`` -> ``{"Ref": "X"}``,
+``!GetAtt A.B`` -> ``{"Fn::GetAtt": ["A", "B"]}``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from saga_local.template import load_template
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE_PATH = ROOT / "template.yaml"
+FUNCTIONS_DIR = ROOT / "functions"
+#: A function that sets no Timeout and whose Globals set none gets Lambda's default.
+LAMBDA_DEFAULT_TIMEOUT = 3
+SUBSTITUTION = re.compile(r"\$\{([^}]*)\}")
+
+
+@dataclass(frozen=True)
+class StateMachine:
+    """A state machine of the template, with its definition file read as JSON and as text."""
+
+    logical_id: str
+    properties: dict[str, Any]
+    path: Path
+    text: str
+    definition: dict[str, Any]
+
+    @property
+    def substitutions(self) -> dict[str, Any]:
+        """``DefinitionSubstitutions``: name -> what the template puts there."""
+        return dict(self.properties.get("DefinitionSubstitutions") or {})
+
+    def substitutions_used(self) -> set[str]:
+        """The names of every ``${...}`` in the definition file."""
+        return set(SUBSTITUTION.findall(self.text))
+
+    def states(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every state, those inside Parallel branches and Map processors included."""
+        return iter_states(self.definition)
+
+    def tasks(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(name, state) for name, state in self.states() if state["Type"] == "Task"]
+
+
+@dataclass(frozen=True)
+class Template:
+    """``template.yaml`` as data, with the lookups the tests share."""
+
+    data: dict[str, Any]
+
+    @property
+    def resources(self) -> dict[str, Any]:
+        return dict(self.data["Resources"])
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return dict(self.data.get("Parameters") or {})
+
+    def of_type(self, resource_type: str) -> dict[str, dict[str, Any]]:
+        """Logical id -> Properties of every resource of ``resource_type``."""
+        return {
+            name: resource.get("Properties") or {}
+            for name, resource in self.resources.items()
+            if resource["Type"] == resource_type
+        }
+
+    @property
+    def functions(self) -> dict[str, dict[str, Any]]:
+        return self.of_type("AWS::Serverless::Function")
+
+    def function_setting(self, logical_id: str, key: str) -> Any:
+        """A function's property, else the Globals' (what SAM deploys)."""
+        own = self.functions[logical_id]
+        if key in own:
+            return own[key]
+        return ((self.data.get("Globals") or {}).get("Function") or {}).get(key)
+
+    def function_timeout(self, logical_id: str) -> int:
+        timeout = self.function_setting(logical_id, "Timeout")
+        return LAMBDA_DEFAULT_TIMEOUT if timeout is None else int(timeout)
+
+    def function_by_handler(self, handler: str) -> str:
+        """The logical id of the one function whose code is ``handler`` (``handlers.claim_order.handler``)."""
+        matches = [name for name in self.functions if self.function_setting(name, "Handler") == handler]
+        assert len(matches) == 1, f"expected one function with Handler {handler}, found {matches}"
+        return matches[0]
+
+    @staticmethod
+    def referenced_resource(value: Any) -> str | None:
+        """The logical id a ``!Ref`` or ``!GetAtt`` points at, else None."""
+        return referenced_resource(value)
+
+    def state_machines(self) -> list[StateMachine]:
+        machines = []
+        for logical_id, properties in self.of_type("AWS::Serverless::StateMachine").items():
+            path = ROOT / properties["DefinitionUri"]
+            text = path.read_text(encoding="utf-8")
+            machines.append(StateMachine(logical_id, properties, path, text, json.loads(text)))
+        return machines
+
+
+def referenced_resource(value: Any) -> str | None:
+    """The logical id a ``!Ref`` or ``!GetAtt`` points at, else None."""
+    if isinstance(value, dict) and len(value) == 1:
+        if "Ref" in value:
+            return str(value["Ref"])
+        if "Fn::GetAtt" in value:
+            return str(value["Fn::GetAtt"][0])
+    return None
+
+
+def iter_states(definition: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every state of a definition, those inside Parallel branches and Map processors included."""
+    for name, state in definition["States"].items():
+        yield name, state
+        for branch in state.get("Branches", []):
+            yield from iter_states(branch)
+        for key in ("ItemProcessor", "Iterator"):
+            if key in state:
+                yield from iter_states(state[key])
+
+
+@pytest.fixture(scope="session")
+def template() -> Template:
+    return Template(load_template(TEMPLATE_PATH))
+
+
+@pytest.fixture(scope="session")
+def saga(template: Template) -> StateMachine:
+    """The payment saga: the template's one state machine."""
+    machines = template.state_machines()
+    assert len(machines) == 1, f"expected one state machine, found {[m.logical_id for m in machines]}"
+    return machines[0]
+
+
+@pytest.fixture(scope="session")
+def task_functions(template: Template, saga: StateMachine) -> dict[str, str]:
+    """Task state name -> logical id of the Lambda function it invokes (through its substitution)."""
+    mapping: dict[str, str] = {}
+    for name, state in saga.tasks():
+        target = (state.get("Parameters") or {}).get("FunctionName", state.get("Resource", ""))
+        found = SUBSTITUTION.fullmatch(str(target))
+        if not found:
+            continue
+        function = referenced_resource(saga.substitutions.get(found.group(1)))
+        if function in template.functions:
+            mapping[name] = function
+    return mapping

@@ -1,0 +1,339 @@
+"""The alarms and the dashboard in ``template.yaml`` watch what the code really emits.
+
+A dashboard or an alarm on a metric name nobody publishes shows a flat line forever and never
+fires: these tests tie every metric they read to its source (the handlers' ``count()`` calls, the
+metric filters on the state machine's log group, or an AWS namespace), check the dashboard body is
+JSON once ``!Sub`` has filled it in, and that each metric filter matches the log event Step Functions
+writes with ``IncludeExecutionData: false``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from tests.static.conftest import StateMachine, Template
+
+HANDLERS_DIR = Path(__file__).resolve().parents[2] / "functions" / "handlers"
+PSEUDO_PARAMETERS = {"AWS::Region", "AWS::AccountId", "AWS::StackName", "AWS::Partition", "AWS::URLSuffix"}
+AWS_NAMESPACES = {"AWS/SQS", "AWS/States", "AWS/Lambda", "AWS/DynamoDB"}
+#: The dashboard's grid is 24 columns wide.
+GRID_WIDTH = 24
+
+#: An ExecutionFailed event as Step Functions logs it with IncludeExecutionData false: input and output
+#: are left out, the error and its cause are kept (LocalStack's logging tests, recorded against AWS).
+LOGGED_EXECUTION_FAILED = {
+    "id": "12",
+    "type": "ExecutionFailed",
+    "details": {"cause": "The charge may have happened.", "error": "NeedsReconciliation"},
+    "previous_event_id": "11",
+    "event_timestamp": "1790000000000",
+    "execution_arn": "arn:aws:states:us-east-1:123456789012:execution:saga:ORDER-003-abc",
+    "redrive_count": "0",
+}
+
+
+def emitted_metrics() -> set[tuple[str, frozenset[str]]]:
+    """(name, dimension names besides ``service``) for every ``count(...)`` call in the handlers.
+
+    ``count("X", Layer=...)`` emits X twice: the plain total, and X broken down by Layer.
+    """
+    found: set[tuple[str, frozenset[str]]] = set()
+    for path in HANDLERS_DIR.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "count"
+            ):
+                continue
+            names = [node.args[0]] if isinstance(node.args[0], ast.Constant) else []
+            if isinstance(node.args[0], ast.IfExp):  # count("A" if replayed else "B")
+                names = [node.args[0].body, node.args[0].orelse]
+            dimensions = frozenset(keyword.arg for keyword in node.keywords if keyword.arg)
+            for name in names:
+                assert isinstance(name, ast.Constant), (
+                    f"{path.name}:{node.lineno}: metric name is not a literal"
+                )
+                found.add((str(name.value), frozenset()))
+                if dimensions:
+                    found.add((str(name.value), dimensions))
+    return found
+
+
+def powertools_settings(template: Template) -> tuple[str, str]:
+    variables = template.data["Globals"]["Function"]["Environment"]["Variables"]
+    return variables["POWERTOOLS_METRICS_NAMESPACE"], variables["POWERTOOLS_SERVICE_NAME"]
+
+
+def metric_filters(template: Template) -> dict[str, dict[str, Any]]:
+    return template.of_type("AWS::Logs::MetricFilter")
+
+
+def filter_metrics(template: Template) -> set[tuple[str, str]]:
+    """(namespace, name) of every metric a metric filter publishes."""
+    return {
+        (transformation["MetricNamespace"], transformation["MetricName"])
+        for properties in metric_filters(template).values()
+        for transformation in properties["MetricTransformations"]
+    }
+
+
+def substituted_dashboard(template: Template) -> tuple[dict[str, Any], set[str]]:
+    """The dashboard body after ``!Sub`` (names filled with placeholders), and the names it used."""
+    dashboards = template.of_type("AWS::CloudWatch::Dashboard")
+    assert len(dashboards) == 1
+    (properties,) = dashboards.values()
+    body = properties["DashboardBody"]["Fn::Sub"]
+    assert isinstance(body, str), "DashboardBody should be one !Sub string"
+    used = set(re.findall(r"\$\{([^}!][^}]*)\}", body))
+    filled = re.sub(r"\$\{([^}!][^}]*)\}", lambda match: f"SUB_{match.group(1)}", body)
+    filled = filled.replace("${!", "${")
+    return json.loads(filled), used
+
+
+def dashboard_metrics(template: Template) -> list[list[Any]]:
+    body, _ = substituted_dashboard(template)
+    return [
+        metric
+        for widget in body["widgets"]
+        if widget["type"] == "metric"
+        for metric in widget["properties"]["metrics"]
+    ]
+
+
+def split_metric(metric: list[Any]) -> tuple[str, str, dict[str, str]]:
+    """``[namespace, name, dim, value, ..., {options}]`` -> (namespace, name, dimensions)."""
+    parts = [part for part in metric if not isinstance(part, dict)]
+    assert len(parts) % 2 == 0, f"dimension without a value: {metric}"
+    return parts[0], parts[1], dict(zip(parts[2::2], parts[3::2], strict=True))
+
+
+# -- the dashboard ---------------------------------------------------------------------------------
+
+
+def test_the_dashboard_body_is_json_once_substituted(template: Template) -> None:
+    body, used = substituted_dashboard(template)
+    assert body["widgets"]
+    for name in used:
+        logical_id = name.split(".", 1)[0]
+        assert name in PSEUDO_PARAMETERS or logical_id in template.resources or name in template.parameters, (
+            f"${{{name}}} names nothing in the template"
+        )
+
+
+def test_the_dashboard_widgets_fit_the_grid_and_do_not_overlap(template: Template) -> None:
+    body, _ = substituted_dashboard(template)
+    cells: set[tuple[int, int]] = set()
+    for widget in body["widgets"]:
+        assert widget["x"] + widget["width"] <= GRID_WIDTH, widget
+        area = {
+            (x, y)
+            for x in range(widget["x"], widget["x"] + widget["width"])
+            for y in range(widget["y"], widget["y"] + widget["height"])
+        }
+        assert not area & cells, f"overlaps: {widget.get('properties', {}).get('title')}"
+        cells |= area
+
+
+def test_every_dashboard_metric_is_one_something_publishes(template: Template) -> None:
+    namespace, service = powertools_settings(template)
+    emitted = emitted_metrics()
+    from_filters = filter_metrics(template)
+    for metric in dashboard_metrics(template):
+        space, name, dimensions = split_metric(metric)
+        if space in AWS_NAMESPACES:
+            for value in dimensions.values():
+                assert not value.startswith("SUB_") or value.split(".")[0][4:] in template.resources, metric
+            continue
+        assert space == namespace, metric
+        if (space, name) in from_filters and not dimensions:
+            continue
+        # Powertools adds service=<POWERTOOLS_SERVICE_NAME> to every metric it publishes.
+        assert dimensions.pop("service", None) == service, f"{metric}: Powertools publishes service={service}"
+        assert (name, frozenset(dimensions)) in emitted, f"{metric}: no handler emits it"
+
+
+def test_every_metric_the_handlers_emit_is_on_the_dashboard(template: Template) -> None:
+    namespace, _ = powertools_settings(template)
+    shown = set()
+    for metric in dashboard_metrics(template):
+        space, name, dimensions = split_metric(metric)
+        if space == namespace:
+            dimensions.pop("service", None)
+            shown.add((name, frozenset(dimensions)))
+    broken_down = {name for name, dimensions in emitted_metrics() if dimensions}
+    for name, dimensions in emitted_metrics():
+        if not dimensions and name in broken_down:
+            continue  # its breakdown is shown instead (the total is what alarms read)
+        assert (name, dimensions) in shown, f"{name} {sorted(dimensions)} is emitted but not shown"
+
+
+def test_the_dashboard_lists_every_alarm(template: Template) -> None:
+    body, _ = substituted_dashboard(template)
+    listed = {
+        alarm
+        for widget in body["widgets"]
+        if widget["type"] == "alarm"
+        for alarm in widget["properties"]["alarms"]
+    }
+    assert listed == {f"SUB_{name}.Arn" for name in template.of_type("AWS::CloudWatch::Alarm")}
+
+
+# -- the alarms ------------------------------------------------------------------------------------
+
+
+def alarm_metrics(properties: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(namespace, name, dimensions) of every metric an alarm reads."""
+    if "MetricName" in properties:
+        dimensions = {d["Name"]: d["Value"] for d in properties.get("Dimensions") or []}
+        return [(properties["Namespace"], properties["MetricName"], dimensions)]
+    found = []
+    for query in properties["Metrics"]:
+        if "MetricStat" in query:
+            metric = query["MetricStat"]["Metric"]
+            dimensions = {d["Name"]: d["Value"] for d in metric.get("Dimensions") or []}
+            found.append((metric["Namespace"], metric["MetricName"], dimensions))
+    return found
+
+
+def test_every_alarm_says_what_to_do_and_notifies_the_topic(template: Template) -> None:
+    alarms = template.of_type("AWS::CloudWatch::Alarm")
+    assert len(alarms) >= 6
+    topic = {"Fn::If": ["CreateAlarmTopic", {"Ref": "AlarmTopic"}, {"Ref": "AlarmTopicArn"}]}
+    for name, properties in alarms.items():
+        description = properties["AlarmDescription"]
+        text = description if isinstance(description, str) else json.dumps(description)
+        assert len(text.split()) >= 30, f"{name}: the description is the runbook"
+        assert properties["AlarmActions"] == [topic], name
+        assert properties["OKActions"] == [topic], name
+        assert properties.get("TreatMissingData") in {"notBreaching", "ignore"}, name
+
+
+def test_alarm_names_match_what_the_topic_key_lets_publish(template: Template) -> None:
+    """The key policy admits alarms named ``<stack>-*`` only: an alarm named otherwise never notifies."""
+    key = template.of_type("AWS::KMS::Key")["AlarmTopicKey"]
+    conditions = [
+        statement["Condition"]
+        for statement in key["KeyPolicy"]["Statement"]
+        if statement.get("Principal", {}).get("Service") == "cloudwatch.amazonaws.com"
+    ]
+    assert conditions[0]["ArnLike"]["aws:SourceArn"]["Fn::Sub"].endswith(":alarm:${AWS::StackName}-*")
+    for name, properties in template.of_type("AWS::CloudWatch::Alarm").items():
+        assert properties["AlarmName"]["Fn::Sub"].startswith("${AWS::StackName}-"), name
+
+
+def test_every_alarm_reads_a_metric_something_publishes(template: Template) -> None:
+    namespace, service = powertools_settings(template)
+    emitted = {name for name, dimensions in emitted_metrics() if not dimensions}
+    from_filters = filter_metrics(template)
+    for name, properties in template.of_type("AWS::CloudWatch::Alarm").items():
+        for space, metric, dimensions in alarm_metrics(properties):
+            if space in AWS_NAMESPACES:
+                assert dimensions, f"{name}: {metric} without dimensions reads the whole account"
+                continue
+            assert space == namespace, name
+            if (space, metric) in from_filters:
+                assert not dimensions, name
+            else:
+                assert metric in emitted, f"{name}: no handler emits {metric}"
+                assert dimensions == {"service": service}, f"{name}: Powertools publishes service={service}"
+
+
+def test_every_function_has_a_throttle_alarm(template: Template) -> None:
+    watched = {
+        template.referenced_resource(dimensions["FunctionName"])
+        for properties in template.of_type("AWS::CloudWatch::Alarm").values()
+        for space, metric, dimensions in alarm_metrics(properties)
+        if (space, metric) == ("AWS/Lambda", "Throttles")
+    }
+    assert watched == set(template.functions)
+
+
+def test_the_duplicate_spike_alarm_watches_the_mechanism(template: Template) -> None:
+    """Seed 003: alarm on duplicates being suppressed (both layers), over one minute, at the threshold."""
+    alarm = template.of_type("AWS::CloudWatch::Alarm")["DuplicateSpikeAlarm"]
+    assert alarm_metrics(alarm) == [("PaymentSaga", "DuplicateSuppressed", {"service": "payment-saga"})]
+    assert (alarm["Statistic"], alarm["Period"]) == ("Sum", 60)
+    assert alarm["Threshold"] == {"Ref": "DuplicateSpikeThreshold"}
+    assert template.parameters["DuplicateSpikeThreshold"]["Default"] == 50
+
+
+def test_the_failed_executions_alarm_leaves_out_declines_only(template: Template, saga: StateMachine) -> None:
+    alarm = template.of_type("AWS::CloudWatch::Alarm")["ExecutionsFailedAlarm"]
+    queries = {query["Id"]: query for query in alarm["Metrics"]}
+    assert [q["Id"] for q in alarm["Metrics"] if q.get("ReturnData")] == ["unexpected"]
+    assert queries["unexpected"]["Expression"] == "failed - FILL(declined, 0)"
+    assert queries["failed"]["MetricStat"]["Metric"]["MetricName"] == "ExecutionsFailed"
+    declined = queries["declined"]["MetricStat"]["Metric"]["MetricName"]
+    (pattern,) = [
+        properties["FilterPattern"]
+        for properties in metric_filters(template).values()
+        if properties["MetricTransformations"][0]["MetricName"] == declined
+    ]
+    assert filter_matches(pattern, {**LOGGED_EXECUTION_FAILED, "details": {"error": "PaymentDeclined"}})
+    fail_errors = {state["Error"] for _, state in saga.states() if state["Type"] == "Fail"}
+    for error in fail_errors - {"PaymentDeclined"}:
+        assert not filter_matches(pattern, {**LOGGED_EXECUTION_FAILED, "details": {"error": error}}), error
+
+
+# -- metric filters --------------------------------------------------------------------------------
+
+_CLAUSE = re.compile(r'\$\.([A-Za-z_.]+)\s*(=|!=)\s*"([^"]*)"')
+
+
+def filter_matches(pattern: str, event: dict[str, Any]) -> bool:
+    """Evaluate a CloudWatch Logs JSON filter made of ``$.path = "text"`` clauses joined by ``&&``."""
+    body = pattern.strip()
+    assert body.startswith("{"), pattern
+    assert body.endswith("}"), pattern
+    clauses = [clause.strip() for clause in body[1:-1].split("&&")]
+    for clause in clauses:
+        parsed = _CLAUSE.fullmatch(clause)
+        assert parsed, f"clause this evaluator does not know: {clause!r}"
+        path, operator, expected = parsed.groups()
+        value: Any = event
+        for key in path.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if (value == expected) != (operator == "="):
+            return False
+    return True
+
+
+def test_the_metric_filters_read_the_state_machines_log_group(template: Template, saga: StateMachine) -> None:
+    destinations = saga.properties["Logging"]["Destinations"]
+    log_group = template.referenced_resource(destinations[0]["CloudWatchLogsLogGroup"]["LogGroupArn"])
+    filters = metric_filters(template)
+    assert filters
+    for name, properties in filters.items():
+        assert template.referenced_resource(properties["LogGroupName"]) == log_group, name
+
+
+@pytest.mark.parametrize(
+    ("error", "matches"),
+    [("NeedsReconciliation", True), ("PaymentDeclined", False), ("ClaimFailed", False)],
+)
+def test_needs_reconciliation_is_counted_from_the_failed_execution_event(
+    template: Template, error: str, matches: bool
+) -> None:
+    (pattern,) = [
+        properties["FilterPattern"]
+        for properties in metric_filters(template).values()
+        if properties["MetricTransformations"][0]["MetricName"] == "NeedsReconciliation"
+    ]
+    event = {**LOGGED_EXECUTION_FAILED, "details": {**LOGGED_EXECUTION_FAILED["details"], "error": error}}
+    assert filter_matches(pattern, event) is matches
+    # Other events of the same execution (a failed task, say) never count.
+    assert not filter_matches(pattern, {**event, "type": "TaskFailed"})
+
+
+def test_the_filtered_error_names_are_fail_states_of_the_saga(template: Template, saga: StateMachine) -> None:
+    fail_errors = {state["Error"] for _, state in saga.states() if state["Type"] == "Fail"}
+    for name, properties in metric_filters(template).items():
+        errors = set(re.findall(r'\$\.details\.error\s*=\s*"([^"]*)"', properties["FilterPattern"]))
+        assert errors, name
+        assert errors <= fail_errors, f"{name}: {errors - fail_errors} is no Fail state's Error"

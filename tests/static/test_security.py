@@ -1,0 +1,462 @@
+"""Security properties of what ``template.yaml`` deploys, checked offline.
+
+* IAM: the template is expanded the way CloudFormation will see it (SAM's own translator, as
+  ``sam deploy`` does), so policy templates (``LambdaInvokePolicy``), event-source permissions and
+  the managed policies SAM attaches (tracing, SQS polling) are checked with the inline statements.
+  No wildcard action, and no wildcard resource on a data service, except the statements listed in
+  ``ALLOWED_WILDCARDS`` with the reason each one has to be that wide.
+* Data at rest: queues, the claims table and the alarm topic are encrypted.
+* The provider's key: only in Secrets Manager, never in a function's environment.
+* The orders queue caps message size; the state machine's logs leave execution data out.
+* checkov skips (``scripts/checkov.sh`` runs checkov itself): each one says why, in the resource.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from samtranslator.translator.transform import transform
+
+from saga_local.template import load_template
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tests.static.conftest import Template
+
+ROOT = Path(__file__).resolve().parents[2]
+HANDLERS_DIR = ROOT / "functions" / "handlers"
+
+#: Services whose data a wildcard resource would expose (or let be changed, or decrypted).
+DATA_SERVICES = frozenset({"dynamodb", "sqs", "secretsmanager", "states", "s3", "kms", "sns"})
+#: SQS refuses larger messages; the orders queue must not accept more than this.
+MAX_ORDER_MESSAGE_BYTES = 256 * 1024
+#: A value that satisfies the template's required parameter (a Secrets Manager ARN).
+SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:payment-saga/stripe-AbCdEf"
+
+
+class _NoManagedPolicies:
+    """SAM's managed-policy loader, offline: SAM still attaches the ARNs it knows by heart
+    (``AWSLambdaBasicExecutionRole``, X-Ray, SQS polling), which is what ``MANAGED_POLICIES`` reads."""
+
+    def load(self) -> dict[str, str]:
+        return {}
+
+
+@dataclass(frozen=True)
+class Wildcard:
+    """A statement allowed to use ``*``, and why it has to."""
+
+    actions: frozenset[str]
+    why: str
+
+
+#: The statements that may name ``*``: matched by their exact set of actions.
+ALLOWED_WILDCARDS = (
+    Wildcard(
+        frozenset(
+            {
+                "logs:CreateLogDelivery",
+                "logs:GetLogDelivery",
+                "logs:UpdateLogDelivery",
+                "logs:DeleteLogDelivery",
+                "logs:ListLogDeliveries",
+                "logs:PutResourcePolicy",
+                "logs:DescribeResourcePolicies",
+                "logs:DescribeLogGroups",
+            }
+        ),
+        "Step Functions' vended log delivery: CloudWatch Logs supports no resource-level permission for "
+        "these actions (the Step Functions developer guide's logging policy grants them on *).",
+    ),
+    Wildcard(
+        frozenset(
+            {
+                "xray:PutTraceSegments",
+                "xray:PutTelemetryRecords",
+                "xray:GetSamplingRules",
+                "xray:GetSamplingTargets",
+                "xray:GetSamplingStatisticSummaries",
+            }
+        ),
+        "Tracing: Active (functions) and Tracing.Enabled (state machine) attach AWSXrayWriteOnlyAccess; "
+        "X-Ray has no resource-level permissions for writing segments or reading sampling rules.",
+    ),
+    Wildcard(
+        frozenset({"logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"}),
+        "AWSLambdaBasicExecutionRole, which SAM attaches to every function so that it can write its own "
+        "logs: not a data service; the log group is named after the function only at run time.",
+    ),
+)
+
+#: What the AWS managed policies that SAM attaches grant (AWS publishes each policy's document in
+#: the IAM console and the "AWS managed policy reference"). A managed policy missing here fails
+#: ``test_every_managed_policy_is_known``: read it, then add its statements.
+MANAGED_POLICIES: dict[str, list[dict[str, Any]]] = {
+    "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole": [
+        {
+            "Effect": "Allow",
+            "Action": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
+            "Resource": "*",
+        }
+    ],
+    "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess": [
+        {
+            "Effect": "Allow",
+            "Action": [
+                "xray:PutTraceSegments",
+                "xray:PutTelemetryRecords",
+                "xray:GetSamplingRules",
+                "xray:GetSamplingTargets",
+                "xray:GetSamplingStatisticSummaries",
+            ],
+            "Resource": ["*"],
+        }
+    ],
+    # SAM attaches this to a function with an SQS event source: receive and delete on every queue.
+    "arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole": [
+        {
+            "Effect": "Allow",
+            "Action": [
+                "sqs:ReceiveMessage",
+                "sqs:DeleteMessage",
+                "sqs:GetQueueAttributes",
+                "logs:CreateLogGroup",
+                "logs:CreateLogStream",
+                "logs:PutLogEvents",
+            ],
+            "Resource": "*",
+        }
+    ],
+}
+
+#: Roles known to break the rule: the findings, and what fixes them. Their test is a strict xfail, so
+#: the fix makes it fail until the entry is removed; ``test_known_findings_are_exactly_those_recorded``
+#: keeps the xfail from hiding any other finding in the same role.
+KNOWN_WILDCARD_ROLES: dict[str, tuple[list[str], str]] = {
+    "StartExecutionFunctionRole": (
+        [
+            "AWSLambdaSQSQueueExecutionRole: ['sqs:ReceiveMessage', 'sqs:DeleteMessage', "
+            "'sqs:GetQueueAttributes'] on *"
+        ],
+        "SAM attaches AWSLambdaSQSQueueExecutionRole (receive and delete on every queue of the account) "
+        "for the SQS event source, with no switch to leave it out: give StartExecutionFunction its own "
+        "AWS::IAM::Role granting those actions on OrdersQueue only.",
+    ),
+}
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+@pytest.fixture(scope="module")
+def deployed(template: Template) -> dict[str, Any]:
+    """The template as CloudFormation receives it after SAM's transform (what ``sam deploy`` sends)."""
+    sam = copy.deepcopy(template.data)
+    # sam package would upload these and put S3 URIs in their place; the translator insists on that form.
+    sam.setdefault("Globals", {}).setdefault("Function", {})["CodeUri"] = "s3://artifacts/functions.zip"
+    for resource in sam["Resources"].values():
+        if resource["Type"] == "AWS::Serverless::Function" and "CodeUri" in resource.get("Properties", {}):
+            resource["Properties"]["CodeUri"] = "s3://artifacts/functions.zip"
+        if resource["Type"] == "AWS::Serverless::StateMachine":
+            resource["Properties"]["DefinitionUri"] = "s3://artifacts/definition.json"
+    result: dict[str, Any] = transform(sam, {"PaymentApiKeySecretArn": SECRET_ARN}, _NoManagedPolicies())
+    return result
+
+
+def role_statements(role: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, statement) for every statement a role carries: inline and managed."""
+    properties = role["Properties"]
+    for policy in properties.get("Policies") or []:
+        for statement in as_list(policy["PolicyDocument"]["Statement"]):
+            yield policy["PolicyName"], statement
+    for arn in properties.get("ManagedPolicyArns") or []:
+        for statement in MANAGED_POLICIES.get(str(arn), []):
+            yield str(arn).rsplit("/", 1)[-1], statement
+
+
+def identity_policies(deployed: dict[str, Any]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """Role or policy logical id -> its statements (roles, and any standalone IAM policies)."""
+    found: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for name, resource in deployed["Resources"].items():
+        if resource["Type"] == "AWS::IAM::Role":
+            found[name] = list(role_statements(resource))
+        elif resource["Type"] in {"AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"}:
+            document = resource["Properties"]["PolicyDocument"]
+            found[name] = [(name, statement) for statement in as_list(document["Statement"])]
+    return found
+
+
+def wildcard_findings(statements: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Why each Allow statement breaks the rule (empty: none does)."""
+    findings = []
+    for where, statement in statements:
+        if statement.get("Effect") != "Allow":
+            continue
+        actions = [str(action) for action in as_list(statement.get("Action", []))]
+        resources = as_list(statement.get("Resource", []))
+        if "NotAction" in statement or "NotResource" in statement:
+            findings.append(f"{where}: NotAction/NotResource in an Allow grants everything else")
+            continue
+        if any(allowed.actions == frozenset(actions) for allowed in ALLOWED_WILDCARDS):
+            continue
+        for action in actions:
+            service, _, verb = action.partition(":")
+            if "*" in action and (action == "*" or verb == "*" or service in DATA_SERVICES):
+                findings.append(f"{where}: wildcard action {action}")
+        data_actions = [action for action in actions if action.partition(":")[0] in DATA_SERVICES]
+        for resource in resources:
+            if data_actions and resource_is_wildcard(resource):
+                findings.append(f"{where}: {data_actions} on {resource}")
+    return findings
+
+
+def resource_is_wildcard(resource: Any) -> bool:
+    """``*``, or an ARN whose resource part is a pattern rather than a name (``table/*``)."""
+    text = json.dumps(resource) if not isinstance(resource, str) else resource
+    if text == "*":
+        return True
+    # A !Sub or an ARN: a '*' anywhere in the part that names the resource makes it a pattern.
+    return bool(re.search(r"(:|/)\*", text)) or text.rstrip('"').endswith("*")
+
+
+def test_the_transform_produces_a_role_for_every_function_and_the_state_machine(
+    template: Template, deployed: dict[str, Any]
+) -> None:
+    roles = {name for name, r in deployed["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
+    expected = {f"{name}Role" for name in template.functions}
+    expected |= {f"{name}Role" for name in template.of_type("AWS::Serverless::StateMachine")}
+    assert expected <= roles, f"missing roles: {sorted(expected - roles)}"
+
+
+def test_every_managed_policy_is_known(deployed: dict[str, Any]) -> None:
+    """An unknown managed policy would slip past the wildcard check: its grants must be listed."""
+    for name, resource in deployed["Resources"].items():
+        if resource["Type"] != "AWS::IAM::Role":
+            continue
+        for arn in resource["Properties"].get("ManagedPolicyArns") or []:
+            assert str(arn) in MANAGED_POLICIES, f"{name}: {arn} is not in MANAGED_POLICIES"
+
+
+def principal_roles() -> list[Any]:
+    """The role SAM makes for each function and state machine (``<LogicalId>Role``), as test params."""
+    resources = load_template()["Resources"]
+    names = [
+        f"{name}Role"
+        for name, resource in resources.items()
+        if resource["Type"] in {"AWS::Serverless::Function", "AWS::Serverless::StateMachine"}
+    ]
+    return [
+        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WILDCARD_ROLES[name][1]))
+        if name in KNOWN_WILDCARD_ROLES
+        else name
+        for name in names
+    ]
+
+
+@pytest.mark.parametrize("role", principal_roles())
+def test_no_role_grants_a_wildcard_action_or_a_wildcard_data_resource(
+    role: str, deployed: dict[str, Any]
+) -> None:
+    statements = identity_policies(deployed)[role]
+    assert statements, f"{role} has no statement: the check would pass on anything"
+    assert wildcard_findings(statements) == []
+
+
+def test_no_standalone_iam_policy_grants_wildcards(deployed: dict[str, Any]) -> None:
+    for name, statements in identity_policies(deployed).items():
+        if deployed["Resources"][name]["Type"] != "AWS::IAM::Role":
+            assert wildcard_findings(statements) == [], name
+
+
+def test_the_check_catches_wildcards_it_is_meant_to_catch() -> None:
+    """The rule itself: each of these would be a finding, the allow-listed ones would not."""
+    bad = [
+        {"Effect": "Allow", "Action": "*", "Resource": {"Fn::GetAtt": ["ClaimsTable", "Arn"]}},
+        {"Effect": "Allow", "Action": "dynamodb:*", "Resource": {"Fn::GetAtt": ["ClaimsTable", "Arn"]}},
+        {"Effect": "Allow", "Action": "dynamodb:UpdateItem", "Resource": "*"},
+        {
+            "Effect": "Allow",
+            "Action": "secretsmanager:GetSecretValue",
+            "Resource": "arn:aws:secretsmanager:*",
+        },
+        {"Effect": "Allow", "Action": "s3:GetObject", "Resource": {"Fn::Sub": "${Bucket.Arn}/*"}},
+        {"Effect": "Allow", "NotAction": "iam:*", "Resource": "*"},
+        {"Effect": "Allow", "Action": "dynamodb:*Item", "Resource": {"Fn::GetAtt": ["ClaimsTable", "Arn"]}},
+    ]
+    for statement in bad:
+        assert wildcard_findings([("test", statement)]), statement
+    for allowed in ALLOWED_WILDCARDS:
+        assert (
+            wildcard_findings(
+                [("test", {"Effect": "Allow", "Action": sorted(allowed.actions), "Resource": "*"})]
+            )
+            == []
+        )
+    deny = {"Effect": "Deny", "Action": "sqs:*", "Resource": "*"}
+    assert wildcard_findings([("test", deny)]) == []
+
+
+@pytest.mark.parametrize("role", sorted(KNOWN_WILDCARD_ROLES))
+def test_known_findings_are_exactly_those_recorded(role: str, deployed: dict[str, Any]) -> None:
+    """What each xfail above stands for, spelled out (and nothing else hiding behind it)."""
+    assert wildcard_findings(identity_policies(deployed)[role]) == KNOWN_WILDCARD_ROLES[role][0]
+
+
+# -- data at rest ----------------------------------------------------------------------------------
+
+
+def test_queues_are_encrypted_at_rest(template: Template) -> None:
+    queues = template.of_type("AWS::SQS::Queue")
+    assert len(queues) >= 2, "the orders queue and its dead-letter queue"
+    for name, properties in queues.items():
+        assert properties.get("SqsManagedSseEnabled") is True or properties.get("KmsMasterKeyId"), name
+        assert properties.get("SqsManagedSseEnabled") is not False, f"{name}: SSE-SQS switched off"
+
+
+def test_the_claims_table_is_encrypted_at_rest(template: Template) -> None:
+    tables = template.of_type("AWS::DynamoDB::Table")
+    assert tables
+    for name, properties in tables.items():
+        assert properties.get("SSESpecification", {}).get("SSEEnabled") is True, name
+
+
+def test_the_alarm_topic_is_encrypted_with_a_key_cloudwatch_may_use(template: Template) -> None:
+    """A topic encrypted with alias/aws/sns silently drops every alarm: CloudWatch may not use that key."""
+    topics = template.of_type("AWS::SNS::Topic")
+    assert topics
+    for name, properties in topics.items():
+        key = template.referenced_resource(properties.get("KmsMasterKeyId"))
+        assert key in template.of_type("AWS::KMS::Key"), f"{name}: not encrypted with a key of this stack"
+        policy = template.resources[key]["Properties"]["KeyPolicy"]
+        grants = [
+            statement
+            for statement in policy["Statement"]
+            if statement.get("Principal", {}).get("Service") == "cloudwatch.amazonaws.com"
+        ]
+        assert grants, f"{key}: CloudWatch may not use the key"
+        assert {"kms:Decrypt", "kms:GenerateDataKey*"} <= set(as_list(grants[0]["Action"]))
+
+
+# -- the provider's key ----------------------------------------------------------------------------
+
+
+def environments(template: Template) -> Iterator[tuple[str, dict[str, Any]]]:
+    glob = ((template.data.get("Globals") or {}).get("Function") or {}).get("Environment") or {}
+    yield "Globals", dict(glob.get("Variables") or {})
+    for name, properties in template.functions.items():
+        yield name, dict((properties.get("Environment") or {}).get("Variables") or {})
+
+
+def test_no_function_environment_holds_the_provider_key(template: Template) -> None:
+    for where, variables in environments(template):
+        assert "PAYMENT_API_KEY" not in variables, f"{where}: the key would sit in the function configuration"
+        for name, value in variables.items():
+            assert not re.search(r"\b[sr]k_(live|test)_", json.dumps(value)), f"{where}: {name} holds a key"
+
+
+def test_the_charge_function_reads_its_key_from_the_secret_it_may_read(template: Template) -> None:
+    charge = template.function_by_handler("handlers.charge_payment.handler")
+    variables = template.functions[charge]["Environment"]["Variables"]
+    parameter = template.referenced_resource(variables["PAYMENT_API_KEY_SECRET_ARN"])
+    assert parameter in template.parameters
+    assert template.parameters[parameter]["AllowedPattern"].startswith("^arn:aws[a-z-]*:secretsmanager:")
+    assert "Default" not in template.parameters[parameter], "a default would be someone's secret"
+    grants = [
+        statement
+        for policy in template.functions[charge].get("Policies") or []
+        for statement in policy.get("Statement", [])
+        if "secretsmanager:GetSecretValue" in as_list(statement["Action"])
+    ]
+    assert [statement["Resource"] for statement in grants] == [{"Ref": parameter}]
+    # And only the charge function may read it.
+    for name, properties in template.functions.items():
+        if name != charge:
+            assert "secretsmanager" not in json.dumps(properties.get("Policies") or []), name
+
+
+def test_the_code_takes_the_key_from_the_secret_when_no_key_is_given() -> None:
+    """runtime.py reads PAYMENT_API_KEY_SECRET_ARN (the name the template sets) to fetch the secret."""
+    tree = ast.parse((HANDLERS_DIR / "runtime.py").read_text(encoding="utf-8"))
+    names = {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    assert "PAYMENT_API_KEY_SECRET_ARN" in names
+    calls = {
+        node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    }
+    assert "get_secret_value" in calls
+
+
+# -- messages and logs -----------------------------------------------------------------------------
+
+
+def test_the_orders_queue_caps_the_message_size(template: Template) -> None:
+    sources = [
+        template.referenced_resource(event["Properties"]["Queue"])
+        for properties in template.functions.values()
+        for event in (properties.get("Events") or {}).values()
+        if event["Type"] == "SQS"
+    ]
+    assert sources, "no function reads an orders queue"
+    for queue in sources:
+        assert queue is not None
+        size = template.resources[queue]["Properties"].get("MaximumMessageSize")
+        assert size is not None, (
+            f"{queue}: no MaximumMessageSize (SQS's default is larger than an order needs)"
+        )
+        assert 1024 <= int(size) <= MAX_ORDER_MESSAGE_BYTES, f"{queue}: {size}"
+
+
+def test_state_machine_logs_leave_execution_data_out(template: Template) -> None:
+    """Execution input holds the payment method: logs record events, never data."""
+    machines = template.of_type("AWS::Serverless::StateMachine")
+    assert machines
+    for name, properties in machines.items():
+        logging = properties.get("Logging")
+        assert logging, f"{name}: no logging"
+        assert logging.get("IncludeExecutionData") is False, name
+        assert logging.get("Level") in {"ALL", "ERROR", "FATAL"}, name
+
+
+# -- checkov skips ---------------------------------------------------------------------------------
+
+
+def checkov_skips(template: Template) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, resource in template.resources.items():
+        for skip in ((resource.get("Metadata") or {}).get("checkov") or {}).get("skip") or []:
+            yield name, skip
+
+
+def test_every_checkov_skip_names_a_check_and_says_why(template: Template) -> None:
+    skips = list(checkov_skips(template))
+    for name, skip in skips:
+        assert re.fullmatch(r"CKV2?_AWS_\d+", str(skip.get("id", ""))), f"{name}: {skip}"
+        assert len(str(skip.get("comment", "")).split()) >= 12, f"{name}: {skip['id']} needs a real reason"
+    ids = [(name, skip["id"]) for name, skip in skips]
+    assert len(ids) == len(set(ids)), "a check skipped twice on one resource"
+
+
+def test_checkov_skips_stay_on_the_resources_reviewed_for_them(template: Template) -> None:
+    """Skips are for the resources reviewed in issue 5; a new resource passes checkov or gets reviewed."""
+    reviewed = {
+        "OrdersQueue",
+        "OrdersDeadLetterQueue",
+        "ClaimsTable",
+        "PaymentSagaStateMachineLogGroup",
+        *template.functions,
+    }
+    skipped = {name for name, _ in checkov_skips(template)}
+    assert skipped <= reviewed, f"new skips to review: {sorted(skipped - reviewed)}"

@@ -1,0 +1,231 @@
+"""The cost arithmetic and the prices file it reads (``saga_local/cost.py``, ``saga_local/prices.json``)."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+from typing import Any
+
+import pytest
+
+from saga_local.cost import (
+    LINE_ITEMS,
+    PRICE_KEYS,
+    PRICES_PATH,
+    TOTAL,
+    Usage,
+    check_prices,
+    cost_per_million,
+    load_prices,
+    quoted_unit_price,
+    render_table,
+    single_lambda_baseline_usage,
+)
+
+#: A saga order as a local run might count it: 8 transitions, 4 Lambdas of 256 MB and ~100 ms each,
+#: 3 writes and one strongly consistent read, 1 send + batched receive and delete.
+SAGA = Usage(
+    state_transitions=8,
+    lambda_invocations=4,
+    lambda_gb_seconds=0.1,
+    dynamodb_wru=3,
+    dynamodb_rru=1,
+    sqs_requests=1.2,
+)
+
+
+@pytest.fixture(scope="module")
+def prices() -> dict[str, Any]:
+    return load_prices()
+
+
+def round_prices() -> dict[str, Any]:
+    """Prices of 1, 2, 3... micro-dollars, so that expected costs can be worked out by hand."""
+    return {
+        "region": "test-region",
+        "currency": "USD",
+        "retrieved": "2026-01-01",
+        "prices": {
+            key: {
+                "usd": (index + 1) / 1_000_000,
+                "unit": "unit",
+                "quoted": f"${index + 1} per 1M units",
+                "source": "https://example.com/",
+            }
+            for index, key in enumerate(sorted(PRICE_KEYS))
+        },
+    }
+
+
+# -- arithmetic ------------------------------------------------------------------------------------
+
+
+def test_each_line_item_is_usage_times_price_times_a_million() -> None:
+    prices = round_prices()
+    per_unit = {key: entry["usd"] * 1_000_000 for key, entry in prices["prices"].items()}
+    usage = Usage(
+        state_transitions=2,
+        lambda_invocations=3,
+        lambda_gb_seconds=5,
+        dynamodb_wru=7,
+        dynamodb_rru=11,
+        sqs_requests=13,
+        express_requests=17,
+        express_gb_seconds=19,
+    )
+
+    costs = cost_per_million(usage, prices)
+
+    assert costs["step_functions_standard"] == pytest.approx(
+        2 * per_unit["step_functions_standard_state_transition"]
+    )
+    assert costs["step_functions_express"] == pytest.approx(
+        17 * per_unit["step_functions_express_request"] + 19 * per_unit["step_functions_express_gb_second"]
+    )
+    assert costs["lambda_requests"] == pytest.approx(3 * per_unit["lambda_arm64_request"])
+    assert costs["lambda_duration"] == pytest.approx(5 * per_unit["lambda_arm64_gb_second"])
+    assert costs["dynamodb_writes"] == pytest.approx(7 * per_unit["dynamodb_on_demand_write_request_unit"])
+    assert costs["dynamodb_reads"] == pytest.approx(11 * per_unit["dynamodb_on_demand_read_request_unit"])
+    assert costs["sqs"] == pytest.approx(13 * per_unit["sqs_standard_request"])
+    assert set(costs) == {*LINE_ITEMS, TOTAL}
+    assert costs[TOTAL] == pytest.approx(sum(value for key, value in costs.items() if key != TOTAL))
+
+
+def test_a_counted_saga_order_at_list_prices(prices: dict[str, Any]) -> None:
+    """Worked by hand from prices.json: 8 x $25 + 4 x $0.20 + 0.1 x $13.3334 + 3 x $0.625 + $0.125
+    + 1.2 x $0.40 per million orders."""
+    costs = cost_per_million(SAGA, prices)
+
+    assert costs["step_functions_standard"] == pytest.approx(200.0)
+    assert costs["lambda_requests"] == pytest.approx(0.8)
+    assert costs["lambda_duration"] == pytest.approx(1.33334)
+    assert costs["dynamodb_writes"] == pytest.approx(1.875)
+    assert costs["dynamodb_reads"] == pytest.approx(0.125)
+    assert costs["sqs"] == pytest.approx(0.48)
+    assert costs["step_functions_express"] == 0
+    assert costs[TOTAL] == pytest.approx(204.61334)
+
+
+def test_the_single_lambda_baseline_is_one_invocation_and_two_idempotency_writes() -> None:
+    usage = single_lambda_baseline_usage(duration_ms=120.2, memory_mb=256)
+
+    assert usage.lambda_invocations == 1
+    # Billed duration rounds up to the millisecond: 121 ms at 0.25 GB.
+    assert usage.lambda_gb_seconds == pytest.approx(0.25 * 0.121)
+    assert usage.dynamodb_wru == 2  # PutItem INPROGRESS, UpdateItem COMPLETED
+    assert usage.dynamodb_rru == 0
+    assert usage.state_transitions == 0
+    assert usage.sqs_requests == pytest.approx(1.2)
+
+
+def test_a_larger_idempotency_record_costs_a_write_unit_per_started_kilobyte() -> None:
+    assert single_lambda_baseline_usage(duration_ms=100, record_kb=1.5).dynamodb_wru == 4
+
+
+def test_state_transitions_dominate_the_saga_against_the_baseline(prices: dict[str, Any]) -> None:
+    baseline = cost_per_million(single_lambda_baseline_usage(duration_ms=400, sqs_requests=1.2), prices)
+    saga = cost_per_million(SAGA, prices)
+
+    assert saga[TOTAL] > baseline[TOTAL]
+    assert saga["step_functions_standard"] > 0.9 * (saga[TOTAL] - baseline[TOTAL])
+
+
+@pytest.mark.parametrize("field", ["state_transitions", "lambda_gb_seconds", "sqs_requests"])
+def test_usage_refuses_negative_or_missing_figures(field: str) -> None:
+    figures: dict[str, Any] = {
+        "state_transitions": 1,
+        "lambda_invocations": 1,
+        "lambda_gb_seconds": 1,
+        "dynamodb_wru": 1,
+        "dynamodb_rru": 1,
+        "sqs_requests": 1,
+    }
+    with pytest.raises(ValueError, match=field):
+        Usage(**{**figures, field: -1})
+    with pytest.raises(ValueError, match=field):
+        Usage(**{**figures, field: float("nan")})
+
+
+# -- the table -------------------------------------------------------------------------------------
+
+
+def test_the_table_compares_designs_and_shows_the_figures_behind_them(prices: dict[str, Any]) -> None:
+    baseline = single_lambda_baseline_usage(duration_ms=400)
+
+    table = render_table({"saga (counted)": SAGA, "single Lambda": baseline}, prices)
+
+    lines = table.splitlines()
+    assert "us-east-1" in lines[0]
+    assert prices["retrieved"] in lines[0]
+    assert "saga (counted)" in lines[2]
+    assert "single Lambda" in lines[2]
+    total = next(line for line in lines if line.startswith("Total"))
+    assert total.split()[-2:] == [
+        f"{cost_per_million(SAGA, prices)[TOTAL]:,.2f}",
+        f"{cost_per_million(baseline, prices)[TOTAL]:,.2f}",
+    ]
+    assert "Express" not in table, "a line item that is zero everywhere is left out"
+    transitions = next(line for line in lines if line.startswith("state transitions / order"))
+    assert transitions.split()[-2:] == ["8", "0"]
+
+
+def test_the_table_needs_something_to_compare(prices: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="nothing"):
+        render_table({}, prices)
+
+
+# -- the prices file -------------------------------------------------------------------------------
+
+
+def test_the_prices_file_names_its_region_currency_and_date(prices: dict[str, Any]) -> None:
+    assert prices["region"] == "us-east-1"
+    assert prices["currency"] == "USD"
+    retrieved = dt.date.fromisoformat(prices["retrieved"])
+    assert dt.date(2024, 11, 1) <= retrieved, "older than DynamoDB's on-demand price cut"
+
+
+def test_every_price_has_a_unit_a_quote_and_a_source_page(prices: dict[str, Any]) -> None:
+    assert set(prices["prices"]) == PRICE_KEYS, "a price nothing reads, or a line item without a price"
+    for key, entry in prices["prices"].items():
+        assert set(entry) <= {"usd", "unit", "quoted", "source", "read_from"}, key
+        assert entry["unit"], key
+        assert entry["source"].startswith("https://aws.amazon.com/"), f"{key}: cite the official pricing page"
+        assert entry.get("read_from", "https://").startswith("https://"), key
+
+
+@pytest.mark.parametrize(
+    ("quoted", "unit_price"),
+    [
+        ("$0.025 per 1,000 state transitions", 0.000025),
+        ("$1.00 per 1M requests", 0.000001),
+        ("$0.625 per million write request units", 0.000000625),
+        ("$0.0000133334 per GB-second, Arm", 0.0000133334),
+        ("about twenty cents", None),
+    ],
+)
+def test_a_quote_reads_as_the_price_of_one_unit(quoted: str, unit_price: float | None) -> None:
+    found = quoted_unit_price(quoted)
+    assert found == (None if unit_price is None else pytest.approx(unit_price, rel=1e-12))
+
+
+def test_the_prices_file_is_the_one_the_module_reads() -> None:
+    assert json.loads(PRICES_PATH.read_text(encoding="utf-8")) == load_prices()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda p: p.pop("retrieved"), "retrieved"),
+        (lambda p: p["prices"].pop("sqs_standard_request"), "sqs_standard_request"),
+        (lambda p: p["prices"]["lambda_arm64_request"].update(usd=0), "lambda_arm64_request"),
+        (lambda p: p["prices"]["lambda_arm64_request"].update(usd="0.2"), "lambda_arm64_request"),
+        (lambda p: p["prices"]["lambda_arm64_request"].update(usd=0.20), "disagrees with its quote"),
+        (lambda p: p["prices"]["dynamodb_on_demand_read_request_unit"].pop("source"), "no source"),
+    ],
+)
+def test_a_damaged_prices_file_is_refused(prices: dict[str, Any], damage: Any, message: str) -> None:
+    broken = copy.deepcopy(prices)
+    damage(broken)
+    with pytest.raises(ValueError, match=message):
+        check_prices(broken)
