@@ -1,30 +1,52 @@
 """``saga``: run, watch and break the payment saga, locally or against a deployed stack.
 
-    saga demo                      the lab of seed 000, guard off then on, then a decline
-    saga up                        start the embedded local stack and keep it running
-    saga send [FILE] [--copies N]  send an order (events/order.json by default)
-    saga trace EXECUTION [--html]  an execution state by state, or as a graph page
-    saga simulate --orders N ...   many orders, duplicates and concurrency; a report
+saga demo                      the lab of seed 000, guard off then on, then a decline
+saga up                        start the embedded local stack and keep it running
+saga send [FILE] [--copies N]  send an order (events/order.json by default)
+saga trace EXECUTION [--html]  an execution state by state, or as a graph page
+saga simulate --orders N ...   many orders, duplicates and concurrency; a report
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import re
+import signal
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from saga_local.template import ROOT
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from saga_local.driver import ExecutionResult
     from saga_local.embedded import EmbeddedStack
 
-ZERO_DECIMAL = {"BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "UGX", "VND", "VUV", "XAF",
-                "XOF", "XPF"}
+ZERO_DECIMAL = {
+    "BIF",
+    "CLP",
+    "DJF",
+    "GNF",
+    "JPY",
+    "KMF",
+    "KRW",
+    "MGA",
+    "PYG",
+    "RWF",
+    "UGX",
+    "VND",
+    "VUV",
+    "XAF",
+    "XOF",
+    "XPF",
+}
 
 
 def money(amount: int, currency: str) -> str:
@@ -78,7 +100,7 @@ def describe_path(out: Out, result: ExecutionResult) -> str:
 
 
 def seed_order(order_id: str = "ORDER-003", **overrides: Any) -> dict[str, Any]:
-    order = json.loads((ROOT / "events" / "order.json").read_text())
+    order: dict[str, Any] = json.loads((ROOT / "events" / "order.json").read_text())
     order.update({"orderId": order_id, **overrides})
     return order
 
@@ -109,7 +131,7 @@ def _charges_line(out: Out, stack: EmbeddedStack, order: dict[str, Any]) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from saga_local.embedded import EmbeddedStack  # noqa: PLC0415 - keeps `saga --help` fast
+    from saga_local.embedded import EmbeddedStack
 
     out = Out()
     began = time.monotonic()
@@ -117,15 +139,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out(out.bold("Payment saga demo: the lab of seed 000 on the embedded local stack"))
     out(
         out.dim(
-            "  moto (pinned) on 127.0.0.1, the real ASL from statemachine/, the real handlers from functions/\n"
-            "  in worker processes, a Stripe emulator; every resource comes from template.yaml."
+            "  moto (pinned) on 127.0.0.1, the real ASL from statemachine/, the real handlers from\n"
+            "  functions/ in worker processes, a Stripe emulator; every resource comes from template.yaml."
         )
     )
     out()
-    out(out.bold(f"Act 1: guard OFF. {order['orderId']} ({money(order['amount'], order['currency'])}) delivered 4"
-                 " times at once."))
-    out(out.dim("  The claim is bypassed (the lab's IDEMPOTENCY=0, local stack only) and the provider does not"
-                " deduplicate."))
+    out(
+        out.bold(
+            f"Act 1: guard OFF. {order['orderId']} ({money(order['amount'], order['currency'])}) delivered 4"
+            " times at once."
+        )
+    )
+    out(
+        out.dim(
+            "  The claim is bypassed (the lab's IDEMPOTENCY=0, local stack only) and the provider does not"
+            " deduplicate."
+        )
+    )
     with EmbeddedStack(guard=False, provider_dedupe=False, runtime=args.runtime) as stack:
         _act(out, stack, order, 4)
         unguarded = _charges_line(out, stack, order)
@@ -155,16 +185,273 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+# -- targets: the local stack `saga up` runs, or a deployed one ------------------------------------
+
+STATE_FILE = ROOT / ".saga" / "stack.json"
+
+
+@dataclass
+class Target:
+    """Where commands send and read: clients, and the stack's outputs (queue URL, state machine ARN...)."""
+
+    clients: Callable[[str], Any]
+    outputs: dict[str, str]
+    where: str
+
+
+def stack_outputs(cloudformation: Any, stack_name: str) -> dict[str, str]:
+    """A deployed stack's outputs, by key (what `sam deploy` printed)."""
+    stack = cloudformation.describe_stacks(StackName=stack_name)["Stacks"][0]
+    return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+
+
+def resolve_target(args: argparse.Namespace) -> Target:
+    import boto3
+
+    if getattr(args, "stack", None):
+        region, endpoint = args.region, args.endpoint_url
+
+        def clients(service: str) -> Any:
+            return boto3.client(service, region_name=region, endpoint_url=endpoint)  # type: ignore[call-overload]
+
+        return Target(clients, stack_outputs(clients("cloudformation"), args.stack), f"stack {args.stack}")
+    if not STATE_FILE.exists():
+        raise SystemExit(
+            "No local stack is running: start one with `saga up` (another terminal), or pass --stack NAME."
+        )
+    state = json.loads(STATE_FILE.read_text())
+
+    def local_clients(service: str) -> Any:
+        return boto3.client(  # type: ignore[call-overload]
+            service,
+            endpoint_url=state["endpoint"],
+            region_name=state["region"],
+            aws_access_key_id="local",
+            aws_secret_access_key="local",  # noqa: S106 - moto accepts any credentials
+        )
+
+    return Target(local_clients, state["outputs"], f"local stack at {state['endpoint']}")
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stack", help="a deployed stack's name (default: the local stack of `saga up`)")
+    parser.add_argument(
+        "--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    )
+    parser.add_argument("--endpoint-url", help=argparse.SUPPRESS)  # tests point --stack at moto
+
+
+# -- up ------------------------------------------------------------------------------------------
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from saga_local.embedded import EmbeddedStack
+    from saga_local.stack import REGION
+
+    out = Out()
+    log_dir = ROOT / ".saga" / "logs"
+    with EmbeddedStack(port=args.port, runtime=args.runtime, log_dir=log_dir, visibility_timeout=30) as stack:
+        STATE_FILE.parent.mkdir(exist_ok=True)
+        state = {
+            "endpoint": stack.endpoint,
+            "region": REGION,
+            "outputs": stack.stack.outputs,
+            "provider": stack.provider.url,
+            "pid": os.getpid(),
+        }
+        STATE_FILE.write_text(json.dumps(state, indent=2))
+        outputs = stack.stack.outputs
+        out(out.bold(f"Embedded stack running on {stack.endpoint}  (Ctrl-C stops it)"))
+        for key, value in sorted(outputs.items()):
+            out(f"  {key:28} {value}")
+        out(f"  {'Provider (Stripe emulator)':28} {stack.provider.url}")
+        out(f"  {'Function logs (JSON)':28} {log_dir}/")
+        out()
+        out("Point the AWS CLI or boto3 at it:")
+        out(
+            f"  export AWS_ENDPOINT_URL={stack.endpoint} AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local"
+            f" AWS_DEFAULT_REGION={REGION}"
+        )
+        out(
+            f"  aws sqs send-message --queue-url {outputs['OrdersQueueUrl']} --message-body file://events/order.json"
+        )
+        out(
+            f"  aws stepfunctions list-executions --state-machine-arn {outputs['PaymentSagaStateMachineArn']}"
+        )
+        out(f"  boto3.client('stepfunctions', endpoint_url='{stack.endpoint}', region_name='{REGION}')")
+        out("Or, from another terminal: `saga send --copies 4`, then `saga trace <execution name>`.")
+        stop = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+        try:
+            stack.serve(stop, pollers=args.pollers)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                STATE_FILE.unlink()
+    out("stopped")
+    return 0
+
+
+# -- send ----------------------------------------------------------------------------------------
+
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    out = Out()
+    target = resolve_target(args)
+    if args.body is not None:
+        body = args.body
+    else:
+        order: dict[str, Any] = json.loads(open(args.file, encoding="utf-8").read())  # noqa: SIM115
+        for field, value in (
+            ("orderId", args.order_id),
+            ("amount", args.amount),
+            ("currency", args.currency),
+            ("customerId", args.customer_id),
+            ("paymentMethod", args.payment_method),
+            ("paymentAttempt", args.payment_attempt),
+        ):
+            if value is not None:
+                order[field] = value
+        body = json.dumps(order)
+    sqs = target.clients("sqs")
+    queue_url = target.outputs["OrdersQueueUrl"]
+    names = []
+    for _ in range(args.copies):
+        message_id = sqs.send_message(QueueUrl=queue_url, MessageBody=body)["MessageId"]
+        names.append(message_id)
+    out(f"sent {args.copies} message(s) to {target.where}")
+    try:
+        order_id = str(json.loads(body).get("orderId", ""))
+    except (ValueError, AttributeError):
+        order_id = ""
+    prefix = _UNSAFE_NAME.sub("_", order_id)
+    for message_id in names:
+        name = f"{prefix[: 80 - len(message_id) - 1]}-{message_id}" if prefix else message_id
+        out(f"  {message_id}  ->  saga trace {name}")
+    return 0
+
+
+# -- trace ---------------------------------------------------------------------------------------
+
+
+def execution_arn(state_machine_arn: str, execution: str) -> str:
+    """An execution ARN from its name (execution ARNs are the state machine's, renamed)."""
+    if execution.startswith("arn:"):
+        return execution
+    return state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + execution
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from saga_local import trace
+
+    target = resolve_target(args)
+    sfn = target.clients("stepfunctions")
+    state_machine = target.outputs["PaymentSagaStateMachineArn"]
+    arn = execution_arn(state_machine, args.execution)
+    description = sfn.describe_execution(executionArn=arn)
+    history: list[dict[str, Any]] = []
+    for page in sfn.get_paginator("get_execution_history").paginate(executionArn=arn):
+        history.extend(page["events"])
+    definition = trace.load_definition(
+        sfn.describe_state_machine(stateMachineArn=state_machine)["definition"]
+    )
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as page_file:
+            page_file.write(trace.render_html(description, history, definition))
+        Out()(f"wrote {args.html}")
+        return 0
+    out = Out()
+    out(trace.render_text(description, history, definition, show_io=args.io, color=out.color))
+    return 0
+
+
+# -- simulate ------------------------------------------------------------------------------------
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from saga_local import simulate
+    from saga_local.embedded import EmbeddedStack
+
+    progress = None if args.json else simulate.progress_bar
+    with EmbeddedStack(runtime=args.runtime, visibility_timeout=60, max_workers=args.concurrency) as stack:
+        report = simulate.run(
+            stack,
+            orders=args.orders,
+            copies=args.copies,
+            concurrency=args.concurrency,
+            decline_rate=args.decline_rate,
+            seed=args.seed,
+            progress=progress,
+        )
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        sys.stderr.write("\n")
+        Out()(simulate.render(report))
+    return 0 if report.promise_kept else 1
+
+
 # -- entry point ---------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="saga", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="saga", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="the seed-000 lab: four charges without the claim, one with it")
-    demo.add_argument("--runtime", choices=["workers", "inprocess"], default="workers",
-                      help="run handlers in worker processes (as Lambda) or in threads")
+    demo.add_argument(
+        "--runtime",
+        choices=["workers", "inprocess"],
+        default="workers",
+        help="run handlers in worker processes (as Lambda) or in threads",
+    )
     demo.set_defaults(func=cmd_demo)
+
+    up = sub.add_parser("up", help="start the embedded local stack and keep it running")
+    up.add_argument("--port", type=int, default=0, help="moto's port (default: a free one)")
+    up.add_argument("--runtime", choices=["workers", "inprocess"], default="workers")
+    up.add_argument("--pollers", type=int, default=2, help="concurrent SQS pollers")
+    up.set_defaults(func=cmd_up)
+
+    send = sub.add_parser("send", help="send an order to the orders queue")
+    send.add_argument(
+        "file", nargs="?", default=str(ROOT / "events" / "order.json"), help="an order JSON file"
+    )
+    send.add_argument("--copies", type=int, default=1, help="send it this many times (new MessageIds)")
+    send.add_argument("--order-id")
+    send.add_argument("--amount", type=int, help="minor units: 15000 = 150.00")
+    send.add_argument("--currency")
+    send.add_argument("--customer-id")
+    send.add_argument("--payment-method", help="e.g. pm_card_visa, pm_card_chargeDeclined")
+    send.add_argument("--payment-attempt", help="a customer's deliberate retry of a declined order")
+    send.add_argument("--body", help="send this raw body instead (e.g. a malformed message)")
+    add_target_arguments(send)
+    send.set_defaults(func=cmd_send)
+
+    trace = sub.add_parser("trace", help="an execution state by state (or --html for the graph page)")
+    trace.add_argument("execution", help="the execution's name or ARN")
+    trace.add_argument("--io", action="store_true", help="show each state's input and output")
+    trace.add_argument("--html", metavar="FILE", help="write a self-contained page with the graph")
+    add_target_arguments(trace)
+    trace.set_defaults(func=cmd_trace)
+
+    sim = sub.add_parser("simulate", help="many orders with duplicates, then check the promise")
+    sim.add_argument("--orders", type=int, default=100)
+    sim.add_argument("--copies", type=int, default=4, help="deliveries of each order")
+    sim.add_argument("--concurrency", type=int, default=4, help="concurrent SQS pollers")
+    sim.add_argument("--decline-rate", type=float, default=0.0)
+    sim.add_argument("--seed", type=int, default=7)
+    sim.add_argument(
+        "--runtime",
+        choices=["workers", "inprocess"],
+        default="inprocess",
+        help="inprocess (default) is several times faster; workers run each function in processes",
+    )
+    sim.add_argument("--json", action="store_true")
+    sim.set_defaults(func=cmd_simulate)
     return parser
 
 

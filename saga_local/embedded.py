@@ -108,7 +108,7 @@ class EmbeddedStack:
 
     def client(self, service: str) -> Any:
         """A client for the stack: in-process when the handlers are, else over HTTP to the server."""
-        return boto3.client(
+        return boto3.client(  # type: ignore[call-overload]
             service,
             endpoint_url=None if self.runtime_kind == "inprocess" else self.endpoint,
             region_name=REGION,
@@ -134,7 +134,7 @@ class EmbeddedStack:
         if self.runtime_kind == "inprocess":
             # Handlers in this process reach moto's backends directly, without HTTP (much faster);
             # the server still answers every client outside this process.
-            mock = mock_aws(config=SFN_CONFIG)  # type: ignore[arg-type]
+            mock = mock_aws(config=SFN_CONFIG)
             mock.start(reset=False)
             self._exit.callback(mock.stop, remove_data=False)
         self.provider.start()
@@ -164,7 +164,9 @@ class EmbeddedStack:
             self._exit.callback(self.runtime.close)
         else:
             self.runtime = InProcessRuntime(self.stack.functions, faults=self.faults)
-        self.hooks = self._exit.enter_context(patched_moto(self.runtime, retry_time_scale=self.retry_time_scale))
+        self.hooks = self._exit.enter_context(
+            patched_moto(self.runtime, retry_time_scale=self.retry_time_scale)
+        )
         self.driver = Driver(self.client, self.stack)
         return self
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import moto
 from moto.awslambda import models as lambda_models
 from moto.awslambda.exceptions import LambdaClientError
+from moto.core.config import DefaultConfig
 from moto.dynamodb.responses import DynamoHandler
 from moto.sqs.models import SQSBackend
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 MOTO_VERSION = "5.2.5"
-SFN_CONFIG = {"stepfunctions": {"execute_state_machine": True}}
+SFN_CONFIG: DefaultConfig = {"stepfunctions": {"execute_state_machine": True}}
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def _locked(method: Any) -> Any:
         with _DYNAMODB_LOCK:
             return method(*args, **kwargs)
 
-    wrapper.__saga_locked__ = True  # type: ignore[attr-defined]
+    wrapper.__saga_locked__ = True
     return wrapper
 
 
@@ -161,7 +162,8 @@ def _prewarm_heap_keys(root: Any) -> None:
 def check_moto_version() -> None:
     if moto.__version__ != MOTO_VERSION:
         raise RuntimeError(
-            f"saga_local is pinned to moto {MOTO_VERSION} (its internals are patched); found {moto.__version__}"
+            f"saga_local is pinned to moto {MOTO_VERSION} (its internals are patched);"
+            f" found {moto.__version__}"
         )
 
 
@@ -209,27 +211,27 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
     saved_call_action = DynamoHandler.__dict__.get("call_action")
     saved_boto3 = engine_boto_client.boto3
     saved_retention = SQSBackend.is_message_valid_based_on_retention_period
-    SQSBackend.is_message_valid_based_on_retention_period = _retention_check  # type: ignore[method-assign]
+    SQSBackend.is_message_valid_based_on_retention_period = _retention_check
     saved_parse = engine_json_path.parse
-    engine_boto_client.boto3 = _CachedBoto3(saved_boto3)  # type: ignore[assignment]
+    engine_boto_client.boto3 = _CachedBoto3(saved_boto3)
     engine_json_path.parse = functools.lru_cache(maxsize=4096)(saved_parse)
-    lambda_models.LambdaBackend.invoke = invoke  # type: ignore[method-assign]
-    retrier_decl.time = _ScaledTime(hooks)  # type: ignore[assignment]
-    ExecutionWorker._get_evaluation_environment = evaluation_environment  # type: ignore[method-assign]
-    ExecutionWorker._get_evaluation_entrypoint = evaluation_entrypoint  # type: ignore[method-assign]
+    lambda_models.LambdaBackend.invoke = invoke
+    retrier_decl.time = _ScaledTime(hooks)
+    ExecutionWorker._get_evaluation_environment = evaluation_environment
+    ExecutionWorker._get_evaluation_entrypoint = evaluation_entrypoint
     if not getattr(DynamoHandler.call_action, "__saga_locked__", False):
-        DynamoHandler.call_action = _locked(DynamoHandler.call_action)  # type: ignore[method-assign]
+        DynamoHandler.call_action = _locked(DynamoHandler.call_action)
     try:
         yield hooks
     finally:
-        lambda_models.LambdaBackend.invoke = saved_invoke  # type: ignore[method-assign]
+        lambda_models.LambdaBackend.invoke = saved_invoke
         retrier_decl.time = saved_time
         engine_boto_client.boto3 = saved_boto3
-        SQSBackend.is_message_valid_based_on_retention_period = saved_retention  # type: ignore[method-assign]
+        SQSBackend.is_message_valid_based_on_retention_period = saved_retention
         engine_json_path.parse = saved_parse
-        ExecutionWorker._get_evaluation_environment = saved_environment  # type: ignore[method-assign]
-        ExecutionWorker._get_evaluation_entrypoint = saved_entrypoint  # type: ignore[method-assign]
+        ExecutionWorker._get_evaluation_environment = saved_environment
+        ExecutionWorker._get_evaluation_entrypoint = saved_entrypoint
         if saved_call_action is None:
             del DynamoHandler.call_action
         else:
-            DynamoHandler.call_action = saved_call_action  # type: ignore[method-assign]
+            DynamoHandler.call_action = saved_call_action

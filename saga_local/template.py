@@ -82,7 +82,7 @@ class Resolver:
         return self._truth(self.conditions[name])
 
     def _truth(self, expr: Any) -> bool:
-        (key, arg), = expr.items()
+        ((key, arg),) = expr.items()
         if key == "Fn::Equals":
             left, right = (self.resolve(a) for a in arg)
             return bool(left == right)
@@ -137,7 +137,7 @@ class Resolver:
             if "." in name:
                 logical, attribute = name.split(".", 1)
                 return self.attrs[(logical, attribute)]
-            return self._ref(name)
+            return str(self._ref(name))
 
         return re.sub(r"\$\{([^}!][^}]*)\}", replace, text)
 
@@ -192,7 +192,7 @@ def resources_of_type(template: dict[str, Any], type_name: str) -> dict[str, dic
 def state_machine_definition(template: dict[str, Any], logical_id: str, resolver: Resolver) -> str:
     """The ASL with its ``DefinitionSubstitutions`` applied, as Step Functions would receive it."""
     props = template["Resources"][logical_id]["Properties"]
-    text = (ROOT / props["DefinitionUri"]).read_text(encoding="utf-8")
+    text: str = (ROOT / props["DefinitionUri"]).read_text(encoding="utf-8")
     for key, value in props.get("DefinitionSubstitutions", {}).items():
         text = text.replace("${" + key + "}", str(resolver.resolve(value)))
     leftover = re.findall(r"\$\{[^}]+\}", text)

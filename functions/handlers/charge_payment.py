@@ -62,15 +62,21 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             raise
         # This request did not reach the provider, but an earlier one with the same key may have
         # (Stripe checks the API key before the idempotency key): no proof, so no release.
-        logger.warning("charge_outcome_unknown", extra={"event": "charge_outcome_unknown", "reason": str(exc)})
+        logger.warning(
+            "charge_outcome_unknown", extra={"event": "charge_outcome_unknown", "reason": str(exc)}
+        )
         count("ChargeOutcomeUnknown")
-        raise PaymentOutcomeUnknown(f"not attempted on retry; an earlier request may have landed: {exc}") from exc
+        raise PaymentOutcomeUnknown(
+            f"not attempted on retry; an earlier request may have landed: {exc}"
+        ) from exc
     except PaymentDeclined as exc:
         log_event("charge_declined", declineCode=exc.decline_code)
         count("ChargeDeclined")
         raise
     except PaymentOutcomeUnknown as exc:
-        logger.warning("charge_outcome_unknown", extra={"event": "charge_outcome_unknown", "reason": str(exc)})
+        logger.warning(
+            "charge_outcome_unknown", extra={"event": "charge_outcome_unknown", "reason": str(exc)}
+        )
         count("ChargeOutcomeUnknown")
         raise
     log_event("charge_applied", chargeId=charge.charge_id, replayed=charge.replayed, amount=charge.amount)

@@ -24,6 +24,7 @@ from payment_saga.errors import InvalidOrder
 from payment_saga.orders import Order, parse_order_body
 
 if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -96,7 +97,7 @@ def record_handler(record: SQSRecord) -> None:
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     """SQS event source entry point; returns ``batchItemFailures``."""
     return process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context

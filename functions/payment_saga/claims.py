@@ -397,5 +397,6 @@ class ClaimsStore:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
-            return False, exc.response.get("Item")
+            item: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
+            return False, item
         return True, response.get("Attributes")

@@ -27,7 +27,9 @@ class OrderConflict(SagaError):
 class PaymentDeclined(SagaError):
     """The provider definitively refused the payment (HTTP 402 ``card_error``): nothing was charged."""
 
-    def __init__(self, message: str, *, decline_code: str | None = None, charge_id: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, decline_code: str | None = None, charge_id: str | None = None
+    ) -> None:
         super().__init__(message)
         self.decline_code = decline_code
         self.charge_id = charge_id

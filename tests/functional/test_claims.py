@@ -103,7 +103,11 @@ def test_takeover_is_refused_beyond_the_providers_idempotency_window(store: Clai
 def test_same_order_id_with_another_amount_is_a_conflict_and_changes_nothing(store: ClaimsStore) -> None:
     store.claim(ORDER, token=A)
 
-    for other in (replace(ORDER, amount=15001), replace(ORDER, currency="USD"), replace(ORDER, customer_id="x")):
+    for other in (
+        replace(ORDER, amount=15001),
+        replace(ORDER, currency="USD"),
+        replace(ORDER, customer_id="x"),
+    ):
         with pytest.raises(OrderConflict):
             store.claim(other, token=B)
     assert store.get(ORDER.order_id).fingerprint == ORDER.fingerprint  # type: ignore[union-attr]
@@ -182,7 +186,9 @@ def test_customer_retry_of_a_declined_order_gets_a_new_attempt(store: ClaimsStor
     store.claim(ORDER, token=A)
     store.release(ORDER.order_id, token=A, reason=ReleaseReason.DECLINED)
 
-    outcome = store.claim(replace(ORDER, payment_attempt="retry-1", payment_method="pm_card_mastercard"), token=B)
+    outcome = store.claim(
+        replace(ORDER, payment_attempt="retry-1", payment_method="pm_card_mastercard"), token=B
+    )
 
     assert outcome.result is ClaimResult.NEW_ATTEMPT
     assert outcome.claim.attempt == 2

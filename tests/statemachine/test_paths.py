@@ -48,8 +48,14 @@ def test_decline_releases_the_claim_and_fails_as_payment_declined(saga: Saga) ->
 
     assert result.status == "FAILED"
     assert result.error == "PaymentDeclined"
-    assert result.path == ["Claim Order", "Already Claimed?", "Charge Payment", "Release Claim", "Why Released?",
-                           "Payment Declined"]
+    assert result.path == [
+        "Claim Order",
+        "Already Claimed?",
+        "Charge Payment",
+        "Release Claim",
+        "Why Released?",
+        "Payment Declined",
+    ]
     claim = saga.driver.claim("ORDER-DECLINED")
     assert claim is not None
     assert (claim["status"], claim["releaseReason"]) == ("RELEASED", "DECLINED")

@@ -9,7 +9,9 @@ import pytest
 from tests.statemachine.conftest import Saga, order
 
 
-@pytest.mark.parametrize("provider_dedupe", [False, True], ids=["provider-not-deduplicating", "provider-dedupes"])
+@pytest.mark.parametrize(
+    "provider_dedupe", [False, True], ids=["provider-not-deduplicating", "provider-dedupes"]
+)
 def test_seed_000_four_deliveries_of_one_order_charge_once(saga: Saga, provider_dedupe: bool) -> None:
     """Four copies of ORDER-003 (150.00 BRL) sent at once: the lab billed 600 BRL. We bill 150."""
     saga.driver.send(order(), copies=4)
@@ -66,9 +68,9 @@ def test_seed_001_a_succeeded_invocation_delivered_again_does_not_charge_again(s
     saga.driver.pump()
     # Redeliver the very same envelope (same MessageId) as Lambda's event source may.
     execution = saga.driver.results()[0]
-    message_id = json.loads(
-        saga.driver.sfn.describe_execution(executionArn=execution.arn)["input"]
-    )["messageId"]
+    message_id = json.loads(saga.driver.sfn.describe_execution(executionArn=execution.arn)["input"])[
+        "messageId"
+    ]
     event = {
         "Records": [
             {

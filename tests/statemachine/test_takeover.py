@@ -26,12 +26,16 @@ DEAD = "arn:aws:states:us-east-1:123456789012:execution:payment-saga-PaymentSaga
 def seed_expired_claim(saga: Saga, *, charged: bool) -> None:
     """The dead holder: claimed 2,000 s ago (lease 900 s), and maybe charged before dying."""
     store = ClaimsStore(
-        saga.stack.table_name, client=boto3.client("dynamodb", region_name=REGION), clock=lambda: time.time() - 2000
+        saga.stack.table_name,
+        client=boto3.client("dynamodb", region_name=REGION),
+        clock=lambda: time.time() - 2000,
     )
     store.claim(order_from_message(order()), token=DEAD)
     if charged:
         provider = StripeProvider(LOCAL_API_KEY, api_base=saga.provider.url)
-        provider.charge(order_from_message(order()), attempt=1, idempotency_key=idempotency_key("ORDER-003", 1))
+        provider.charge(
+            order_from_message(order()), attempt=1, idempotency_key=idempotency_key("ORDER-003", 1)
+        )
 
 
 def test_takeover_after_the_holder_charged_replays_that_charge(saga: Saga) -> None:
@@ -61,7 +65,9 @@ def test_takeover_rejected_at_the_providers_door_goes_to_reconciliation(
     saga: Saga, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seed_expired_claim(saga, charged=True)
-    monkeypatch.setattr(charge_payment, "provider", lambda: StripeProvider("bad-key", api_base=saga.provider.url))
+    monkeypatch.setattr(
+        charge_payment, "provider", lambda: StripeProvider("bad-key", api_base=saga.provider.url)
+    )
 
     result = saga.driver.wait(saga.driver.start(order(), name="taker"))
 
