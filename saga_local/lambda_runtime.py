@@ -375,6 +375,12 @@ class WorkerRuntime:
             line = None
         if line is None:
             # Dead or hung: this sandbox is gone either way.
+            # EOF arrives before the exit status: give a dead worker a moment to be reaped, so a
+            # death is not mistaken for a timeout (a hung worker is still running after this).
+            try:
+                worker.process.wait(timeout=0 if time.perf_counter() - started >= spec.timeout else 2)
+            except subprocess.TimeoutExpired:
+                pass
             timed_out = worker.process.poll() is None
             worker.kill()
             self._release(function_name, None)

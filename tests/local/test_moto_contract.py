@@ -1,0 +1,58 @@
+"""The moto internals saga_local.moto_adapter relies on, pinned to the exact moto version we use.
+
+If moto changes any of these, this file fails first and says which assumption broke, instead of
+the local stack quietly running Lambdas in Docker, waiting out real retry delays, or letting two
+conditional writes both win.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import moto
+from moto.awslambda.models import LambdaBackend
+from moto.dynamodb.responses import DynamoHandler
+from moto.sqs.models import SQSBackend
+from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.eval.states import ExecutionData
+from moto.stepfunctions.parser.asl.utils import boto_client, json_path
+from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
+from saga_local.moto_adapter import MOTO_VERSION
+
+
+def test_moto_is_the_version_the_adapter_was_written_against() -> None:
+    assert moto.__version__ == MOTO_VERSION
+
+
+def test_lambda_invocations_go_through_lambda_backend_invoke() -> None:
+    params = list(inspect.signature(LambdaBackend.invoke).parameters)
+    assert params == ["self", "function_name", "qualifier", "body", "headers", "response_headers"]
+
+
+def test_retry_waits_are_a_time_sleep_in_the_retrier_module() -> None:
+    assert "time.sleep(interval_seconds)" in inspect.getsource(retrier_decl.RetrierDecl._eval_body)
+
+
+def test_dynamodb_update_reads_the_old_item_outside_the_backend_write() -> None:
+    # Why the lock wraps the whole request, not the backend's write: ALL_OLD is read first.
+    source = inspect.getsource(DynamoHandler.update_item)
+    assert source.index("existing_item = copy.deepcopy") < source.index("self.dynamodb_backend.update_item(")
+    assert "call_action" in vars(DynamoHandler) or hasattr(DynamoHandler, "call_action")
+
+
+def test_the_engine_parses_the_definition_per_execution_and_builds_its_context_here() -> None:
+    assert "AmazonStateLanguageParser.parse" in inspect.getsource(ExecutionWorker._get_evaluation_entrypoint)
+    assert "ExecutionData(" in inspect.getsource(ExecutionWorker._get_evaluation_environment)
+    # moto still lacks $$.Execution.RedriveCount: when it gains it, drop our patch.
+    assert "RedriveCount" not in ExecutionData.__annotations__
+
+
+def test_the_engine_makes_clients_with_boto3_client_and_parses_jsonpath_with_parse() -> None:
+    assert "boto3.client(" in inspect.getsource(boto_client.boto_client_for)
+    assert "parse(path)" in inspect.getsource(json_path.extract_json)
+
+
+def test_sqs_retention_check_computes_queue_attributes() -> None:
+    source = inspect.getsource(SQSBackend.is_message_valid_based_on_retention_period)
+    assert 'get_queue_attributes(\n            queue_name, ["MessageRetentionPeriod"]' in source

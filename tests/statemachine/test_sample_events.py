@@ -1,0 +1,71 @@
+"""Every handler on its sample event from events/ (what `sam local invoke <Function> -e ...` sends)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from saga_local.template import ROOT
+from tests.statemachine.conftest import Saga
+
+
+def sample(name: str) -> dict[str, Any]:
+    return json.loads((ROOT / "events" / name).read_text())
+
+
+def invoke(saga: Saga, logical_id: str, event: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    response = saga.driver.lambda_client.invoke(
+        FunctionName=saga.stack.function_name(logical_id), Payload=json.dumps(event)
+    )
+    return json.loads(response["Payload"].read()), response.get("FunctionError")
+
+
+def test_step_handlers_on_their_sample_events_claim_charge_and_complete_once(saga: Saga) -> None:
+    claimed, error = invoke(saga, "ClaimOrderFunction", sample("claim_order.json"))
+    assert error is None, claimed
+    assert (claimed["outcome"], claimed["attempt"], claimed["attemptOwner"]) == ("WON", 1, True)
+
+    charge_event = sample("charge_payment.json")
+    charged, error = invoke(saga, "ChargePaymentFunction", charge_event)
+    assert error is None, charged
+    again, _ = invoke(saga, "ChargePaymentFunction", charge_event)  # a retried step
+    assert again["chargeId"] == charged["chargeId"]
+    assert again["replayed"] is True
+    assert saga.charges("ORDER-003") == 1
+
+    completion = {**sample("mark_complete.json"), "chargeId": charged["chargeId"]}
+    completed, error = invoke(saga, "MarkCompleteFunction", completion)
+    assert error is None, completed
+    assert completed["status"] == "COMPLETED"
+
+
+def test_mark_complete_sample_without_a_claim_is_refused_as_claim_lost(saga: Saga) -> None:
+    payload, error = invoke(saga, "MarkCompleteFunction", sample("mark_complete.json"))
+
+    assert error == "Unhandled"
+    assert payload["errorType"] == "ClaimLost"
+
+
+def test_release_sample_releases_a_declined_claim(saga: Saga) -> None:
+    state = sample("release_claim.json")
+    invoke(saga, "ClaimOrderFunction", {"order": state["state"]["order"], "claimToken": state["claimToken"]})
+
+    released, error = invoke(saga, "ReleaseClaimFunction", state)
+
+    assert error is None, released
+    assert released == {"released": True, "reason": "DECLINED", "attempt": 1}
+    assert saga.driver.claim("ORDER-004")["status"] == "RELEASED"  # type: ignore[index]
+
+
+def test_start_samples_start_one_execution_per_valid_message_and_reject_the_malformed(saga: Saga) -> None:
+    for name in ("sqs_valid_order.json", "sqs_duplicate.json", "sqs_malformed.json"):
+        response, error = invoke(saga, "StartExecutionFunction", sample(name))
+        assert error is None, response
+        assert response == {"batchItemFailures": []}
+
+    saga.driver.pump()
+    names = sorted(arn.rsplit(":", 1)[1] for arn in saga.driver.execution_arns())
+    assert len(names) == 4  # 1 valid + 2 duplicates (new MessageIds) + ORDER-005
+    dead = saga.driver.dead_letters()
+    assert len(dead) == 1
+    assert dead[0]["MessageAttributes"]["rejectionReason"]["StringValue"].startswith("body is not valid JSON")
