@@ -51,7 +51,9 @@ class Report:
         return self.double_charged_orders == 0 and self.lost_orders == 0
 
 
-def make_orders(count: int, *, decline_rate: float = 0.0, seed: int = 7, prefix: str = "SIM") -> list[dict[str, Any]]:
+def make_orders(
+    count: int, *, decline_rate: float = 0.0, seed: int = 7, prefix: str = "SIM"
+) -> list[dict[str, Any]]:
     """Deterministic orders: the same arguments give the same orders."""
     rng = random.Random(seed)
     orders = []
@@ -74,7 +76,7 @@ def send_all(stack: EmbeddedStack, orders: list[dict[str, Any]], copies: int, *,
     bodies = [order for order in orders for _ in range(copies)]
     random.Random(seed).shuffle(bodies)
     sqs = stack.driver.sqs
-    import json  # noqa: PLC0415
+    import json
 
     for start in range(0, len(bodies), 10):
         chunk = bodies[start : start + 10]
@@ -103,15 +105,17 @@ def run(
     seed: int = 7,
     progress: Callable[[int, int, float], None] | None = None,
     timeout: float = 3600.0,
+    prefix: str = "SIM",
 ) -> Report:
-    """Send, pump until idle, and measure. ``concurrency`` is the number of concurrent pollers."""
-    batch = make_orders(orders, decline_rate=decline_rate, seed=seed)
+    """Send, pump until idle, and measure. ``concurrency`` is the number of concurrent pollers.
+
+    ``prefix`` names the orders (``ORDER-<prefix>-000001``): runs on one stack need distinct ones.
+    """
+    batch = make_orders(orders, decline_rate=decline_rate, seed=seed, prefix=prefix)
     began = time.monotonic()
     deliveries = send_all(stack, batch, copies, seed=seed)
     stop = threading.Event()
-    watcher = threading.Thread(
-        target=_watch, args=(stack, stop, deliveries, began, progress), daemon=True
-    )
+    watcher = threading.Thread(target=_watch, args=(stack, stop, deliveries, began, progress), daemon=True)
     if progress is not None:
         watcher.start()
     try:
@@ -167,7 +171,7 @@ def measure(
     return Report(
         orders=len(orders),
         deliveries=deliveries,
-        charges=sum(ledger.values()),
+        charges=sum(ledger.get(order["orderId"], 0) for order in orders),
         double_charged_orders=endings["double-charged"],
         lost_orders=endings["lost"],
         charged=endings["charged"],

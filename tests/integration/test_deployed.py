@@ -1,0 +1,108 @@
+"""Against a deployed stack (`sam deploy`): the seed-000 lab on the real queue, real Step Functions.
+
+Run with ``AWS_SAM_STACK_NAME=payment-saga pytest tests/integration -m integration`` and AWS
+credentials for the account; the provider key is read from the stack's secret (use a Stripe
+*test* key there). Skipped, with the reason, when either is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+STACK = os.environ.get("AWS_SAM_STACK_NAME")
+
+
+def _credentials_present() -> bool:
+    if not STACK:
+        return False
+    import boto3
+
+    return boto3.session.Session().get_credentials() is not None
+
+
+if not _credentials_present():
+    pytest.skip(
+        "needs a deployed stack: set AWS_SAM_STACK_NAME and AWS credentials (sam deploy first)",
+        allow_module_level=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def stack() -> dict[str, Any]:
+    import boto3
+
+    from saga_local.cli import stack_outputs
+
+    cloudformation = boto3.client("cloudformation")
+    outputs = stack_outputs(cloudformation, STACK or "")
+    resources = cloudformation.describe_stack_resources(StackName=STACK)["StackResources"]
+    physical = {r["LogicalResourceId"]: r["PhysicalResourceId"] for r in resources}
+    return {"outputs": outputs, "physical": physical}
+
+
+def _executions_for(sfn: Any, state_machine: str, order_id: str, expected: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        found = []
+        for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=state_machine):
+            found.extend(e for e in page["executions"] if e["name"].startswith(order_id + "-"))
+        if len(found) >= expected and all(e["status"] != "RUNNING" for e in found):
+            return found
+        time.sleep(5)
+    raise TimeoutError(f"executions for {order_id} did not finish")
+
+
+def test_seed_000_lab_on_the_deployed_stack_charges_once(stack: dict[str, Any]) -> None:
+    import boto3
+
+    from payment_saga.orders import order_from_message
+    from payment_saga.payments import StripeProvider, idempotency_key, stripe_secret_from_string
+
+    order_id = f"ORDER-IT-{uuid.uuid4().hex[:12]}"
+    order = {
+        "orderId": order_id,
+        "amount": 15000,
+        "currency": "BRL",
+        "customerId": "cus_it",
+        "paymentMethod": "pm_card_visa",
+    }
+    sqs = boto3.client("sqs")
+    for _ in range(4):
+        sqs.send_message(QueueUrl=stack["outputs"]["OrdersQueueUrl"], MessageBody=json.dumps(order))
+
+    sfn = boto3.client("stepfunctions")
+    executions = _executions_for(sfn, stack["outputs"]["PaymentSagaStateMachineArn"], order_id, 4)
+
+    outputs = [
+        json.loads(sfn.describe_execution(executionArn=e["executionArn"]).get("output") or "{}")
+        for e in executions
+    ]
+    assert sorted(o.get("status") for o in outputs) == ["CHARGED", "DUPLICATE", "DUPLICATE", "DUPLICATE"]
+    charged = next(e for e, o in zip(executions, outputs, strict=True) if o.get("status") == "CHARGED")
+    history = sfn.get_execution_history(executionArn=charged["executionArn"])["events"]
+    entered = [e["stateEnteredEventDetails"]["name"] for e in history if e["type"].endswith("StateEntered")]
+    assert entered == ["Claim Order", "Already Claimed?", "Charge Payment", "Mark Complete", "Order Charged"]
+
+    secret_arn = boto3.client("lambda").get_function_configuration(
+        FunctionName=stack["physical"]["ChargePaymentFunction"]
+    )["Environment"]["Variables"]["PAYMENT_API_KEY_SECRET_ARN"]
+    raw = boto3.client("secretsmanager").get_secret_value(SecretId=secret_arn)["SecretString"]
+    provider = StripeProvider(stripe_secret_from_string(raw))
+    # Stripe's search is eventually consistent: give it a minute to index the charge.
+    deadline = time.monotonic() + 120
+    found = None
+    while found is None and time.monotonic() < deadline:
+        found = provider.find_charge(
+            order_from_message(order), attempt=1, idempotency_key=idempotency_key(order_id, 1)
+        )
+        time.sleep(10)
+    assert found is not None
+    assert found.amount == 15000

@@ -1,0 +1,159 @@
+"""Invariant 9: each claim, duplicate, charge, release and conflict is a log event with orderId, and a metric.
+
+And what must never be logged: a card number, the provider's secret key, a payment method token.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from saga_local.stack import LOCAL_API_KEY
+from tests.statemachine.conftest import Saga, order
+
+CARD_NUMBER = re.compile(r"(?<!\d)(?:\d[ -]?){13,19}(?!\d)")
+EMF_TIMESTAMP = re.compile(r'"Timestamp":\d+')
+
+
+class Captured:
+    """The handlers' JSON log lines (Powertools' logger) and their EMF metric lines (printed)."""
+
+    def __init__(self, buffer: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+        self.buffer = buffer
+        self.capsys = capsys
+
+    def clear(self) -> None:
+        self.buffer.seek(0)
+        self.buffer.truncate()
+        self.capsys.readouterr()
+
+    def text(self) -> str:
+        return self.buffer.getvalue() + self.capsys.readouterr().out
+
+
+@pytest.fixture
+def captured(capsys: pytest.CaptureFixture[str]) -> Iterator[Captured]:
+    """Powertools' handler keeps the stdout it found at import: add one of ours, same formatter."""
+    import handlers.runtime  # noqa: F401 - creates the service's logger
+
+    logger = logging.getLogger("payment-saga")
+    original = next(h for h in logger.handlers if isinstance(h, logging.StreamHandler))
+    buffer = io.StringIO()
+    handler = logging.StreamHandler(buffer)
+    handler.setFormatter(original.formatter)
+    logger.addHandler(handler)
+    yield Captured(buffer, capsys)
+    logger.removeHandler(handler)
+
+
+def lines(captured: str) -> list[dict[str, Any]]:
+    out = []
+    for line in captured.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def events(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    by_event: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        if "event" in record:
+            by_event.setdefault(record["event"], []).append(record)
+    return by_event
+
+
+def metrics(records: list[dict[str, Any]]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for record in records:
+        for directive in record.get("_aws", {}).get("CloudWatchMetrics", []):
+            dims = {d for group in directive["Dimensions"] for d in group}
+            for metric in directive["Metrics"]:
+                name = metric["Name"] + (
+                    "" if dims == {"service"} else "[" + ",".join(sorted(dims - {"service"})) + "]"
+                )
+                totals[name] = totals.get(name, 0) + sum(record[metric["Name"]])
+    return totals
+
+
+def run(saga: Saga, captured: Captured, *orders: tuple[dict[str, Any], str]) -> list[dict[str, Any]]:
+    captured.clear()
+    for body, name in orders:
+        saga.driver.wait(saga.driver.start(body, name=name))
+    return lines(captured.text())
+
+
+def test_every_path_emits_its_events_with_order_id_and_its_metrics(saga: Saga, captured: Captured) -> None:
+    records = run(
+        saga,
+        captured,
+        (order(), "happy"),
+        (order(), "duplicate"),
+        (order("ORDER-DECLINED", paymentMethod="pm_card_chargeDeclined"), "declined"),
+        (order(amount=1), "conflict"),
+    )
+
+    seen = events(records)
+    for name in (
+        "claim_won",
+        "charge_applied",
+        "claim_completed",
+        "skip_duplicate",
+        "charge_declined",
+        "claim_released",
+        "order_conflict",
+    ):
+        assert name in seen, f"no {name} event"
+        assert all(r.get("orderId") for r in seen[name]), f"{name} without orderId"
+    assert {r["orderId"] for r in seen["charge_declined"]} == {"ORDER-DECLINED"}
+    totals = metrics(records)
+    assert totals["ClaimWon"] == 2
+    assert totals["ChargeApplied"] == 1
+    assert totals["ChargeDeclined"] == 1
+    assert totals["ClaimReleased"] == 1
+    assert totals["OrderConflict"] == 1
+    assert totals["DuplicateSuppressed"] == 1
+    assert totals["DuplicateSuppressed[Layer]"] == 1
+
+
+def test_start_lambda_logs_rejections_and_envelope_duplicates(saga: Saga, captured: Captured) -> None:
+    captured.clear()
+    saga.driver.send("{not json")
+    saga.driver.send(order("ORDER-OBS"))
+    saga.driver.pump()
+    records = lines(captured.text())
+
+    seen = events(records)
+    assert seen["message_rejected"][0]["reason"].startswith("body is not valid JSON")
+    assert seen["execution_started"][0]["orderId"] == "ORDER-OBS"
+    assert metrics(records)["MalformedMessage"] == 1
+
+
+def test_no_log_line_carries_a_card_number_a_secret_or_a_payment_method_token(
+    saga: Saga, captured: Captured
+) -> None:
+    captured.clear()
+    # A hostile producer puts a card number where a field should be, and in an unknown field.
+    saga.driver.send(json.dumps({**order("ORDER-PAN"), "amount": 4242424242424242}))
+    saga.driver.send(json.dumps({**order("ORDER-PAN2"), "note": "4242 4242 4242 4242"}))
+    saga.driver.send(order("ORDER-OK"))
+    saga.driver.pump()
+    saga.driver.wait(
+        saga.driver.start(order("ORDER-DEC", paymentMethod="pm_card_chargeDeclined"), name="dec")
+    )
+    text = captured.text()
+
+    assert text.strip(), "the handlers logged nothing: the check below would be vacuous"
+    assert LOCAL_API_KEY not in text
+    assert "pm_card" not in text
+    scrubbed = EMF_TIMESTAMP.sub("", text)  # EMF's epoch-millisecond timestamps are 13 digits
+    assert not CARD_NUMBER.search(scrubbed), CARD_NUMBER.search(scrubbed)
