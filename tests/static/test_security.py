@@ -120,6 +120,20 @@ MANAGED_POLICIES: dict[str, list[dict[str, Any]]] = {
             "Resource": ["*"],
         }
     ],
+    # What StartExecutionFunctionRole attaches for tracing (the same grants as the above).
+    "arn:aws:iam::aws:policy/AWSXRayDaemonWriteAccess": [
+        {
+            "Effect": "Allow",
+            "Action": [
+                "xray:PutTraceSegments",
+                "xray:PutTelemetryRecords",
+                "xray:GetSamplingRules",
+                "xray:GetSamplingTargets",
+                "xray:GetSamplingStatisticSummaries",
+            ],
+            "Resource": ["*"],
+        }
+    ],
     # SAM attaches this to a function with an SQS event source: receive and delete on every queue.
     "arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole": [
         {
@@ -141,15 +155,8 @@ MANAGED_POLICIES: dict[str, list[dict[str, Any]]] = {
 #: the fix makes it fail until the entry is removed; ``test_known_findings_are_exactly_those_recorded``
 #: keeps the xfail from hiding any other finding in the same role.
 KNOWN_WILDCARD_ROLES: dict[str, tuple[list[str], str]] = {
-    "StartExecutionFunctionRole": (
-        [
-            "AWSLambdaSQSQueueExecutionRole: ['sqs:ReceiveMessage', 'sqs:DeleteMessage', "
-            "'sqs:GetQueueAttributes'] on *"
-        ],
-        "SAM attaches AWSLambdaSQSQueueExecutionRole (receive and delete on every queue of the account) "
-        "for the SQS event source, with no switch to leave it out: give StartExecutionFunction its own "
-        "AWS::IAM::Role granting those actions on OrdersQueue only.",
-    ),
+    # Empty since StartExecutionFunction got its own role: SAM's generated one carried
+    # AWSLambdaSQSQueueExecutionRole (receive and delete on every queue of the account).
 }
 
 
@@ -179,8 +186,15 @@ def role_statements(role: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
         for statement in as_list(policy["PolicyDocument"]["Statement"]):
             yield policy["PolicyName"], statement
     for arn in properties.get("ManagedPolicyArns") or []:
-        for statement in MANAGED_POLICIES.get(str(arn), []):
-            yield str(arn).rsplit("/", 1)[-1], statement
+        for statement in MANAGED_POLICIES.get(managed_arn(arn), []):
+            yield managed_arn(arn).rsplit("/", 1)[-1], statement
+
+
+def managed_arn(arn: Any) -> str:
+    """A managed policy ARN, ``!Sub arn:${AWS::Partition}:...`` read in the aws partition."""
+    if isinstance(arn, dict) and "Fn::Sub" in arn:
+        return str(arn["Fn::Sub"]).replace("${AWS::Partition}", "aws")
+    return str(arn)
 
 
 def identity_policies(deployed: dict[str, Any]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
@@ -243,7 +257,7 @@ def test_every_managed_policy_is_known(deployed: dict[str, Any]) -> None:
         if resource["Type"] != "AWS::IAM::Role":
             continue
         for arn in resource["Properties"].get("ManagedPolicyArns") or []:
-            assert str(arn) in MANAGED_POLICIES, f"{name}: {arn} is not in MANAGED_POLICIES"
+            assert managed_arn(arn) in MANAGED_POLICIES, f"{name}: {arn} is not in MANAGED_POLICIES"
 
 
 def principal_roles() -> list[Any]:
