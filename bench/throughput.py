@@ -100,7 +100,7 @@ def main() -> None:
     args = parser.parse_args()
 
     rows = []
-    with EmbeddedStack(runtime="inprocess", visibility_timeout=120, max_workers=16) as stack:
+    with EmbeddedStack(runtime="inprocess", visibility_timeout=120, max_workers=16, log_level="WARNING") as stack:
         lam = stack.client("lambda")
         noop = lam.create_function(FunctionName="bench-noop", Runtime="python3.13",
                                    Role=f"arn:aws:iam::123456789012:role/{stack.stack.name}-functions",
@@ -123,7 +123,7 @@ def main() -> None:
 
     memory: dict[str, Any] = {}
     if args.memory_orders:
-        with EmbeddedStack(runtime="inprocess", visibility_timeout=120) as stack:
+        with EmbeddedStack(runtime="inprocess", visibility_timeout=120, log_level="WARNING") as stack:
             first = simulate.run(stack, orders=1000, copies=1, concurrency=4, seed=1, prefix="M1")
             memory["rss_mb_after_1000"] = round(rss_mb(), 1)
             rest = simulate.run(stack, orders=args.memory_orders - 1000, copies=1, concurrency=4, seed=2, prefix="M2")

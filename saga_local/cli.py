@@ -59,8 +59,8 @@ def money(amount: int, currency: str) -> str:
 class Out:
     """Terminal output with colour when it is a terminal."""
 
-    def __init__(self, stream: Any = sys.stdout) -> None:
-        self.stream = stream
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stdout
         self.color = hasattr(stream, "isatty") and stream.isatty()
 
     def __call__(self, text: str = "") -> None:
@@ -375,7 +375,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from saga_local.embedded import EmbeddedStack
 
     progress = None if args.json else simulate.progress_bar
-    with EmbeddedStack(runtime=args.runtime, visibility_timeout=60, max_workers=args.concurrency) as stack:
+    with EmbeddedStack(
+        runtime=args.runtime, visibility_timeout=60, max_workers=args.concurrency, log_level="WARNING"
+    ) as stack:
         report = simulate.run(
             stack,
             orders=args.orders,

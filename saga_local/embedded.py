@@ -66,7 +66,9 @@ class EmbeddedStack:
         retry_time_scale: multiply the ASL's Retry waits by this (0: do not wait).
         visibility_timeout: the queues' visibility timeout, in seconds, for this run.
         max_workers: warm workers per function.
-        log_dir: where the functions' JSON logs go.
+        log_dir: where the functions' JSON logs go (worker processes; in-process handlers log to
+            this process's stdout, so runs that print a report use ``log_level="WARNING"``).
+        log_level: the template's ``LogLevel`` parameter for this run.
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class EmbeddedStack:
         visibility_timeout: int = 2,
         max_workers: int = 4,
         log_dir: Path | None = None,
+        log_level: str = "INFO",
     ) -> None:
         if runtime not in ("workers", "inprocess"):
             raise ValueError("runtime must be 'workers' or 'inprocess'")
@@ -94,6 +97,7 @@ class EmbeddedStack:
         self.visibility_timeout = visibility_timeout
         self.max_workers = max_workers
         self.log_dir = log_dir
+        self.log_level = log_level
         self.provider = ProviderEmulator(dedupe=provider_dedupe)
         self._server: ThreadedMotoServer | None = None
         self._exit = contextlib.ExitStack()
@@ -150,7 +154,10 @@ class EmbeddedStack:
         if self.runtime_kind == "workers":
             function_environment["AWS_ENDPOINT_URL"] = self.endpoint
         self.stack = provision(
-            self.client, extra_environment=function_environment, visibility_timeout=self.visibility_timeout
+            self.client,
+            parameters={"LogLevel": self.log_level},
+            extra_environment=function_environment,
+            visibility_timeout=self.visibility_timeout,
         )
         if self.runtime_kind == "workers":
             self.runtime = WorkerRuntime(

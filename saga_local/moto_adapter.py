@@ -113,7 +113,7 @@ def _locked(method: Any) -> Any:
 
 
 _PROGRAMS: dict[str, Any] = {}
-_PROGRAMS_LOCK = threading.Lock()
+_PROGRAMS_LOCK = threading.RLock()  # re-entrant: the patch may be nested (bench/throughput.py)
 
 
 class _CachedBoto3:
