@@ -27,25 +27,34 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
 
-from saga_local import simulate  # noqa: E402
-from saga_local.embedded import EmbeddedStack  # noqa: E402
-from saga_local.moto_adapter import Invocation  # noqa: E402
+from saga_local import simulate
+from saga_local.embedded import EmbeddedStack
+from saga_local.moto_adapter import Invocation
 
 
 def bare_definition(function_arn: str) -> str:
-    task = {"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke",
-            "Parameters": {"FunctionName": function_arn, "Payload.$": "$"}, "ResultPath": "$.last"}
-    return json.dumps({
-        "StartAt": "One",
-        "States": {
-            "One": {**task, "Next": "Choose"},
-            "Choose": {"Type": "Choice", "Choices": [{"Variable": "$.skip", "IsPresent": True, "Next": "Done"}],
-                       "Default": "Two"},
-            "Two": {**task, "Next": "Three"},
-            "Three": {**task, "Next": "Done"},
-            "Done": {"Type": "Pass", "End": True},
-        },
-    })
+    task = {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::lambda:invoke",
+        "Parameters": {"FunctionName": function_arn, "Payload.$": "$"},
+        "ResultPath": "$.last",
+    }
+    return json.dumps(
+        {
+            "StartAt": "One",
+            "States": {
+                "One": {**task, "Next": "Choose"},
+                "Choose": {
+                    "Type": "Choice",
+                    "Choices": [{"Variable": "$.skip", "IsPresent": True, "Next": "Done"}],
+                    "Default": "Two",
+                },
+                "Two": {**task, "Next": "Three"},
+                "Three": {**task, "Next": "Done"},
+                "Done": {"Type": "Pass", "End": True},
+            },
+        }
+    )
 
 
 class NoopThenReal:
@@ -93,40 +102,56 @@ def rss_mb() -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--orders", type=int, default=200)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--memory-orders", type=int, default=10_000)
     args = parser.parse_args()
 
     rows = []
-    with EmbeddedStack(runtime="inprocess", visibility_timeout=120, max_workers=16, log_level="WARNING") as stack:
+    with EmbeddedStack(runtime="inprocess", visibility_timeout=120, max_workers=16, quiet=True) as stack:
         lam = stack.client("lambda")
-        noop = lam.create_function(FunctionName="bench-noop", Runtime="python3.13",
-                                   Role=f"arn:aws:iam::123456789012:role/{stack.stack.name}-functions",
-                                   Handler="noop.handler", Code={"ZipFile": b"PK\x05\x06" + b"\x00" * 18})
-        from saga_local import moto_adapter  # noqa: PLC0415
+        noop = lam.create_function(
+            FunctionName="bench-noop",
+            Runtime="python3.13",
+            Role=f"arn:aws:iam::123456789012:role/{stack.stack.name}-functions",
+            Handler="noop.handler",
+            Code={"ZipFile": b"PK\x05\x06" + b"\x00" * 18},
+        )
+        from saga_local import moto_adapter
 
         # Route the noop function past the handlers: re-enter the patch with a composed runtime.
-        stack._exit.enter_context(moto_adapter.patched_moto(NoopThenReal(stack.runtime, "bench-noop")))  # noqa: SLF001
+        stack._exit.enter_context(moto_adapter.patched_moto(NoopThenReal(stack.runtime, "bench-noop")))
         bare_arn = stack.client("stepfunctions").create_state_machine(
-            name="bench-bare", definition=bare_definition(noop["FunctionArn"]),
+            name="bench-bare",
+            definition=bare_definition(noop["FunctionArn"]),
             roleArn="arn:aws:iam::123456789012:role/bench",
         )["stateMachineArn"]
         for c in args.concurrency:
             bare = run_bare(stack, bare_arn, args.orders, c, tag=str(c))
             report = simulate.run(stack, orders=args.orders, copies=1, concurrency=c, seed=c, prefix=f"C{c}")
             saga = report.orders_per_second
-            rows.append({"concurrency": c, "saga_orders_per_s": saga, "bare_executions_per_s": round(bare, 2),
-                         "ratio": round(saga / bare, 3), "promise_kept": report.promise_kept})
+            rows.append(
+                {
+                    "concurrency": c,
+                    "saga_orders_per_s": saga,
+                    "bare_executions_per_s": round(bare, 2),
+                    "ratio": round(saga / bare, 3),
+                    "promise_kept": report.promise_kept,
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
 
     memory: dict[str, Any] = {}
     if args.memory_orders:
-        with EmbeddedStack(runtime="inprocess", visibility_timeout=120, log_level="WARNING") as stack:
+        with EmbeddedStack(runtime="inprocess", visibility_timeout=120, quiet=True) as stack:
             first = simulate.run(stack, orders=1000, copies=1, concurrency=4, seed=1, prefix="M1")
             memory["rss_mb_after_1000"] = round(rss_mb(), 1)
-            rest = simulate.run(stack, orders=args.memory_orders - 1000, copies=1, concurrency=4, seed=2, prefix="M2")
+            rest = simulate.run(
+                stack, orders=args.memory_orders - 1000, copies=1, concurrency=4, seed=2, prefix="M2"
+            )
             memory[f"rss_mb_after_{args.memory_orders}"] = round(rss_mb(), 1)
             memory["promise_kept"] = first.promise_kept and rest.promise_kept
             memory["orders_per_second"] = rest.orders_per_second

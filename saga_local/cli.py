@@ -376,7 +376,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     progress = None if args.json else simulate.progress_bar
     with EmbeddedStack(
-        runtime=args.runtime, visibility_timeout=60, max_workers=args.concurrency, log_level="WARNING"
+        runtime=args.runtime, visibility_timeout=60, max_workers=args.concurrency, quiet=True
     ) as stack:
         report = simulate.run(
             stack,
@@ -393,6 +393,49 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         sys.stderr.write("\n")
         Out()(simulate.render(report))
     return 0 if report.promise_kept else 1
+
+
+# -- cost ----------------------------------------------------------------------------------------
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    """AWS cost per million orders, from usage counted in a local run, prices from saga_local/prices.json."""
+    from saga_local import cost
+    from saga_local.embedded import EmbeddedStack
+    from saga_local.usage import measure_order_usage
+
+    with EmbeddedStack(runtime="inprocess", quiet=True) as stack:
+        for i in range(3):  # warm the handlers: cold imports are not what an order costs
+            measure_order_usage(stack, seed_order(f"ORDER-WARM-{i}"))
+        happy = measure_order_usage(stack, seed_order("ORDER-COST"))
+        duplicate = measure_order_usage(stack, seed_order("ORDER-COST"))
+    share = args.duplicate_share
+
+    def mix(field: str) -> float:
+        return float(getattr(happy, field) + share * getattr(duplicate, field))
+
+    mixed = cost.Usage(**{f: mix(f) for f in cost.Usage.__dataclass_fields__})
+    step_ms = happy.lambda_gb_seconds / (256 / 1024) * 1000  # the same work, done by one function
+    rows = {
+        "saga, happy path": happy,
+        "saga, a duplicate delivery": duplicate,
+        f"saga, mix ({share:.0%} of orders delivered twice)": mixed,
+        "single Lambda + Powertools idempotency": cost.single_lambda_baseline_usage(duration_ms=step_ms),
+    }
+    prices = cost.load_prices()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    name: {"usage": vars(u), "usd_per_million": cost.cost_per_million(u, prices)}
+                    for name, u in rows.items()
+                },
+                indent=2,
+            )
+        )
+    else:
+        Out()(cost.render_table(rows, prices))
+    return 0
 
 
 # -- entry point ---------------------------------------------------------------------------------
@@ -454,6 +497,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--json", action="store_true")
     sim.set_defaults(func=cmd_simulate)
+
+    costs = sub.add_parser("cost", help="AWS cost per million orders, from figures counted in a local run")
+    costs.add_argument(
+        "--duplicate-share", type=float, default=0.1, help="share of orders delivered twice (mix)"
+    )
+    costs.add_argument("--json", action="store_true")
+    costs.set_defaults(func=cmd_cost)
     return parser
 
 

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from saga_local.event_source import SqsEventSource
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from saga_local.stack import Stack
 
 TERMINAL = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
@@ -85,8 +87,13 @@ class Driver:
 
     # -- running -------------------------------------------------------------------------------
 
-    def pump(self, *, timeout: float = 60.0, pollers: int = 1) -> None:
-        """Run the event source until the queue is empty and every execution has ended."""
+    def pump(
+        self, *, timeout: float = 60.0, pollers: int = 1, busy: Callable[[], bool] | None = None
+    ) -> None:
+        """Run the event source until the queue is empty and every execution has ended.
+
+        ``busy``, if given, keeps it running while it returns true (a producer still sending).
+        """
         deadline = time.monotonic() + timeout
         stop = threading.Event()
         threads = [
@@ -97,6 +104,9 @@ class Driver:
         try:
             pause = 0.05
             while time.monotonic() < deadline:
+                if busy is not None and busy():
+                    time.sleep(0.2)
+                    continue
                 if self.queue_depth() == 0 and not self.running():
                     # Let a poller that is mid-batch finish before declaring the stack idle.
                     time.sleep(0.05)

@@ -23,6 +23,7 @@ import os
 import socket
 import threading
 import urllib.request
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,8 @@ def quiet_libraries() -> None:
     """The server's access log and the engine's own error logging would drown the story."""
     for name in ("werkzeug", "moto", "botocore", "urllib3"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    # Powertools warns when an invocation flushes no metric (a death mid-handler): noise here.
+    warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 
 def free_port() -> int:
@@ -67,8 +70,8 @@ class EmbeddedStack:
         visibility_timeout: the queues' visibility timeout, in seconds, for this run.
         max_workers: warm workers per function.
         log_dir: where the functions' JSON logs go (worker processes; in-process handlers log to
-            this process's stdout, so runs that print a report use ``log_level="WARNING"``).
-        log_level: the template's ``LogLevel`` parameter for this run.
+            this process's stdout).
+        quiet: ``LogLevel=WARNING`` and no EMF metric lines: for runs that print a report on stdout.
     """
 
     def __init__(
@@ -83,7 +86,7 @@ class EmbeddedStack:
         visibility_timeout: int = 2,
         max_workers: int = 4,
         log_dir: Path | None = None,
-        log_level: str = "INFO",
+        quiet: bool = False,
     ) -> None:
         if runtime not in ("workers", "inprocess"):
             raise ValueError("runtime must be 'workers' or 'inprocess'")
@@ -97,7 +100,7 @@ class EmbeddedStack:
         self.visibility_timeout = visibility_timeout
         self.max_workers = max_workers
         self.log_dir = log_dir
-        self.log_level = log_level
+        self.quiet = quiet
         self.provider = ProviderEmulator(dedupe=provider_dedupe)
         self._server: ThreadedMotoServer | None = None
         self._exit = contextlib.ExitStack()
@@ -148,6 +151,7 @@ class EmbeddedStack:
             "PAYMENT_API_KEY": LOCAL_API_KEY,
             "PAYMENT_API_TIMEOUT_SECONDS": "5",
             "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_METRICS_DISABLED": "true" if self.quiet else "false",
             "AWS_DEFAULT_REGION": REGION,
             **LOCAL_CREDENTIALS,
         }
@@ -155,7 +159,7 @@ class EmbeddedStack:
             function_environment["AWS_ENDPOINT_URL"] = self.endpoint
         self.stack = provision(
             self.client,
-            parameters={"LogLevel": self.log_level},
+            parameters={"LogLevel": "WARNING" if self.quiet else "INFO"},
             extra_environment=function_environment,
             visibility_timeout=self.visibility_timeout,
         )

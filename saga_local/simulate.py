@@ -7,6 +7,7 @@ taken from the saga's own word.
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 import threading
@@ -71,20 +72,29 @@ def make_orders(
     return orders
 
 
-def send_all(stack: EmbeddedStack, orders: list[dict[str, Any]], copies: int, *, seed: int = 11) -> int:
-    """Send every order ``copies`` times, shuffled, as a misbehaving producer would. Returns deliveries."""
+#: The producer keeps at most this many messages waiting: moto's SQS does work proportional to the
+#: queue's depth on every send and receive, so a deep queue measures moto, not the saga.
+MAX_QUEUE_DEPTH = 200
+
+
+def shuffled_deliveries(orders: list[dict[str, Any]], copies: int, *, seed: int = 11) -> list[dict[str, Any]]:
+    """Every order ``copies`` times, shuffled, as a misbehaving producer would send them."""
     bodies = [order for order in orders for _ in range(copies)]
     random.Random(seed).shuffle(bodies)
-    sqs = stack.driver.sqs
-    import json
+    return bodies
 
+
+def send_all(stack: EmbeddedStack, bodies: list[dict[str, Any]], *, max_depth: int = MAX_QUEUE_DEPTH) -> None:
+    """Send the bodies in batches of 10, never letting more than ``max_depth`` wait in the queue."""
+    sqs = stack.driver.sqs
     for start in range(0, len(bodies), 10):
+        while stack.driver.queue_depth() >= max_depth:
+            time.sleep(0.05)
         chunk = bodies[start : start + 10]
         sqs.send_message_batch(
             QueueUrl=stack.stack.queue_url,
             Entries=[{"Id": str(i), "MessageBody": json.dumps(body)} for i, body in enumerate(chunk)],
         )
-    return len(bodies)
 
 
 def progress_bar(done: int, total: int, began: float, stream: Any = sys.stderr) -> None:
@@ -112,14 +122,17 @@ def run(
     ``prefix`` names the orders (``ORDER-<prefix>-000001``): runs on one stack need distinct ones.
     """
     batch = make_orders(orders, decline_rate=decline_rate, seed=seed, prefix=prefix)
+    bodies = shuffled_deliveries(batch, copies, seed=seed)
+    deliveries = len(bodies)
     began = time.monotonic()
-    deliveries = send_all(stack, batch, copies, seed=seed)
+    producer = threading.Thread(target=send_all, args=(stack, bodies), daemon=True)
+    producer.start()
     stop = threading.Event()
     watcher = threading.Thread(target=_watch, args=(stack, stop, deliveries, began, progress), daemon=True)
     if progress is not None:
         watcher.start()
     try:
-        stack.driver.pump(pollers=concurrency, timeout=timeout)
+        stack.driver.pump(pollers=concurrency, timeout=timeout, busy=producer.is_alive)
     finally:
         stop.set()
         if progress is not None:

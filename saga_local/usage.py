@@ -67,3 +67,37 @@ def dynamodb_calls(calls: Counter[tuple[str, str]], *, exclude: set[str] | None 
         elif operation in DYNAMODB_READS:
             reads += n
     return writes, reads
+
+
+def measure_order_usage(stack: Any, body: dict[str, Any], *, sqs_requests_per_message: float = 1.2) -> Any:
+    """Send one message through a running local stack and count what it used, as a ``cost.Usage``.
+
+    Counted: state transitions (from the history), every Lambda invocation including the start
+    function's, their durations rounded up to the millisecond times the function's memory, and the
+    DynamoDB calls (a write is one request unit for a claim row under 1 KB; a failed conditional
+    write costs one too). SQS requests per message are 1 send plus a receive and a delete per batch
+    of 10 (1.2); the local batch holds one message, so that figure is not counted here.
+    """
+    import math
+
+    from saga_local.cost import Usage
+
+    runtime, driver = stack.runtime, stack.driver
+    before_records, before_calls = len(runtime.records), Counter(runtime.calls)
+    before_arns = set(driver.execution_arns())
+    driver.send(body)
+    driver.pump()
+    (arn,) = set(driver.execution_arns()) - before_arns
+    total, _ = transitions(driver.history(arn))
+    records = runtime.records[before_records:]
+    memory = {spec.logical_id: spec.memory_mb for spec, _ in stack.stack.functions.values()}
+    gb_seconds = sum(memory[r.function] / 1024 * math.ceil(r.duration_ms) / 1000 for r in records)
+    writes, reads = dynamodb_calls(runtime.calls - before_calls)
+    return Usage(
+        state_transitions=total,
+        lambda_invocations=len(records),
+        lambda_gb_seconds=gb_seconds,
+        dynamodb_wru=writes,
+        dynamodb_rru=reads,
+        sqs_requests=sqs_requests_per_message,
+    )
