@@ -290,25 +290,9 @@ class ClaimsStore:
         Raises:
             ClaimLost: another execution holds the claim, or it is no longer this one's to complete.
         """
-        now = int(self._clock())
-        won, old = self._update(
-            order_id,
-            {
-                "UpdateExpression": "SET #status = :completed, chargeId = :charge, completedAt = :now_iso"
-                " REMOVE openClaim",
-                "ConditionExpression": "claimToken = :token AND (#status = :claimed"
-                " OR (#status = :completed AND chargeId = :charge))",
-                "ExpressionAttributeValues": {
-                    ":completed": {"S": ClaimStatus.COMPLETED.value},
-                    ":claimed": {"S": ClaimStatus.CLAIMED.value},
-                    ":charge": {"S": charge_id},
-                    ":token": {"S": token},
-                    ":now_iso": {"S": iso_utc(now)},
-                },
-            },
-            return_new=True,
+        return self._fenced(
+            order_id, "complete", token, ClaimStatus.COMPLETED, "chargeId", {"S": charge_id}, "completedAt"
         )
-        return self._fenced_result(order_id, "complete", won, old)
 
     def release(self, order_id: str, *, token: str, reason: ReleaseReason) -> Claim:
         """Release the claim, if ``token`` still holds it. Only call this with proof nothing was charged.
@@ -318,25 +302,50 @@ class ClaimsStore:
         Raises:
             ClaimLost: another execution holds the claim, or it is completed.
         """
+        return self._fenced(
+            order_id,
+            "release",
+            token,
+            ClaimStatus.RELEASED,
+            "releaseReason",
+            {"S": reason.value},
+            "releasedAt",
+        )
+
+    def _fenced(
+        self,
+        order_id: str,
+        action: str,
+        token: str,
+        status: ClaimStatus,
+        detail: str,
+        value: dict[str, str],
+        stamp: str,
+    ) -> Claim:
+        """CLAIMED -> ``status`` with ``detail`` = ``value``, conditional on ``token`` holding the claim.
+
+        Re-entrant: the same transition with the same detail, by the same token, succeeds again.
+        """
         now = int(self._clock())
-        won, old = self._update(
+        won, item = self._update(
             order_id,
             {
-                "UpdateExpression": "SET #status = :released, releaseReason = :reason, releasedAt = :now_iso"
-                " REMOVE openClaim",
+                "UpdateExpression": (
+                    f"SET #status = :to, {detail} = :detail, {stamp} = :now_iso REMOVE openClaim"
+                ),
                 "ConditionExpression": "claimToken = :token AND (#status = :claimed"
-                " OR (#status = :released AND releaseReason = :reason))",
+                f" OR (#status = :to AND {detail} = :detail))",
                 "ExpressionAttributeValues": {
-                    ":released": {"S": ClaimStatus.RELEASED.value},
+                    ":to": {"S": status.value},
                     ":claimed": {"S": ClaimStatus.CLAIMED.value},
-                    ":reason": {"S": reason.value},
+                    ":detail": value,
                     ":token": {"S": token},
                     ":now_iso": {"S": iso_utc(now)},
                 },
             },
             return_new=True,
         )
-        return self._fenced_result(order_id, "release", won, old)
+        return self._fenced_result(order_id, action, won, item)
 
     @staticmethod
     def _fenced_result(order_id: str, action: str, won: bool, item: dict[str, Any] | None) -> Claim:
@@ -400,3 +409,98 @@ class ClaimsStore:
             item: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
             return False, item
         return True, response.get("Attributes")
+
+    # -- the sweeper (issue 4) ----------------------------------------------------------------
+
+    def complete_stale(self, seen: Claim, *, charge_id: str) -> Claim:
+        """Complete a claim whose lease ran out with the charge the provider shows for its attempt.
+
+        For the sweeper only: ``seen`` is the claim as discovery saw it (through the lagging index),
+        and the write is fenced on all of it -- still ``CLAIMED``, the same token, attempt and lease,
+        and that lease run out -- so a claim taken over, completed or renewed since is left alone.
+        One conditional ``UpdateItem``; re-entrant (a retried write that already landed returns the
+        completed claim).
+
+        Raises:
+            ClaimLost: the claim is no longer the one the sweeper saw.
+        """
+        return self._resolve_stale(
+            seen,
+            "SET #status = :completed, chargeId = :charge, completedAt = :now_iso, reconciledAt = :now_iso"
+            " REMOVE openClaim",
+            {":completed": {"S": ClaimStatus.COMPLETED.value}, ":charge": {"S": charge_id}},
+            landed=(ClaimStatus.COMPLETED, "chargeId", charge_id),
+        )
+
+    def release_stale(self, seen: Claim) -> Claim:
+        """Release a claim whose lease ran out, once the provider shows that its attempt charged nothing.
+
+        For the sweeper only, fenced like :meth:`complete_stale`. The reason is ``NOT_CHARGED``: the
+        release is the proof that nothing was charged (invariant 6), so the next claim of the order
+        starts a new attempt. Re-entrant like :meth:`complete_stale`.
+
+        Raises:
+            ClaimLost: the claim is no longer the one the sweeper saw.
+        """
+        return self._resolve_stale(
+            seen,
+            "SET #status = :released, releaseReason = :reason, releasedAt = :now_iso, reconciledAt = :now_iso"
+            " REMOVE openClaim",
+            {
+                ":released": {"S": ClaimStatus.RELEASED.value},
+                ":reason": {"S": ReleaseReason.NOT_CHARGED.value},
+            },
+            landed=(ClaimStatus.RELEASED, "releaseReason", ReleaseReason.NOT_CHARGED.value),
+        )
+
+    def _resolve_stale(
+        self,
+        seen: Claim,
+        update: str,
+        values: dict[str, Any],
+        *,
+        landed: tuple[ClaimStatus, str, str],
+    ) -> Claim:
+        """One fenced write for the sweeper; ``landed`` (status, attribute, value) tells our own
+        earlier write apart from someone else's."""
+        now = int(self._clock())
+        won, item = self._update(
+            seen.order_id,
+            {
+                "UpdateExpression": update,
+                # Everything the sweeper's decision rests on, re-checked in the write itself.
+                "ConditionExpression": "#status = :claimed AND claimToken = :token AND attempt = :attempt"
+                " AND leaseExpiresAt = :lease AND leaseExpiresAt < :now",
+                "ExpressionAttributeValues": {
+                    **values,
+                    ":claimed": {"S": ClaimStatus.CLAIMED.value},
+                    ":token": {"S": seen.claim_token},
+                    ":attempt": {"N": str(seen.attempt)},
+                    ":lease": {"N": str(seen.lease_expires_at)},
+                    ":now": {"N": str(now)},
+                    ":now_iso": {"S": iso_utc(now)},
+                },
+            },
+            return_new=True,
+        )
+        if won and item:
+            return Claim.from_item(item)
+        if not item:
+            raise ClaimLost(f"cannot resolve order {seen.order_id}: there is no claim")
+        current = Claim.from_item(item)
+        status, attribute, value = landed
+        # Our own earlier write (its response lost, the SDK retried): same holder, same attempt, the
+        # same outcome, and the sweeper's mark on it.
+        if (
+            "reconciledAt" in item
+            and current.claim_token == seen.claim_token
+            and current.attempt == seen.attempt
+            and current.status is status
+            and item.get(attribute, {}).get("S") == value
+        ):
+            return current
+        raise ClaimLost(
+            f"cannot resolve order {seen.order_id}: it is now {current.status.value} under"
+            f" {'the same' if current.claim_token == seen.claim_token else 'another'} token,"
+            f" attempt {current.attempt}, lease until {current.lease_expires_at}"
+        )
