@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from saga_local.template import ROOT
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from saga_local.driver import ExecutionResult
     from saga_local.embedded import EmbeddedStack
@@ -103,6 +103,13 @@ def seed_order(order_id: str = "ORDER-003", **overrides: Any) -> dict[str, Any]:
     order: dict[str, Any] = json.loads((ROOT / "events" / "order.json").read_text())
     order.update({"orderId": order_id, **overrides})
     return order
+
+
+@contextlib.contextmanager
+def handlers_quiet() -> Iterator[None]:
+    """In-process handlers print their EMF metric lines to stdout: keep them off a printed report."""
+    with open(os.devnull, "w", encoding="utf-8") as devnull, contextlib.redirect_stdout(devnull):
+        yield
 
 
 # -- demo ----------------------------------------------------------------------------------------
@@ -375,7 +382,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from saga_local.embedded import EmbeddedStack
 
     progress = None if args.json else simulate.progress_bar
-    with EmbeddedStack(
+    with handlers_quiet(), EmbeddedStack(
         runtime=args.runtime, visibility_timeout=60, max_workers=args.concurrency, quiet=True
     ) as stack:
         report = simulate.run(
@@ -404,7 +411,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
     from saga_local.embedded import EmbeddedStack
     from saga_local.usage import measure_order_usage
 
-    with EmbeddedStack(runtime="inprocess", quiet=True) as stack:
+    with handlers_quiet(), EmbeddedStack(runtime="inprocess", quiet=True) as stack:
         for i in range(3):  # warm the handlers: cold imports are not what an order costs
             measure_order_usage(stack, seed_order(f"ORDER-WARM-{i}"))
         happy = measure_order_usage(stack, seed_order("ORDER-COST"))

@@ -71,7 +71,8 @@ class EmbeddedStack:
         max_workers: warm workers per function.
         log_dir: where the functions' JSON logs go (worker processes; in-process handlers log to
             this process's stdout).
-        quiet: ``LogLevel=WARNING`` and no EMF metric lines: for runs that print a report on stdout.
+        quiet: ``LogLevel=WARNING``, for runs that print a report (in-process handlers still print
+            their EMF metric lines: see :func:`saga_local.cli.handlers_quiet`).
     """
 
     def __init__(
@@ -151,7 +152,6 @@ class EmbeddedStack:
             "PAYMENT_API_KEY": LOCAL_API_KEY,
             "PAYMENT_API_TIMEOUT_SECONDS": "5",
             "POWERTOOLS_TRACE_DISABLED": "true",
-            "POWERTOOLS_METRICS_DISABLED": "true" if self.quiet else "false",
             "AWS_DEFAULT_REGION": REGION,
             **LOCAL_CREDENTIALS,
         }

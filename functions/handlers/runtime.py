@@ -93,8 +93,7 @@ def count(name: str, **dimensions: str) -> None:
     The plain total is what alarms watch; the breakdown (``Layer=start|claim``) is what people read.
     """
     metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
-    # single_metric flushes on its own and does not honour Powertools' switch: honour it here.
-    if not dimensions or os.environ.get("POWERTOOLS_METRICS_DISABLED", "").lower() == "true":
+    if not dimensions:
         return
     with single_metric(name=name, unit=MetricUnit.Count, value=1, namespace=metrics.namespace) as metric:
         for key, value in dimensions.items():
