@@ -6,10 +6,12 @@ Retrying this step is safe only because the provider call carries the order's id
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
-from handlers.runtime import count, log_event, logger, metrics, provider, tracer
-from payment_saga.errors import ChargeNotAttempted, PaymentDeclined, PaymentOutcomeUnknown
+from handlers.runtime import claims_store, count, log_event, logger, metrics, provider, tracer
+from payment_saga.claims import ClaimStatus
+from payment_saga.errors import ChargeNotAttempted, ClaimLost, PaymentDeclined, PaymentOutcomeUnknown
 from payment_saga.orders import order_from_message
 from payment_saga.payments import idempotency_key
 
@@ -34,6 +36,31 @@ def first_request_of_attempt(event: dict[str, Any]) -> bool:
     )
 
 
+#: A charge is only sent while the claim's lease has at least this long to run: longer than this
+#: function's timeout, so the sweeper cannot decide about the attempt while the request is in flight.
+LEASE_MARGIN_SECONDS = 60
+
+
+def check_still_held(order_id: str, token: str, attempt: int) -> None:
+    """Refuse to charge an attempt this execution no longer holds (a ``ConsistentRead``).
+
+    The claim is the gate and it was won earlier in this execution; this re-check stops an execution
+    that outlived its lease (a redrive days later, a zombie) from charging an attempt that was
+    since taken over, completed or released by the sweeper and retried under a new attempt.
+    """
+    claim = claims_store().get(order_id)
+    now = time.time()
+    if (
+        claim is None
+        or claim.status is not ClaimStatus.CLAIMED
+        or claim.claim_token != token
+        or claim.attempt != attempt
+        or claim.lease_expires_at < now + LEASE_MARGIN_SECONDS
+    ):
+        state = "absent" if claim is None else f"{claim.status.value}, attempt {claim.attempt}"
+        raise ClaimLost(f"order {order_id}: attempt {attempt} is no longer held by this execution ({state})")
+
+
 def _provider() -> StripeProvider:
     try:
         return provider()
@@ -53,7 +80,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     attempt = int(event["claim"]["attempt"])
     # Derived here, not taken from the input: the key is a function of the order and attempt only.
     key = idempotency_key(order.order_id, attempt)
-    logger.append_keys(orderId=order.order_id, attempt=attempt, execution=event.get("claimToken"))
+    token = event["claimToken"]
+    logger.append_keys(orderId=order.order_id, attempt=attempt, execution=token)
+    try:
+        check_still_held(order.order_id, token, attempt)
+    except ClaimLost as exc:
+        logger.error("charge_refused", extra={"event": "charge_refused", "reason": str(exc)})
+        raise
     try:
         charge = _provider().charge(order, attempt=attempt, idempotency_key=key)
     except ChargeNotAttempted as exc:

@@ -7,6 +7,7 @@ which did not start the attempt, can never prove that nothing was charged, so it
 
 from __future__ import annotations
 
+import json
 import time
 
 import boto3
@@ -73,4 +74,25 @@ def test_takeover_rejected_at_the_providers_door_goes_to_reconciliation(
 
     assert result.error == "NeedsReconciliation"
     assert saga.driver.claim("ORDER-003")["status"] == "CLAIMED"  # type: ignore[index]
+    assert saga.charges("ORDER-003") == 1
+
+
+def test_a_charge_step_that_outlived_its_claim_does_not_charge(saga: Saga) -> None:
+    """A redriven (or zombie) Charge Payment, after its attempt was taken over and completed."""
+    seed_expired_claim(saga, charged=False)
+    taker = saga.driver.wait(saga.driver.start(order(), name="taker"))
+    assert taker.outcome == "CHARGED"
+    event = {
+        "order": order(),
+        "claim": {"attempt": 1, "how": "NEW", "attemptOwner": True},
+        "claimToken": DEAD,
+        "retryCount": 0,
+        "redriveCount": 1,
+    }
+
+    response = saga.driver.lambda_client.invoke(
+        FunctionName=saga.stack.function_name("ChargePaymentFunction"), Payload=json.dumps(event)
+    )
+
+    assert json.loads(response["Payload"].read())["errorType"] == "ClaimLost"
     assert saga.charges("ORDER-003") == 1
