@@ -1,0 +1,136 @@
+"""``saga reconcile``: run the sweeper's reconciliation by hand, on the local stack or a deployed one.
+
+The same domain function the scheduled Lambda runs (``payment_saga.reconcile.reconcile``), so what
+an operator sees in a dry run is what the sweeper would do. Dry run by default; ``apply=True``
+writes. It never charges: it only searches the provider.
+
+Against a deployed stack (``reconcile_deployed``) it runs with the caller's credentials, which need
+what the sweeper's role has: ``dynamodb:Query`` on the claims table's ``OpenClaimsByLease`` index,
+``dynamodb:UpdateItem`` on the table (only with ``apply``), ``secretsmanager:GetSecretValue`` on the
+provider key's secret, and ``cloudformation:DescribeStacks`` on the stack to find them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import boto3
+
+from payment_saga.claims import ClaimsStore
+from payment_saga.clock import iso_utc, system_clock
+from payment_saga.payments import StripeProvider, stripe_secret_from_string
+from payment_saga.reconcile import DEFAULT_SEARCH_GRACE_SECONDS, ReconcileReport, reconcile
+from saga_local.stack import LOCAL_API_KEY
+
+if TYPE_CHECKING:
+    from saga_local.embedded import EmbeddedStack
+
+
+def reconcile_stack(
+    stack: EmbeddedStack,
+    *,
+    apply: bool,
+    now: float | None = None,
+    search_grace_seconds: int = DEFAULT_SEARCH_GRACE_SECONDS,
+) -> ReconcileReport:
+    """Reconcile the embedded local stack's stale claims against its provider emulator.
+
+    ``now`` pretends the sweep runs at that time (both for finding expired leases and for the
+    writes' lease check), so a demo can look past a lease without waiting for it.
+    """
+    moment = time.time() if now is None else now
+    store = ClaimsStore(
+        stack.stack.table_name,
+        client=stack.client("dynamodb"),
+        clock=system_clock if now is None else (lambda: moment),
+    )
+    provider = StripeProvider(LOCAL_API_KEY, api_base=stack.provider.url)
+    try:
+        return reconcile(store, provider, now=moment, apply=apply, search_grace_seconds=search_grace_seconds)
+    finally:
+        provider.close()
+
+
+@dataclass(frozen=True)
+class DeployedStack:
+    """What reconciliation needs from a deployed stack, read from CloudFormation."""
+
+    name: str
+    table_name: str
+    secret_arn: str
+    api_base: str | None
+
+
+def deployed_stack(cloudformation: Any, stack_name: str) -> DeployedStack:
+    """Read the claims table (output ``ClaimsTableName``) and the provider settings (the stack's
+    parameters ``PaymentApiKeySecretArn`` and ``PaymentApiBase``) of a deployed stack."""
+    stacks = cloudformation.describe_stacks(StackName=stack_name)["Stacks"]
+    if not stacks:
+        raise LookupError(f"no stack named {stack_name}")
+    found = stacks[0]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in found.get("Outputs", [])}
+    parameters = {
+        p["ParameterKey"]: p.get("ResolvedValue", p.get("ParameterValue", ""))
+        for p in found.get("Parameters", [])
+    }
+    missing = [name for name in ("ClaimsTableName",) if not outputs.get(name)] + [
+        name for name in ("PaymentApiKeySecretArn",) if not parameters.get(name)
+    ]
+    if missing:
+        raise LookupError(f"stack {stack_name} is not a payment saga stack: no {', '.join(missing)}")
+    return DeployedStack(
+        name=stack_name,
+        table_name=outputs["ClaimsTableName"],
+        secret_arn=parameters["PaymentApiKeySecretArn"],
+        api_base=parameters.get("PaymentApiBase") or None,
+    )
+
+
+def reconcile_deployed(
+    stack_name: str,
+    *,
+    apply: bool,
+    region: str | None,
+    search_grace_seconds: int = DEFAULT_SEARCH_GRACE_SECONDS,
+    session: boto3.session.Session | None = None,
+) -> ReconcileReport:
+    """Reconcile a deployed stack's stale claims, with the caller's AWS credentials.
+
+    The provider key is read from the stack's secret, as the sweeper reads it. Use the same
+    ``search_grace_seconds`` as the deployed sweeper (its ``CLAIM_SEARCH_GRACE_SECONDS``); a
+    shorter one would trust a search that may still lag.
+    """
+    session = session or boto3.session.Session(region_name=region)
+    found = deployed_stack(session.client("cloudformation"), stack_name)
+    raw = session.client("secretsmanager").get_secret_value(SecretId=found.secret_arn)["SecretString"]
+    store = ClaimsStore(found.table_name, client=session.client("dynamodb"))
+    provider = StripeProvider(stripe_secret_from_string(raw), api_base=found.api_base)
+    try:
+        return reconcile(
+            store, provider, now=time.time(), apply=apply, search_grace_seconds=search_grace_seconds
+        )
+    finally:
+        provider.close()
+
+
+def render(report: ReconcileReport) -> str:
+    """The report for a terminal: one line per stale claim, then the counts."""
+    verb = "" if report.apply else "would be "
+    lines = [
+        f"stale claims at {iso_utc(report.now)} ({'applied' if report.apply else 'dry run: nothing written'},"
+        f" search trusted {report.search_grace_seconds} s after a lease ends)"
+    ]
+    for decision in report.decisions:
+        charge = f" {decision.charge_id}" if decision.charge_id else ""
+        outcome = decision.outcome.value
+        shown = f"{verb}{outcome}" if outcome in ("completed", "released") else outcome
+        lines.append(
+            f"  {decision.order_id:<24} attempt {decision.attempt}  {shown}{charge}  {decision.reason}"
+        )
+    if not report.decisions:
+        lines.append("  none")
+    counts = ", ".join(f"{name} {n}" for name, n in report.counts.items() if n)
+    lines.append(f"total: {counts or 'nothing to do'}{'' if report.finished else ' (stopped early)'}")
+    return "\n".join(lines)

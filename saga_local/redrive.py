@@ -1,0 +1,251 @@
+"""``saga redrive``: move the orders dead-letter queue back onto the orders queue, safely.
+
+Redriving is safe because of what the saga already does with duplicates: every message is handled
+at least once and the claim on ``orderId`` stops a second charge, so moving a message twice costs an
+execution, never a charge. A malformed message simply comes back to the dead-letter queue with its
+rejection reason. What a redrive must never do is *lose* a message: a message is deleted from the
+dead-letter queue only after its copy is on the orders queue.
+
+Two ways, the same outcome:
+
+* **On AWS: SQS's own message move task** (``StartMessageMoveTask``, then ``ListMessageMoveTasks``
+  until it ends). SQS moves the messages server side, oldest first, as new messages (new message id,
+  new retention), and the move carries on even if this process dies. The source must be a queue
+  that is the dead-letter queue of another SQS queue (ours is); one task at a time per queue; up to
+  500 messages a second. Needs ``sqs:StartMessageMoveTask``, ``sqs:ListMessageMoveTasks``,
+  ``sqs:ReceiveMessage``, ``sqs:DeleteMessage``, ``sqs:GetQueueAttributes`` on the dead-letter queue
+  and ``sqs:SendMessage`` on the orders queue.
+* **By hand** (moto, which the local stack pins at 5.2.5, does not implement the move task): receive
+  from the dead-letter queue, send each body to the orders queue, delete from the dead-letter queue
+  only once SQS accepted the copy. A crash between send and delete leaves both: the message comes
+  round twice, which the claim absorbs. Messages that arrive on the dead-letter queue during the
+  redrive *because of* it (rejected again, or failed again) are left there, not sent round in a
+  loop.
+
+By hand, message attributes are carried over except the two the start function adds when it
+rejects a message (``rejectionReason``, ``sourceMessageId``): they describe the last failure, belong
+to the dead-letter queue, and the start function writes fresh ones if it rejects the message again.
+(It reads only the body, so dropping them changes nothing in what it does.)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+#: Attributes the start function puts on a rejected message (handlers/start_execution.py).
+REJECTION_ATTRIBUTES = frozenset({"rejectionReason", "sourceMessageId"})
+#: ListMessageMoveTasks statuses of a task that is still going.
+_ACTIVE = frozenset({"RUNNING", "CANCELLING"})
+
+
+@dataclass
+class RedriveReport:
+    """What a redrive did. ``moved`` counts messages now on the orders queue."""
+
+    method: Literal["move-task", "by-hand"]
+    moved: int
+    #: By hand: copies SQS refused to take (left on the dead-letter queue, nothing lost).
+    failed: int = 0
+    #: By hand: messages left on the dead-letter queue because they came back during this redrive.
+    left: int = 0
+    #: The move task's final status (COMPLETED, CANCELLED, FAILED) and, if it failed, why.
+    task_status: str | None = None
+    failure_reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and self.task_status in (None, "COMPLETED")
+
+
+def redrive(
+    sqs: Any,
+    *,
+    dead_letter_queue_url: str,
+    source_queue_url: str,
+    source_arn: str,
+    dlq_arn: str,
+    use_move_task: bool | None = None,
+    poll_seconds: float = 2.0,
+    timeout_seconds: float = 3600.0,
+    visibility_timeout: int = 60,
+    sleep: Callable[[float], None] = time.sleep,
+) -> RedriveReport:
+    """Move every message on the dead-letter queue back to the orders queue; see the module docstring.
+
+    ``use_move_task``: ``True`` uses SQS's move task, ``False`` moves by hand, ``None`` (default)
+    uses the move task when ``sqs`` talks to an AWS endpoint, and falls back to moving by hand
+    where the service in front of it does not implement the move task (moto in-process, which
+    raises ``NotImplementedError``: real SQS never does, so no real failure is hidden by it).
+    ``visibility_timeout`` (by hand): how long a received message stays hidden while it is copied.
+    """
+    automatic = use_move_task is None
+    if use_move_task or (automatic and _talks_to_aws(sqs)):
+        try:
+            return _move_task(
+                sqs,
+                source_arn=source_arn,
+                dlq_arn=dlq_arn,
+                poll_seconds=poll_seconds,
+                timeout_seconds=timeout_seconds,
+                sleep=sleep,
+            )
+        except NotImplementedError:
+            if not automatic:
+                raise
+    return _by_hand(sqs, dead_letter_queue_url, source_queue_url, visibility_timeout=visibility_timeout)
+
+
+def _talks_to_aws(sqs: Any) -> bool:
+    host = urlsplit(str(sqs.meta.endpoint_url)).hostname or ""
+    return host.endswith((".amazonaws.com", ".amazonaws.com.cn", ".api.aws"))
+
+
+# -- SQS's move task ---------------------------------------------------------------------------------
+
+
+def _move_task(
+    sqs: Any,
+    *,
+    source_arn: str,
+    dlq_arn: str,
+    poll_seconds: float,
+    timeout_seconds: float,
+    sleep: Callable[[float], None],
+) -> RedriveReport:
+    # ListMessageMoveTasks shows the last 10 tasks of the queue, and the task handle only while a task
+    # runs: remember the tasks that were there before ours, so ours is the new one once it has ended.
+    earlier = {_task_id(task) for task in _tasks(sqs, dlq_arn)}
+    handle = sqs.start_message_move_task(SourceArn=dlq_arn, DestinationArn=source_arn)["TaskHandle"]
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        tasks = _tasks(sqs, dlq_arn)
+        ours = next((task for task in tasks if task.get("TaskHandle") == handle), None)
+        if ours is None:
+            new = [task for task in tasks if _task_id(task) not in earlier]
+            ours = max(new, key=lambda task: int(task.get("StartedTimestamp", 0)), default=None)
+        if ours is not None and ours.get("Status") not in _ACTIVE:
+            return RedriveReport(
+                method="move-task",
+                moved=int(ours.get("ApproximateNumberOfMessagesMoved", 0)),
+                task_status=ours.get("Status"),
+                failure_reason=ours.get("FailureReason"),
+            )
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"the message move task {handle} is still running after {timeout_seconds:.0f} s;"
+                f" it carries on in SQS (aws sqs list-message-move-tasks --source-arn {dlq_arn})"
+            )
+        sleep(poll_seconds)
+
+
+def _tasks(sqs: Any, dlq_arn: str) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = sqs.list_message_move_tasks(SourceArn=dlq_arn, MaxResults=10).get(
+        "Results", []
+    )
+    return results
+
+
+def _task_id(task: dict[str, Any]) -> tuple[Any, ...]:
+    return (task.get("StartedTimestamp"), task.get("DestinationArn"), task.get("SourceArn"))
+
+
+# -- by hand -----------------------------------------------------------------------------------------
+
+
+def _by_hand(
+    sqs: Any, dead_letter_queue_url: str, source_queue_url: str, *, visibility_timeout: int
+) -> RedriveReport:
+    report = RedriveReport(method="by-hand", moved=0)
+    #: Message ids of the copies this redrive put on the orders queue.
+    sent: set[str] = set()
+    #: Messages that came back during this redrive: id -> receipt handle, shown again at the end.
+    held: dict[str, str] = {}
+    idle = 0
+    try:
+        while idle < 3:
+            batch = sqs.receive_message(
+                QueueUrl=dead_letter_queue_url,
+                MaxNumberOfMessages=10,
+                MessageAttributeNames=["All"],
+                VisibilityTimeout=visibility_timeout,
+                WaitTimeSeconds=1,  # long polling asks every server: an empty answer means empty
+            ).get("Messages", [])
+            if not batch:
+                break
+            to_move = []
+            for message in batch:
+                if _came_back(message, sent):
+                    held[message["MessageId"]] = message["ReceiptHandle"]
+                else:
+                    to_move.append(message)
+            idle = 0 if to_move else idle + 1
+            if to_move:
+                _move(sqs, to_move, dead_letter_queue_url, source_queue_url, sent, report)
+    finally:
+        for chunk in _chunks(list(held.values()), 10):
+            sqs.change_message_visibility_batch(
+                QueueUrl=dead_letter_queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0} for i, h in enumerate(chunk)
+                ],
+            )
+        report.left = len(held)
+    return report
+
+
+def _move(
+    sqs: Any,
+    messages: list[dict[str, Any]],
+    dlq_url: str,
+    source_url: str,
+    sent: set[str],
+    report: RedriveReport,
+) -> None:
+    entries = []
+    for i, message in enumerate(messages):
+        entry: dict[str, Any] = {"Id": str(i), "MessageBody": message["Body"]}
+        attributes = _carried_attributes(message)
+        if attributes:
+            entry["MessageAttributes"] = attributes
+        entries.append(entry)
+    response = sqs.send_message_batch(QueueUrl=source_url, Entries=entries)
+    accepted = response.get("Successful", [])
+    report.failed += len(response.get("Failed", []))
+    sent.update(ok["MessageId"] for ok in accepted)
+    # Only now that SQS holds the copy: a failure before this line duplicates, never loses.
+    if accepted:
+        sqs.delete_message_batch(
+            QueueUrl=dlq_url,
+            Entries=[
+                {"Id": ok["Id"], "ReceiptHandle": messages[int(ok["Id"])]["ReceiptHandle"]} for ok in accepted
+            ],
+        )
+    report.moved += len(accepted)
+
+
+def _came_back(message: dict[str, Any], sent: set[str]) -> bool:
+    """A copy this redrive sent, back on the dead-letter queue: failed again (same message id) or
+    rejected again by the start function (its ``sourceMessageId`` names the copy)."""
+    source = (message.get("MessageAttributes") or {}).get("sourceMessageId", {}).get("StringValue")
+    return message["MessageId"] in sent or source in sent
+
+
+def _carried_attributes(message: dict[str, Any]) -> dict[str, Any]:
+    carried = {}
+    for name, value in (message.get("MessageAttributes") or {}).items():
+        if name in REJECTION_ATTRIBUTES:
+            continue
+        carried[name] = {
+            key: value[key] for key in ("DataType", "StringValue", "BinaryValue") if key in value
+        }
+    return carried
+
+
+def _chunks(items: list[str], size: int) -> list[list[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]

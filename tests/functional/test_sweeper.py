@@ -1,0 +1,501 @@
+"""The sweeper against DynamoDB's conditional semantics (moto, table from template.yaml) and a real
+Stripe emulator through the real ``StripeProvider``: what it completes, releases, leaves alone, and
+that it never charges."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from handlers import runtime as handler_runtime
+from handlers import sweeper
+from payment_saga.claims import Claim, ClaimResult, ClaimsStore, ClaimStatus, ReleaseReason
+from payment_saga.errors import ClaimLost, PaymentOutcomeUnknown
+from payment_saga.orders import Order
+from payment_saga.payments import Charge, StripeProvider, idempotency_key
+from payment_saga.reconcile import ReconcileOutcome, ReconcileReport, reconcile, searchable_order
+from saga_local.lambda_api import LambdaContext
+from saga_local.provider_emulator import ProviderEmulator
+from saga_local.stack import LOCAL_API_KEY
+from saga_local.template import ROOT, load_template
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from tests.conftest import FakeClock
+
+ORDER = Order("ORDER-003", 15000, "BRL", "cus_123", "pm_card_visa")
+A = "arn:aws:states:us-east-1:123456789012:execution:saga:A"
+B = "arn:aws:states:us-east-1:123456789012:execution:saga:B"
+LEASE = 900
+GRACE = 3600
+
+
+@pytest.fixture
+def emulator(clock: FakeClock) -> Iterator[ProviderEmulator]:
+    # The emulator runs on the test's clock too: search lag and idempotency windows move with it.
+    with ProviderEmulator(clock=clock) as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def provider(emulator: ProviderEmulator) -> Iterator[StripeProvider]:
+    provider = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
+    yield provider
+    provider.close()
+
+
+@pytest.fixture
+def store(dynamodb: Any, claims_table: str, clock: FakeClock) -> ClaimsStore:
+    return ClaimsStore(claims_table, client=dynamodb, clock=clock, lease_seconds=LEASE)
+
+
+def charge(provider: StripeProvider, order: Order = ORDER, attempt: int = 1) -> Charge:
+    """The holder's charge, made before it died."""
+    return provider.charge(order, attempt=attempt, idempotency_key=idempotency_key(order.order_id, attempt))
+
+
+def row(dynamodb: Any, table: str, order_id: str = ORDER.order_id) -> dict[str, Any]:
+    item: dict[str, Any] = dynamodb.get_item(
+        TableName=table, Key={"orderId": {"S": order_id}}, ConsistentRead=True
+    )["Item"]
+    return item
+
+
+def sweep(store: ClaimsStore, provider: Any, clock: FakeClock, *, apply: bool = True) -> ReconcileReport:
+    return reconcile(store, provider, now=clock.now, apply=apply, search_grace_seconds=GRACE)
+
+
+# -- completed ----------------------------------------------------------------------------------
+
+
+def test_stale_claim_whose_charge_landed_is_completed_with_that_charge_and_nothing_is_charged(
+    store: ClaimsStore,
+    provider: StripeProvider,
+    emulator: ProviderEmulator,
+    clock: FakeClock,
+    dynamodb: Any,
+    claims_table: str,
+) -> None:
+    # The holder charged, then died before Mark Complete; its lease runs out.
+    store.claim(ORDER, token=A)
+    landed = charge(provider)
+    clock.advance(LEASE + 1)
+    creates = emulator.request_count("create")
+
+    report = sweep(store, provider, clock)
+
+    (decision,) = report.decisions
+    assert (decision.outcome, decision.charge_id, decision.applied) == (
+        ReconcileOutcome.COMPLETED,
+        landed.charge_id,
+        True,
+    )
+    claim = store.get(ORDER.order_id)
+    assert claim is not None
+    assert (claim.status, claim.charge_id) == (ClaimStatus.COMPLETED, landed.charge_id)
+    item = row(dynamodb, claims_table)
+    assert "openClaim" not in item  # out of the sweeper's index
+    assert "reconciledAt" in item
+    assert emulator.request_count("create") == creates  # the sweeper only searched
+    assert len(emulator.charges_for(ORDER.order_id)) == 1
+    # A redelivery now finds the order done.
+    assert store.claim(ORDER, token=B).result is ClaimResult.DUPLICATE
+
+
+# -- released -----------------------------------------------------------------------------------
+
+
+def test_stale_claim_with_no_charge_past_the_grace_is_released_and_a_redelivery_charges_once(
+    store: ClaimsStore,
+    provider: StripeProvider,
+    emulator: ProviderEmulator,
+    clock: FakeClock,
+) -> None:
+    # The holder died between claim and charge (seed 000's stuck CLAIMED row).
+    store.claim(ORDER, token=A)
+    clock.advance(LEASE + GRACE + 1)
+
+    (decision,) = sweep(store, provider, clock).decisions
+
+    assert decision.outcome is ReconcileOutcome.RELEASED
+    claim = store.get(ORDER.order_id)
+    assert claim is not None
+    assert (claim.status, claim.release_reason) == (ClaimStatus.RELEASED, ReleaseReason.NOT_CHARGED)
+    assert emulator.charges_for(ORDER.order_id) == []
+    # The release proved nothing was charged: the next delivery starts attempt 2 and charges once.
+    outcome = store.claim(ORDER, token=B)
+    assert (outcome.result, outcome.claim.attempt) == (ClaimResult.NEW_ATTEMPT, 2)
+    store.complete(ORDER.order_id, token=B, charge_id=charge(provider, attempt=2).charge_id)
+    assert [c.attempt for c in emulator.charges_for(ORDER.order_id)] == ["2"]
+    assert sweep(store, provider, clock).decisions == []
+
+
+def test_a_declined_attempt_whose_release_failed_is_released(
+    store: ClaimsStore,
+    provider: StripeProvider,
+    emulator: ProviderEmulator,
+    clock: FakeClock,
+) -> None:
+    declined = Order("ORDER-D", 15000, "BRL", "cus_123", "pm_card_chargeDeclined")
+    store.claim(declined, token=A)
+    with pytest.raises(Exception, match="declined"):
+        charge(provider, declined)
+    clock.advance(LEASE + GRACE + 1)
+
+    (decision,) = sweep(store, provider, clock).decisions
+
+    assert decision.outcome is ReconcileOutcome.RELEASED
+    assert emulator.charges_for("ORDER-D") == []
+
+
+# -- pending ------------------------------------------------------------------------------------
+
+
+def test_no_charge_found_within_the_grace_is_pending_and_the_claim_is_untouched(
+    store: ClaimsStore, provider: StripeProvider, clock: FakeClock, dynamodb: Any, claims_table: str
+) -> None:
+    store.claim(ORDER, token=A)
+    clock.advance(LEASE + 1)
+    before = row(dynamodb, claims_table)
+
+    (decision,) = sweep(store, provider, clock).decisions
+
+    assert decision.outcome is ReconcileOutcome.PENDING
+    assert "may lag" in decision.reason
+    assert row(dynamodb, claims_table) == before
+
+
+def test_a_charge_the_search_does_not_show_yet_is_not_mistaken_for_no_charge(
+    store: ClaimsStore, provider: StripeProvider, emulator: ProviderEmulator, clock: FakeClock
+) -> None:
+    emulator.search_lag_seconds = 1800  # an incident: the search is half an hour behind
+    store.claim(ORDER, token=A)
+    landed = charge(provider)
+    clock.advance(LEASE + 1)
+
+    assert sweep(store, provider, clock).decisions[0].outcome is ReconcileOutcome.PENDING
+
+    clock.advance(1800)
+    (decision,) = sweep(store, provider, clock).decisions
+    assert (decision.outcome, decision.charge_id) == (ReconcileOutcome.COMPLETED, landed.charge_id)
+    assert len(emulator.charges_for(ORDER.order_id)) == 1
+
+
+def test_the_grace_counts_from_the_end_of_the_lease_not_the_start_of_the_attempt(
+    store: ClaimsStore, provider: StripeProvider, emulator: ProviderEmulator, clock: FakeClock
+) -> None:
+    """A takeover continues an old attempt: its charge can be much younger than the attempt.
+
+    A dies without charging; B takes the expired lease over 50 minutes later, keeps attempt 1,
+    charges (the search lags 30 minutes), and dies too. When B's lease ends the attempt is more
+    than an hour old, but B's charge is 15 minutes old and not searchable yet: releasing now would
+    let the next delivery charge attempt 2 as well.
+    """
+    emulator.search_lag_seconds = 1800
+    store.claim(ORDER, token=A)
+    clock.advance(3000)
+    assert store.claim(ORDER, token=B).result is ClaimResult.TAKEOVER
+    landed = charge(provider)
+    clock.advance(LEASE + 1)
+
+    (decision,) = sweep(store, provider, clock).decisions
+
+    assert decision.outcome is ReconcileOutcome.PENDING
+    clock.advance(1800)
+    (decision,) = sweep(store, provider, clock).decisions
+    assert (decision.outcome, decision.charge_id) == (ReconcileOutcome.COMPLETED, landed.charge_id)
+
+
+def test_a_payment_still_processing_is_pending_until_it_settles(
+    store: ClaimsStore,
+    provider: StripeProvider,
+    emulator: ProviderEmulator,
+    clock: FakeClock,
+    dynamodb: Any,
+    claims_table: str,
+) -> None:
+    emulator.force_outcome("processing", order_id=ORDER.order_id)
+    store.claim(ORDER, token=A)
+    with pytest.raises(PaymentOutcomeUnknown):
+        charge(provider)
+    clock.advance(LEASE + GRACE + 1)
+    before = row(dynamodb, claims_table)
+
+    (decision,) = sweep(store, provider, clock).decisions
+
+    assert decision.outcome is ReconcileOutcome.PENDING
+    assert "processing" in decision.reason
+    assert row(dynamodb, claims_table) == before
+    (intent,) = emulator.payment_intents(ORDER.order_id)
+    emulator.set_status(intent["id"], "succeeded")
+    (decision,) = sweep(store, provider, clock).decisions
+    assert (decision.outcome, decision.charge_id) == (ReconcileOutcome.COMPLETED, intent["id"])
+
+
+# -- races --------------------------------------------------------------------------------------
+
+
+class RacingProvider:
+    """Runs ``race`` between the sweeper's discovery and its write, then answers as ``provider``."""
+
+    def __init__(self, provider: StripeProvider, race: Callable[[], object]) -> None:
+        self.provider = provider
+        self.race = race
+
+    def charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge:
+        raise AssertionError("the sweeper must never charge")
+
+    def find_charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge | None:
+        self.race()
+        return self.provider.find_charge(order, attempt=attempt, idempotency_key=idempotency_key)
+
+
+@pytest.mark.parametrize("charged", [True, False], ids=["would-complete", "would-release"])
+def test_a_takeover_racing_the_sweeper_wins_and_the_sweeper_changes_nothing(
+    charged: bool,
+    store: ClaimsStore,
+    provider: StripeProvider,
+    emulator: ProviderEmulator,
+    clock: FakeClock,
+    dynamodb: Any,
+    claims_table: str,
+) -> None:
+    store.claim(ORDER, token=A)
+    if charged:
+        charge(provider)
+    clock.advance(LEASE + GRACE + 1)
+    # A redelivery takes the expired lease over after the sweeper saw the claim, before it writes.
+    racing = RacingProvider(provider, lambda: store.claim(ORDER, token=B))
+
+    (decision,) = sweep(store, racing, clock).decisions
+
+    assert decision.outcome is ReconcileOutcome.CHANGED
+    assert "another token" in decision.reason
+    item = row(dynamodb, claims_table)
+    assert (item["status"]["S"], item["claimToken"]["S"], item["attempt"]["N"]) == ("CLAIMED", B, "1")
+    assert "openClaim" in item
+    assert "reconciledAt" not in item
+    assert len(emulator.charges_for(ORDER.order_id)) == int(charged)
+
+
+def test_a_late_mark_complete_racing_the_sweeper_is_left_as_it_wrote(
+    store: ClaimsStore, provider: StripeProvider, clock: FakeClock, dynamodb: Any, claims_table: str
+) -> None:
+    store.claim(ORDER, token=A)
+    landed = charge(provider)
+    clock.advance(LEASE + 1)
+    racing = RacingProvider(
+        provider, lambda: store.complete(ORDER.order_id, token=A, charge_id=landed.charge_id)
+    )
+
+    (decision,) = sweep(store, racing, clock).decisions
+
+    assert decision.outcome is ReconcileOutcome.CHANGED
+    item = row(dynamodb, claims_table)
+    assert (item["status"]["S"], item["chargeId"]["S"]) == ("COMPLETED", landed.charge_id)
+    assert "reconciledAt" not in item
+
+
+def test_the_write_rechecks_the_lease_whatever_discovery_believed(
+    store: ClaimsStore, provider: StripeProvider, clock: FakeClock, dynamodb: Any, claims_table: str
+) -> None:
+    # Discovery runs on a clock far ahead (a skewed host, a lagging view): the lease is live.
+    store.claim(ORDER, token=A)
+    charge(provider)
+    before = row(dynamodb, claims_table)
+
+    report = reconcile(store, provider, now=clock.now + 10 * LEASE, apply=True, search_grace_seconds=GRACE)
+
+    assert [d.outcome for d in report.decisions] == [ReconcileOutcome.CHANGED]
+    assert row(dynamodb, claims_table) == before
+
+
+def test_a_retried_sweeper_write_that_already_landed_is_reentrant(
+    store: ClaimsStore, provider: StripeProvider, clock: FakeClock
+) -> None:
+    store.claim(ORDER, token=A)
+    landed = charge(provider)
+    clock.advance(LEASE + 1)
+    (seen,) = store.open_claims(lease_expired_before=int(clock.now))
+
+    first = store.complete_stale(seen, charge_id=landed.charge_id)
+    again = store.complete_stale(seen, charge_id=landed.charge_id)
+
+    assert first == again
+    assert again.status is ClaimStatus.COMPLETED
+    with pytest.raises(ClaimLost):
+        store.release_stale(seen)  # the other outcome is not ours to write any more
+
+
+# -- what is never touched ----------------------------------------------------------------------
+
+
+def test_a_dry_run_reports_what_it_would_do_and_changes_nothing(
+    store: ClaimsStore,
+    provider: StripeProvider,
+    emulator: ProviderEmulator,
+    clock: FakeClock,
+    dynamodb: Any,
+    claims_table: str,
+) -> None:
+    store.claim(ORDER, token=A)
+    landed = charge(provider)
+    lost = Order("ORDER-004", 2500, "USD", "cus_9", "pm_card_visa")
+    store.claim(lost, token=A)
+    clock.advance(LEASE + GRACE + 1)
+    before = {order_id: row(dynamodb, claims_table, order_id) for order_id in (ORDER.order_id, "ORDER-004")}
+
+    report = sweep(store, provider, clock, apply=False)
+
+    assert {(d.order_id, d.outcome, d.charge_id, d.applied) for d in report.decisions} == {
+        (ORDER.order_id, ReconcileOutcome.COMPLETED, landed.charge_id, False),
+        ("ORDER-004", ReconcileOutcome.RELEASED, None, False),
+    }
+    assert {order_id: row(dynamodb, claims_table, order_id) for order_id in before} == before
+    assert len(emulator.charges()) == 1
+
+
+def test_live_leases_are_never_touched(
+    store: ClaimsStore,
+    provider: StripeProvider,
+    emulator: ProviderEmulator,
+    clock: FakeClock,
+    dynamodb: Any,
+    claims_table: str,
+) -> None:
+    # An execution holds the claim and is between its charge and Mark Complete.
+    store.claim(ORDER, token=A)
+    charge(provider)
+    clock.advance(LEASE - 1)
+    before = row(dynamodb, claims_table)
+    searches = emulator.request_count("search")
+
+    report = sweep(store, provider, clock)
+
+    assert report.decisions == []
+    assert row(dynamodb, claims_table) == before
+    assert emulator.request_count("search") == searches  # not even asked about
+
+
+def test_one_claim_failing_does_not_stop_the_others(
+    store: ClaimsStore, provider: StripeProvider, clock: FakeClock
+) -> None:
+    store.claim(ORDER, token=A)
+    charge(provider)
+    store.claim(Order("ORDER-004", 2500, "USD", "cus_9", "pm_card_visa"), token=A)
+    clock.advance(LEASE + 1)
+
+    class Broken(RacingProvider):
+        def find_charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge | None:
+            if order.order_id == "ORDER-004":
+                raise RuntimeError("boom")
+            return super().find_charge(order, attempt=attempt, idempotency_key=idempotency_key)
+
+    report = sweep(store, Broken(provider, lambda: None), clock)
+
+    assert report.counts["completed"] == 1
+    assert report.counts["failed"] == 1
+
+
+def test_the_order_searched_for_is_rebuilt_from_the_claim_without_inventing_a_payment_method() -> None:
+    claim = Claim(
+        order_id="ORDER-7",
+        status=ClaimStatus.CLAIMED,
+        claim_token=A,
+        attempt=3,
+        fingerprint="15000|BRL|cus|with|bars",
+        payment_attempt="retry-2",
+        lease_expires_at=0,
+        attempt_started_at=0,
+    )
+    order = searchable_order(claim)
+    assert (order.order_id, order.amount, order.currency, order.customer_id) == (
+        "ORDER-7",
+        15000,
+        "BRL",
+        "cus|with|bars",
+    )
+    assert order.fingerprint == claim.fingerprint
+    assert order.payment_method == ""
+
+
+# -- the Lambda ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sweeper_env(
+    monkeypatch: pytest.MonkeyPatch, claims_table: str, emulator: ProviderEmulator
+) -> Iterator[None]:
+    monkeypatch.setenv("CLAIMS_TABLE_NAME", claims_table)
+    monkeypatch.setenv("PAYMENT_API_BASE", emulator.url)
+    monkeypatch.setenv("PAYMENT_API_KEY", LOCAL_API_KEY)
+    monkeypatch.setenv("CLAIM_SEARCH_GRACE_SECONDS", "60")
+    handler_runtime.reset()
+    yield
+    handler_runtime.reset()
+
+
+def test_the_sweeper_lambda_completes_and_releases_and_logs_each_decision(
+    sweeper_env: None,
+    dynamodb: Any,
+    claims_table: str,
+    emulator: ProviderEmulator,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The Lambda runs on the real clock: seed claims taken 5,000 s before it (lease 900 s).
+    past = ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000)
+    past.claim(ORDER, token=A)
+    holder = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
+    landed = charge(holder)
+    holder.close()
+    past.claim(Order("ORDER-004", 2500, "USD", "cus_9", "pm_card_visa"), token=A)
+    event = json.loads((ROOT / "events" / "sweeper.json").read_text())
+
+    result = sweeper.handler(event, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert result["counts"] == {"completed": 1, "released": 1, "pending": 0, "changed": 0, "failed": 0}
+    store = ClaimsStore(claims_table, client=dynamodb)
+    assert store.get(ORDER.order_id).charge_id == landed.charge_id  # type: ignore[union-attr]
+    assert store.get("ORDER-004").status is ClaimStatus.RELEASED  # type: ignore[union-attr]
+    events = {(getattr(r, "event", None), getattr(r, "orderId", None)) for r in caplog.records}
+    assert ("reconciliation_completed", ORDER.order_id) in events
+    assert ("reconciliation_released", "ORDER-004") in events
+    lines = [json.loads(line) for line in capfd.readouterr().out.splitlines() if line.startswith("{")]
+    metrics = {  # Powertools writes metrics as CloudWatch embedded metric format lines
+        (metric["Name"], tuple(sorted(set(dimensions) - {"service"})))
+        for line in lines
+        for directive in (line.get("_aws") or {}).get("CloudWatchMetrics", [])
+        for metric in directive["Metrics"]
+        for dimensions in directive["Dimensions"]
+    }
+    assert ("ReconciliationResolved", ("Outcome",)) in metrics
+
+
+def test_the_sweeper_lambda_fails_visibly_when_a_claim_could_not_be_reconciled(
+    sweeper_env: None, dynamodb: Any, claims_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000).claim(ORDER, token=A)
+
+    class Unreachable:
+        def find_charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge | None:
+            raise OSError("network unreachable")
+
+    monkeypatch.setattr(sweeper, "provider", Unreachable)
+
+    with pytest.raises(RuntimeError, match="1 stale claim"):
+        sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+    assert ClaimsStore(claims_table, client=dynamodb).get(ORDER.order_id).status is ClaimStatus.CLAIMED  # type: ignore[union-attr]
+
+
+def test_the_sample_event_is_what_the_schedule_sends() -> None:
+    schedule = load_template()["Resources"]["SweeperFunction"]["Properties"]["Events"]["Sweep"]
+    sent = json.loads(schedule["Properties"]["Input"])
+    sample = json.loads((ROOT / "events" / "sweeper.json").read_text())
+    assert schedule["Properties"]["ScheduleExpression"] == "rate(5 minutes)"
+    assert set(sample) == set(sent)
+    assert sample["source"] == sent["source"]

@@ -1,0 +1,155 @@
+"""``saga reconcile`` by hand: on the embedded local stack, and against a "deployed" stack found
+through CloudFormation (moto), reading the provider key from the stack's secret as the sweeper does."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import TYPE_CHECKING
+
+import boto3
+import pytest
+
+from payment_saga.claims import ClaimsStore, ClaimStatus
+from payment_saga.orders import Order
+from payment_saga.payments import StripeProvider, idempotency_key
+from payment_saga.reconcile import ReconcileOutcome
+from saga_local.embedded import EmbeddedStack
+from saga_local.provider_emulator import ProviderEmulator
+from saga_local.reconcile import deployed_stack, reconcile_deployed, reconcile_stack, render
+from saga_local.stack import LOCAL_API_KEY, REGION
+from saga_local.template import load_template
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+LEASE = 900
+ORDER = Order("ORDER-003", 15000, "BRL", "cus_123", "pm_card_visa")
+
+
+@pytest.fixture
+def stack() -> Iterator[EmbeddedStack]:
+    environment = dict(os.environ)
+    try:
+        with EmbeddedStack(runtime="inprocess") as stack:
+            yield stack
+    finally:
+        # The in-process runtime installs the functions' environment in this process: put ours back.
+        os.environ.clear()
+        os.environ.update(environment)
+
+
+def test_local_reconcile_is_a_dry_run_until_applied(stack: EmbeddedStack) -> None:
+    # The charge lands but every answer is a 500: the execution ends in Needs Reconciliation.
+    stack.provider.inject("fail_after_apply_replayed", order_id=ORDER.order_id)
+    stack.driver.send(ORDER.to_message())
+    stack.driver.pump()
+    assert stack.driver.outcome_counts() == {"NeedsReconciliation": 1}
+    later = time.time() + LEASE + 1
+
+    dry = reconcile_stack(stack, apply=False, now=later)
+
+    (decision,) = dry.decisions
+    (landed,) = stack.provider.charges_for(ORDER.order_id)
+    assert (decision.outcome, decision.charge_id, decision.applied) == (
+        ReconcileOutcome.COMPLETED,
+        landed.charge_id,
+        False,
+    )
+    assert (stack.driver.claim(ORDER.order_id) or {})["status"] == "CLAIMED"
+    assert "dry run" in render(dry)
+    assert "would be completed" in render(dry)
+
+    applied = reconcile_stack(stack, apply=True, now=later)
+
+    assert [d.outcome for d in applied.decisions] == [ReconcileOutcome.COMPLETED]
+    claim = stack.driver.claim(ORDER.order_id) or {}
+    assert (claim["status"], claim["chargeId"]) == ("COMPLETED", landed.charge_id)
+    assert len(stack.provider.charges_for(ORDER.order_id)) == 1
+    assert reconcile_stack(stack, apply=True, now=later).decisions == []
+
+
+def test_local_reconcile_without_a_time_leaves_live_claims_alone(stack: EmbeddedStack) -> None:
+    stack.provider.inject("fail_after_apply_replayed", order_id=ORDER.order_id)
+    stack.driver.send(ORDER.to_message())
+    stack.driver.pump()
+
+    report = reconcile_stack(stack, apply=True)  # now: the lease has 15 minutes to go
+
+    assert report.decisions == []
+    assert (stack.driver.claim(ORDER.order_id) or {})["status"] == "CLAIMED"
+    assert "none" in render(report)
+
+
+# -- a deployed stack, through CloudFormation ---------------------------------------------------
+
+
+def create_deployed_stack(api_base: str) -> str:
+    """A stack with what reconciliation reads: the claims table as template.yaml declares it, its
+    ``ClaimsTableName`` output, and the provider parameters, with the key in Secrets Manager."""
+    secret = boto3.client("secretsmanager", region_name=REGION).create_secret(
+        Name="payment-saga/stripe", SecretString=json.dumps({"apiKey": LOCAL_API_KEY})
+    )
+    template = load_template()
+    body = {
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Parameters": {
+            name: template["Parameters"][name] for name in ("PaymentApiBase", "PaymentApiKeySecretArn")
+        },
+        "Resources": {"ClaimsTable": template["Resources"]["ClaimsTable"]},
+        "Outputs": {"ClaimsTableName": template["Outputs"]["ClaimsTableName"]},
+    }
+    boto3.client("cloudformation", region_name=REGION).create_stack(
+        StackName="payment-saga",
+        TemplateBody=json.dumps(body),
+        Parameters=[
+            {"ParameterKey": "PaymentApiKeySecretArn", "ParameterValue": secret["ARN"]},
+            {"ParameterKey": "PaymentApiBase", "ParameterValue": api_base},
+        ],
+    )
+    return "payment-saga"
+
+
+def test_the_deployed_stack_is_found_by_its_outputs_and_parameters(aws: None) -> None:
+    name = create_deployed_stack("https://payments.example")
+
+    found = deployed_stack(boto3.client("cloudformation", region_name=REGION), name)
+
+    assert found.table_name.startswith("payment-saga-ClaimsTable")
+    assert found.secret_arn.startswith("arn:aws:secretsmanager:")
+    assert found.api_base == "https://payments.example"
+
+
+def test_a_stack_that_is_not_a_payment_saga_is_refused(aws: None) -> None:
+    boto3.client("cloudformation", region_name=REGION).create_stack(
+        StackName="other",
+        TemplateBody=json.dumps({"Resources": {"Q": {"Type": "AWS::SQS::Queue"}}}),
+    )
+
+    with pytest.raises(LookupError, match="ClaimsTableName"):
+        deployed_stack(boto3.client("cloudformation", region_name=REGION), "other")
+
+
+def test_reconcile_deployed_resolves_stale_claims_with_the_key_from_the_stacks_secret(aws: None) -> None:
+    with ProviderEmulator() as emulator:
+        name = create_deployed_stack(emulator.url)
+        table = deployed_stack(boto3.client("cloudformation", region_name=REGION), name).table_name
+        dynamodb = boto3.client("dynamodb", region_name=REGION)
+        # Claimed 2,000 s ago (lease 900 s), charged, and never completed.
+        ClaimsStore(table, client=dynamodb, clock=lambda: time.time() - 2000).claim(ORDER, token="exec-A")
+        provider = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
+        landed = provider.charge(ORDER, attempt=1, idempotency_key=idempotency_key(ORDER.order_id, 1))
+        provider.close()
+
+        dry = reconcile_deployed(name, apply=False, region=REGION)
+        applied = reconcile_deployed(name, apply=True, region=REGION)
+
+    assert [(d.outcome, d.applied) for d in dry.decisions] == [(ReconcileOutcome.COMPLETED, False)]
+    assert [(d.outcome, d.charge_id) for d in applied.decisions] == [
+        (ReconcileOutcome.COMPLETED, landed.charge_id)
+    ]
+    claim = ClaimsStore(table, client=dynamodb).get(ORDER.order_id)
+    assert claim is not None
+    assert (claim.status, claim.charge_id) == (ClaimStatus.COMPLETED, landed.charge_id)
+    assert len(emulator.charges_for(ORDER.order_id)) == 1
