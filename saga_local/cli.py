@@ -382,9 +382,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from saga_local.embedded import EmbeddedStack
 
     progress = None if args.json else simulate.progress_bar
-    with handlers_quiet(), EmbeddedStack(
-        runtime=args.runtime, visibility_timeout=60, max_workers=args.concurrency, quiet=True
-    ) as stack:
+    with (
+        handlers_quiet(),
+        EmbeddedStack(
+            runtime=args.runtime, visibility_timeout=60, max_workers=args.concurrency, quiet=True
+        ) as stack,
+    ):
         report = simulate.run(
             stack,
             orders=args.orders,
@@ -400,6 +403,57 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         sys.stderr.write("\n")
         Out()(simulate.render(report))
     return 0 if report.promise_kept else 1
+
+
+# -- reconcile, redrive, chaos -------------------------------------------------------------------
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    from payment_saga.claims import ClaimsStore
+    from payment_saga.payments import StripeProvider
+    from payment_saga.reconcile import reconcile
+    from saga_local.reconcile import reconcile_deployed, render
+    from saga_local.stack import LOCAL_API_KEY
+
+    if args.stack:
+        report = reconcile_deployed(args.stack, apply=args.apply, region=args.region)
+    else:
+        target = resolve_target(args)
+        state = json.loads(STATE_FILE.read_text())
+        # Locally, --later looks past a lease without waiting for it; against AWS, time is time.
+        now = time.time() + args.later
+        store = ClaimsStore(
+            target.outputs["ClaimsTableName"], client=target.clients("dynamodb"), clock=lambda: now
+        )
+        provider = StripeProvider(LOCAL_API_KEY, api_base=state["provider"])
+        report = reconcile(store, provider, now=now, apply=args.apply, search_grace_seconds=args.grace)
+    Out()(render(report))
+    return 0
+
+
+def cmd_redrive(args: argparse.Namespace) -> int:
+    from saga_local.redrive import redrive
+
+    target = resolve_target(args)
+    sqs = target.clients("sqs")
+    source, dead = target.outputs["OrdersQueueUrl"], target.outputs["OrdersDeadLetterQueueUrl"]
+
+    def arn(url: str) -> str:
+        return str(
+            sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        )
+
+    report = redrive(
+        sqs, dead_letter_queue_url=dead, source_queue_url=source, source_arn=arn(source), dlq_arn=arn(dead)
+    )
+    Out()(f"redrive from {target.where}: {report}")
+    return 0
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from saga_local import chaos
+
+    return chaos.main(args.rest)
 
 
 # -- cost ----------------------------------------------------------------------------------------
@@ -504,6 +558,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--json", action="store_true")
     sim.set_defaults(func=cmd_simulate)
+
+    rec = sub.add_parser("reconcile", help="resolve stale claims by asking the provider (dry run by default)")
+    rec.add_argument("--apply", action="store_true", help="write the decisions (default: only show them)")
+    rec.add_argument(
+        "--later",
+        type=float,
+        default=0.0,
+        help="local stack only: decide as if this many seconds had passed (look past a lease)",
+    )
+    rec.add_argument(
+        "--grace", type=int, default=3600, help="seconds after a lease ends before a search is trusted"
+    )
+    add_target_arguments(rec)
+    rec.set_defaults(func=cmd_reconcile)
+
+    red = sub.add_parser(
+        "redrive", help="move the dead-letter queue back to the orders queue (safe: idempotent)"
+    )
+    add_target_arguments(red)
+    red.set_defaults(func=cmd_redrive)
+
+    cha = sub.add_parser(
+        "chaos", help="simulate with faults at every step, then sweep (see --help)", add_help=False
+    )
+    cha.add_argument("rest", nargs=argparse.REMAINDER)
+    cha.set_defaults(func=cmd_chaos)
 
     costs = sub.add_parser("cost", help="AWS cost per million orders, from figures counted in a local run")
     costs.add_argument(

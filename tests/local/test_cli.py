@@ -74,3 +74,26 @@ def test_send_builds_the_order_from_flags(saga: Saga, deployed: str) -> None:
     claim = saga.driver.claim("ORDER-FLAGS")
     assert claim is not None
     assert (claim["releaseReason"], claim["amount"], claim["currency"]) == ("DECLINED", "999", "BRL")
+
+
+def test_redrive_against_a_deployed_stack_charges_each_order_once(saga: Saga, deployed: str) -> None:
+    sqs = boto3.client("sqs", region_name=REGION)
+    for _ in range(3):  # a dead-letter queue full of duplicates of one order
+        sqs.send_message(
+            QueueUrl=saga.stack.dead_letter_queue_url,
+            MessageBody=json.dumps(
+                {
+                    "orderId": "ORDER-DLQ",
+                    "amount": 500,
+                    "currency": "USD",
+                    "customerId": "c",
+                    "paymentMethod": "pm_card_visa",
+                }
+            ),
+        )
+
+    assert cli.main(["redrive", "--stack", deployed, "--region", REGION]) == 0
+    saga.driver.pump()
+
+    assert saga.charges("ORDER-DLQ") == 1
+    assert saga.driver.dead_letters() == []
