@@ -263,6 +263,46 @@ def test_the_duplicate_spike_alarm_watches_the_mechanism(template: Template) -> 
     assert template.parameters["DuplicateSpikeThreshold"]["Default"] == 50
 
 
+def test_the_sweeper_throttle_alarm_lets_one_overlapping_tick_pass(template: Template) -> None:
+    """Reserved concurrency 1 throttles a tick that overlaps the running sweep, by design."""
+    sweeper = template.function_by_handler("handlers.sweeper.handler")
+    assert template.functions[sweeper]["ReservedConcurrentExecutions"] == 1
+    (alarm,) = [
+        properties
+        for properties in template.of_type("AWS::CloudWatch::Alarm").values()
+        if alarm_metrics(properties) == [("AWS/Lambda", "Throttles", {"FunctionName": {"Ref": sweeper}})]
+    ]
+    assert alarm["DatapointsToAlarm"] == alarm["EvaluationPeriods"] > 1
+    # More than one sweep interval of throttles (a throttled tick is retried for MaximumEventAgeInSeconds).
+    assert alarm["Period"] * alarm["DatapointsToAlarm"] > sweep_interval_seconds(template)
+
+
+def sweep_interval_seconds(template: Template) -> int:
+    sweeper = template.function_by_handler("handlers.sweeper.handler")
+    (event,) = template.functions[sweeper]["Events"].values()
+    parsed = re.fullmatch(r"rate\((\d+) minutes?\)", event["Properties"]["ScheduleExpression"])
+    assert parsed, event
+    return int(parsed.group(1)) * 60
+
+
+def test_the_pending_alarm_waits_longer_than_an_ordinary_stale_claim_stays_pending(
+    template: Template,
+) -> None:
+    """A claim whose search finds nothing is pending, sweep after sweep, until the search grace ends.
+
+    That is every stale claim nothing was charged for: the alarm must see ReconciliationPending for
+    longer than the grace plus a sweep, in every period, before it asks for a person.
+    """
+    alarm = template.of_type("AWS::CloudWatch::Alarm")["ReconciliationPendingAlarm"]
+    assert alarm_metrics(alarm) == [("PaymentSaga", "ReconciliationPending", {"service": "payment-saga"})]
+    interval = sweep_interval_seconds(template)
+    assert alarm["Period"] == interval, "one sweep per period: a datapoint in every period"
+    assert alarm["DatapointsToAlarm"] == alarm["EvaluationPeriods"], "pending in every period of the window"
+    sweeper = template.function_by_handler("handlers.sweeper.handler")
+    grace = int(template.functions[sweeper]["Environment"]["Variables"]["CLAIM_SEARCH_GRACE_SECONDS"])
+    assert alarm["Period"] * alarm["EvaluationPeriods"] > grace + interval
+
+
 def test_the_failed_executions_alarm_leaves_out_declines_only(template: Template, saga: StateMachine) -> None:
     alarm = template.of_type("AWS::CloudWatch::Alarm")["ExecutionsFailedAlarm"]
     queries = {query["Id"]: query for query in alarm["Metrics"]}

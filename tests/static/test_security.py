@@ -151,14 +151,6 @@ MANAGED_POLICIES: dict[str, list[dict[str, Any]]] = {
     ],
 }
 
-#: Roles known to break the rule: the findings, and what fixes them. Their test is a strict xfail, so
-#: the fix makes it fail until the entry is removed; ``test_known_findings_are_exactly_those_recorded``
-#: keeps the xfail from hiding any other finding in the same role.
-KNOWN_WILDCARD_ROLES: dict[str, tuple[list[str], str]] = {
-    # Empty since StartExecutionFunction got its own role: SAM's generated one carried
-    # AWSLambdaSQSQueueExecutionRole (receive and delete on every queue of the account).
-}
-
 
 def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
@@ -260,19 +252,13 @@ def test_every_managed_policy_is_known(deployed: dict[str, Any]) -> None:
             assert managed_arn(arn) in MANAGED_POLICIES, f"{name}: {arn} is not in MANAGED_POLICIES"
 
 
-def principal_roles() -> list[Any]:
-    """The role SAM makes for each function and state machine (``<LogicalId>Role``), as test params."""
+def principal_roles() -> list[str]:
+    """The role of each function and state machine (``<LogicalId>Role``: SAM's, or the template's own)."""
     resources = load_template()["Resources"]
-    names = [
+    return [
         f"{name}Role"
         for name, resource in resources.items()
         if resource["Type"] in {"AWS::Serverless::Function", "AWS::Serverless::StateMachine"}
-    ]
-    return [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WILDCARD_ROLES[name][1]))
-        if name in KNOWN_WILDCARD_ROLES
-        else name
-        for name in names
     ]
 
 
@@ -319,10 +305,26 @@ def test_the_check_catches_wildcards_it_is_meant_to_catch() -> None:
     assert wildcard_findings([("test", deny)]) == []
 
 
-@pytest.mark.parametrize("role", sorted(KNOWN_WILDCARD_ROLES))
-def test_known_findings_are_exactly_those_recorded(role: str, deployed: dict[str, Any]) -> None:
-    """What each xfail above stands for, spelled out (and nothing else hiding behind it)."""
-    assert wildcard_findings(identity_policies(deployed)[role]) == KNOWN_WILDCARD_ROLES[role][0]
+def test_the_sqs_wildcard_finding_stays_fixed_by_the_start_functions_own_role(
+    deployed: dict[str, Any],
+) -> None:
+    """The one finding this check ever recorded (as a strict xfail, now removed), and its fix.
+
+    SAM's generated role for StartExecutionFunction carried AWSLambdaSQSQueueExecutionRole for its SQS
+    event: receive and delete on every queue of the account. StartExecutionFunctionRole replaced it,
+    with the same grants on the orders queue alone; no role may bring the managed policy back.
+    """
+    function = deployed["Resources"]["StartExecutionFunction"]["Properties"]
+    assert function["Role"] == {"Fn::GetAtt": ["StartExecutionFunctionRole", "Arn"]}
+    sqs_poller = "arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole"
+    for name, resource in deployed["Resources"].items():
+        if resource["Type"] == "AWS::IAM::Role":
+            arns = [managed_arn(arn) for arn in resource["Properties"].get("ManagedPolicyArns") or []]
+            assert sqs_poller not in arns, name
+    statements = identity_policies(deployed)["StartExecutionFunctionRole"]
+    receive = [s for _, s in statements if "sqs:ReceiveMessage" in as_list(s.get("Action", []))]
+    assert [s["Resource"] for s in receive] == [{"Fn::GetAtt": ["OrdersQueue", "Arn"]}]
+    assert wildcard_findings(statements) == []
 
 
 # -- data at rest ----------------------------------------------------------------------------------
@@ -377,24 +379,43 @@ def test_no_function_environment_holds_the_provider_key(template: Template) -> N
             assert not re.search(r"\b[sr]k_(live|test)_", json.dumps(value)), f"{where}: {name} holds a key"
 
 
-def test_the_charge_function_reads_its_key_from_the_secret_it_may_read(template: Template) -> None:
-    charge = template.function_by_handler("handlers.charge_payment.handler")
-    variables = template.functions[charge]["Environment"]["Variables"]
-    parameter = template.referenced_resource(variables["PAYMENT_API_KEY_SECRET_ARN"])
+#: The functions that may read the provider's key: Charge Payment charges with it, the sweeper
+#: searches the provider with it (``find_charge``; it never charges).
+SECRET_READERS = ("handlers.charge_payment.handler", "handlers.sweeper.handler")
+
+
+def test_the_key_is_read_from_the_secret_only_by_the_functions_that_call_the_provider(
+    template: Template, deployed: dict[str, Any]
+) -> None:
+    readers = {template.function_by_handler(handler) for handler in SECRET_READERS}
+    assert readers == {"ChargePaymentFunction", "SweeperFunction"}
+    parameters = set()
+    for reader in sorted(readers):
+        variables = template.functions[reader]["Environment"]["Variables"]
+        parameter = template.referenced_resource(variables["PAYMENT_API_KEY_SECRET_ARN"])
+        parameters.add(parameter)
+        grants = [
+            statement
+            for policy in template.functions[reader].get("Policies") or []
+            for statement in policy.get("Statement", [])
+            if any(str(action).startswith("secretsmanager:") for action in as_list(statement["Action"]))
+        ]
+        assert [(statement["Action"], statement["Resource"]) for statement in grants] == [
+            ("secretsmanager:GetSecretValue", {"Ref": parameter})
+        ], f"{reader}: reads the secret it is given, and only that"
+    # One secret, named by a required parameter with no default.
+    (parameter,) = parameters
     assert parameter in template.parameters
     assert template.parameters[parameter]["AllowedPattern"].startswith("^arn:aws[a-z-]*:secretsmanager:")
     assert "Default" not in template.parameters[parameter], "a default would be someone's secret"
-    grants = [
-        statement
-        for policy in template.functions[charge].get("Policies") or []
-        for statement in policy.get("Statement", [])
-        if "secretsmanager:GetSecretValue" in as_list(statement["Action"])
-    ]
-    assert [statement["Resource"] for statement in grants] == [{"Ref": parameter}]
-    # And only the charge function may read it.
+    # And no other function may touch Secrets Manager, in its template policies or its deployed role.
     for name, properties in template.functions.items():
-        if name != charge:
+        if name not in readers:
             assert "secretsmanager" not in json.dumps(properties.get("Policies") or []), name
+            assert "PAYMENT_API_KEY_SECRET_ARN" not in json.dumps(properties.get("Environment") or {}), name
+    for name, statements in identity_policies(deployed).items():
+        if name not in {f"{reader}Role" for reader in readers}:
+            assert "secretsmanager" not in json.dumps([statement for _, statement in statements]), name
 
 
 def test_the_code_takes_the_key_from_the_secret_when_no_key_is_given() -> None:
