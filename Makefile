@@ -106,6 +106,18 @@ test: install tools lint check-template chromium ## Everything CI runs: lint, te
 demo: install ## Run the whole saga locally, duplicates and failures included (no AWS, no Docker)
 	$(BIN)/saga demo
 
+# Issue 4: the promise under random faults. Neither runs in `make test` (a small version of each does).
+.PHONY: chaos property-long
+CHAOS_ORDERS ?= 1000
+CHAOS_SEED ?= 7
+PROPERTY_EXAMPLES ?= 500
+
+chaos: install ## 1,000 orders x 4 deliveries, random faults at every step, then the sweeper: the verdict
+	$(BIN)/python -m saga_local.chaos --orders $(CHAOS_ORDERS) --copies 4 --concurrency 4 --seed $(CHAOS_SEED)
+
+property-long: install ## The property-based test with 500 examples (SAGA_PROPERTY_EXAMPLES; 25 in make test)
+	SAGA_PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) $(BIN)/python -m pytest tests/local/test_properties.py -q
+
 # Best effort: a browser test skips itself without chromium, so a failed install must not fail CI.
 chromium: ## Install Debian's chromium when missing (only with CI=true, as root; never fails)
 	@if command -v chromium >/dev/null 2>&1; then \

@@ -6,6 +6,8 @@ invocation is reported as Lambda reports it: ``FunctionError: Unhandled`` and a 
 ``{"errorType": <exception class name>, "errorMessage": ...}``, or for a death injected by a
 :class:`~saga_local.faults.Fault`, ``Runtime.ExitError`` / ``Sandbox.Timedout`` /
 ``Runtime.OutOfMemory``. The worker-process runtime of the local stack shares this contract.
+Faults that do not end the invocation (AWS call errors, stalls, a stopped execution) are fired
+from the same hooks; :mod:`saga_local.faults` describes every kind.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from saga_local.faults import ERROR_TYPES, FaultPlan, InvocationKilled
+from saga_local.faults import CALL_KINDS, ERROR_TYPES, FATAL_KINDS, FaultPlan, InvocationKilled, call_error
 from saga_local.lambda_api import LambdaContext, death_error, lambda_error, order_id_of
 from saga_local.moto_adapter import Invocation, Throttled
 from saga_local.template import ROOT
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
+    from saga_local.faults import Fault
     from saga_local.template import FunctionSpec
 
 FUNCTIONS_DIR = ROOT / "functions"
@@ -53,6 +56,9 @@ class InvocationRecord:
 class _Current(threading.local):
     function: str | None = None
     order_id: str | None = None
+    invocation: int | None = None  # the Nth invocation of this function for this order
+    token: str | None = None  # the invoking execution (claim token), for ``stop`` faults
+    deadline: float = 0.0  # monotonic time at which Lambda would end this invocation
 
 
 class InProcessRuntime:
@@ -74,6 +80,7 @@ class InProcessRuntime:
         self._records_lock = threading.Lock()
         self._current = _Current()
         self._handlers: dict[str, Callable[[Any, Any], Any]] = {}
+        self._sfn: Any = None
         self._install_environment()
         self._install_call_hooks()
 
@@ -117,21 +124,53 @@ class InProcessRuntime:
                 return result
 
             charge.__saga_hooked__ = True  # type: ignore[attr-defined]
-            StripeProvider.charge = charge  # type: ignore[method-assign]
+            StripeProvider.charge = charge  # type: ignore[method-assign,assignment]
 
     def observe(self, call: str) -> None:
         if self._current.function is not None:
             with self._records_lock:
                 self.calls[(self._current.function, call)] += 1
 
-    def point(self, point: str) -> None:
-        """Fire the fault planned for the current invocation at ``point``, if any."""
-        function = self._current.function
-        if function is None:
+    def point(self, point: str, model: Any = None) -> None:
+        """Fire the fault planned for the current invocation at ``point``, if any.
+
+        ``model`` is botocore's operation model at ``before:`` points of AWS calls.
+        """
+        current = self._current
+        if current.function is None:
             return
-        fault = self.faults.take(function, point, self._current.order_id)
+        fault = self.faults.take(current.function, point, current.order_id, current.invocation)
         if fault is not None:
+            self._fire(fault, point, model)
+
+    def _fire(self, fault: Fault, point: str, model: Any) -> None:
+        if fault.kind in FATAL_KINDS:
             raise InvocationKilled(fault.kind, point)
+        if fault.kind == "throttle":
+            raise Throttled("Rate Exceeded.")
+        if fault.kind in CALL_KINDS:
+            raise call_error(fault.kind, point.partition(":")[2], model)
+        if fault.kind == "delay":
+            remaining = self._current.deadline - time.monotonic()
+            time.sleep(max(0.0, min(fault.seconds, remaining)))
+            if fault.seconds > remaining:
+                raise InvocationKilled("timeout", point)  # Lambda ends the invocation at its deadline
+        elif fault.kind == "stop":
+            self._stop_execution(self._current.token)
+
+    def _stop_execution(self, execution_arn: str | None) -> None:
+        """Stop the invoking execution; this invocation goes on, as a running Lambda does."""
+        if execution_arn is None:
+            return
+        current = self._current
+        saved = current.function
+        current.function = None  # our own call: neither counted nor a fault point
+        try:
+            if self._sfn is None:
+                self._sfn = boto3.client("stepfunctions")
+            self._sfn.stop_execution(executionArn=execution_arn, error="Chaos.Stopped", cause="fault: stop")
+        finally:
+            current.function = saved
 
     # -- invoke --------------------------------------------------------------------------------
 
@@ -147,19 +186,19 @@ class InProcessRuntime:
         order_id = order_id_of(event)
         started = time.perf_counter()
         error_type: str | None = None
-        self._current.function, self._current.order_id = spec.logical_id, order_id
+        current = self._current
+        current.function, current.order_id = spec.logical_id, order_id
+        current.invocation = self.faults.begin(spec.logical_id, order_id)
+        current.token = event.get("claimToken") if isinstance(event, dict) else None
+        current.deadline = time.monotonic() + spec.timeout
         try:
-            fault = self.faults.take(spec.logical_id, "start", order_id)
-            if fault is not None and fault.kind == "throttle":
-                error_type = "Lambda.TooManyRequestsException"
-                raise Throttled("Rate Exceeded.")
-            if fault is not None:
-                raise InvocationKilled(fault.kind, "start")
+            self.point("start")
             context = LambdaContext(function_name, spec.memory_mb, spec.timeout)
             result = self.handler(spec)(event, context)
             self.point("end")
             return Invocation(json.dumps(result).encode())
         except Throttled:
+            error_type = "Lambda.TooManyRequestsException"
             raise
         except InvocationKilled as death:
             error_type = ERROR_TYPES[death.kind]
@@ -169,7 +208,8 @@ class InProcessRuntime:
             trace = traceback.format_exception(exc)
             return Invocation(lambda_error(error_type, str(exc), trace), "Unhandled")
         finally:
-            self._current.function = self._current.order_id = None
+            current.function = current.order_id = current.token = None
+            current.invocation = None
             record = InvocationRecord(
                 spec.logical_id, order_id, (time.perf_counter() - started) * 1000, error_type
             )
@@ -180,13 +220,13 @@ class InProcessRuntime:
 _ACTIVE: InProcessRuntime | None = None
 
 
-def _point(point: str) -> None:
+def _point(point: str, model: Any = None) -> None:
     if _ACTIVE is not None:
-        _ACTIVE.point(point)
+        _ACTIVE.point(point, model)
 
 
-def _before_call(event_name: str, **_: Any) -> None:
-    _point("before:" + _call_name(event_name))
+def _before_call(event_name: str, model: Any = None, **_: Any) -> None:
+    _point("before:" + _call_name(event_name), model)
 
 
 def _after_call(event_name: str, **_: Any) -> None:
@@ -356,17 +396,18 @@ class WorkerRuntime:
         event = json.loads(payload or b"{}")
         order_id = order_id_of(event)
         started = time.perf_counter()
-        fault = self.faults.take(spec.logical_id, "start", order_id)
+        invocation = self.faults.begin(spec.logical_id, order_id)
+        fault = self.faults.take(spec.logical_id, "start", order_id, invocation)
         if fault is not None and fault.kind == "throttle":
             self._record(spec, order_id, started, "Lambda.TooManyRequestsException")
             raise Throttled("Rate Exceeded.")
-        armed = fault or self.faults.take_for_invocation(spec.logical_id, order_id)
+        armed = fault or self.faults.take_for_invocation(spec.logical_id, order_id, invocation)
         worker = self._acquire(function_name)
         request = {
             "payload": payload.decode(),
             "function_name": function_name,
             "timeout": spec.timeout,
-            "fault": {"point": armed.point, "kind": armed.kind} if armed else None,
+            "fault": {"point": armed.point, "kind": armed.kind, "seconds": armed.seconds} if armed else None,
         }
         try:
             os.write(worker.requests, json.dumps(request).encode() + b"\n")
@@ -377,10 +418,8 @@ class WorkerRuntime:
             # Dead or hung: this sandbox is gone either way.
             # EOF arrives before the exit status: give a dead worker a moment to be reaped, so a
             # death is not mistaken for a timeout (a hung worker is still running after this).
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 worker.process.wait(timeout=0 if time.perf_counter() - started >= spec.timeout else 2)
-            except subprocess.TimeoutExpired:
-                pass
             timed_out = worker.process.poll() is None
             worker.kill()
             self._release(function_name, None)
@@ -393,9 +432,9 @@ class WorkerRuntime:
             self._record(spec, order_id, started, ERROR_TYPES[kind])
             return Invocation(death_error(kind, spec.timeout), "Unhandled")
         self._release(function_name, worker)
-        if armed is not None:
-            self.faults.refund(armed)  # it answered, so the fault's point was never reached
         response = json.loads(line)
+        if armed is not None and not response.get("fired"):
+            self.faults.refund(armed)  # it answered without reaching the fault's point
         with self._lock:
             for call, n in response.get("calls", {}).items():
                 self.calls[(spec.logical_id, call)] += n

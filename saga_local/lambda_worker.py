@@ -8,6 +8,9 @@ logs) go wherever the parent pointed them, as Lambda sends them to CloudWatch Lo
 Faults armed by the parent fire here, for real: ``die`` exits the process, ``timeout`` hangs
 until the parent kills it at the function's timeout, ``oom`` allocates until the address-space
 limit (the function's memory size over what the runtime already uses) raises MemoryError.
+``throttle_call`` / ``error_call`` raise the AWS SDK's error from the call, ``delay`` sleeps (past
+the function's timeout the parent kills it, as Lambda would), ``stop`` stops the invoking
+execution and goes on (see :mod:`saga_local.faults`).
 """
 
 from __future__ import annotations
@@ -25,14 +28,18 @@ EXIT_DIED = 1
 EXIT_OUT_OF_MEMORY = 137
 
 _armed: dict[str, Any] | None = None
+#: The execution that invoked us (the event's claim token), for ``stop``.
+_token: str | None = None
+#: True while the worker makes its own AWS call (``stop``), which the hooks must ignore.
+_own_call = False
 
 
-def _fire(point: str) -> None:
+def _fire(point: str, model: Any = None) -> None:
     global _armed
     if _armed is None or _armed["point"] != point:
         return
-    kind = _armed["kind"]
-    _armed = None
+    fault, _armed = _armed, None
+    kind = fault["kind"]
     if kind == "die":
         os._exit(EXIT_DIED)
     if kind == "timeout":
@@ -40,6 +47,28 @@ def _fire(point: str) -> None:
             time.sleep(3600)
     if kind == "oom":
         _exhaust_memory()
+    if kind in ("throttle_call", "error_call"):
+        from saga_local.faults import call_error
+
+        raise call_error(kind, point.partition(":")[2], model)
+    if kind == "delay":
+        time.sleep(float(fault.get("seconds") or 0))  # past the timeout, the parent kills us
+    if kind == "stop" and _token:
+        _stop_execution(_token)
+
+
+def _stop_execution(execution_arn: str) -> None:
+    """Stop the invoking execution and go on, as a running Lambda does when its execution stops."""
+    global _own_call
+    import boto3
+
+    _own_call = True
+    try:
+        boto3.client("stepfunctions").stop_execution(
+            executionArn=execution_arn, error="Chaos.Stopped", cause="fault: stop"
+        )
+    finally:
+        _own_call = False
 
 
 def _exhaust_memory() -> None:
@@ -62,11 +91,15 @@ def _limit_memory(memory_mb: int) -> None:
 def _install_hooks(calls: dict[str, int]) -> None:
     import boto3
 
-    def before(event_name: str, **_: Any) -> None:
-        _fire("before:" + event_name.split(".", 1)[1])
+    def before(event_name: str, model: Any = None, **_: Any) -> None:
+        if _own_call:
+            return
+        _fire("before:" + event_name.split(".", 1)[1], model)
 
     def after(event_name: str, **_: Any) -> None:
         name = event_name.split(".", 1)[1]
+        if _own_call:
+            return  # the worker's own StopExecution: neither the handler's call nor a fault point
         calls[name] = calls.get(name, 0) + 1
         _fire("after:" + name)
 
@@ -83,7 +116,7 @@ def _install_hooks(calls: dict[str, int]) -> None:
         _fire("after:provider.charge")
         return result
 
-    StripeProvider.charge = charge  # type: ignore[method-assign]
+    StripeProvider.charge = charge  # type: ignore[method-assign,assignment]
 
 
 def _read_line(fd: int, buffer: bytearray) -> bytes | None:
@@ -98,7 +131,7 @@ def _read_line(fd: int, buffer: bytearray) -> bytes | None:
 
 
 def main() -> None:
-    global _armed
+    global _armed, _token
     request_fd, response_fd = int(sys.argv[1]), int(sys.argv[2])
     functions_dir, handler_path, memory_mb = sys.argv[3], sys.argv[4], int(sys.argv[5])
     sys.path.insert(0, functions_dir)
@@ -125,13 +158,14 @@ def main() -> None:
         _armed = request.get("fault")
         calls.clear()
         event = json.loads(request["payload"] or "{}")
+        _token = event.get("claimToken") if isinstance(event, dict) else None
         context = LambdaContext(request["function_name"], memory_mb, request["timeout"])
         try:
             if _armed and _armed["point"] == "start":
                 _fire("start")
             result = handler(event, context)
             _fire("end")
-            response = {"payload": json.dumps(result), "error": None}
+            response: dict[str, Any] = {"payload": json.dumps(result), "error": None}
         except MemoryError:
             os._exit(EXIT_OUT_OF_MEMORY)
         except Exception as exc:  # noqa: BLE001 - reported to the caller, as Lambda does

@@ -3,4 +3,57 @@ tests/statemachine/conftest.py are only visible under that directory)."""
 
 from __future__ import annotations
 
+import time
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+
+from payment_saga.claims import ClaimsStore
+from payment_saga.payments import StripeProvider
+from saga_local.stack import LOCAL_API_KEY, REGION
 from tests.statemachine.conftest import provider_dedupe, saga  # noqa: F401
+
+if TYPE_CHECKING:
+    from tests.statemachine.conftest import Saga
+
+# -- the sweeper (functions/payment_saga/reconcile.py), when it is there ---------------------------
+
+try:
+    from payment_saga.reconcile import reconcile
+except ImportError:  # being written: the tests that need it skip, saying so
+    reconcile = None
+
+#: The sweeper's default wait before it trusts "the provider's search found nothing".
+SEARCH_GRACE_SECONDS = 3600
+SWEEPER_MISSING = (
+    "functions/payment_saga/reconcile.py (reconcile) is not there yet: "
+    "the 'resolved by the sweeper' assertions were not run"
+)
+
+
+def lease_seconds(stack: Saga) -> int:
+    """The claim lease the functions run with (``CLAIM_LEASE_SECONDS``, from template.yaml)."""
+    for _, environment in stack.stack.functions.values():
+        if "CLAIM_LEASE_SECONDS" in environment:
+            return int(environment["CLAIM_LEASE_SECONDS"])
+    raise LookupError("no function has CLAIM_LEASE_SECONDS")
+
+
+def sweep(stack: Saga, *, now: float | None = None) -> Any:
+    """Run the sweeper with ``apply=True`` at a time past every lease and the search grace.
+
+    Skips the calling test (with :data:`SWEEPER_MISSING`) while the sweeper does not exist.
+    """
+    if reconcile is None:
+        pytest.skip(SWEEPER_MISSING)
+    lease = lease_seconds(stack)
+    at = now if now is not None else time.time() + lease + SEARCH_GRACE_SECONDS + 1
+    store = ClaimsStore(
+        stack.stack.table_name,
+        client=boto3.client("dynamodb", region_name=REGION),
+        clock=lambda: at,
+        lease_seconds=lease,
+    )
+    provider = StripeProvider(LOCAL_API_KEY, api_base=stack.provider.url)
+    return reconcile(store, provider, now=at, apply=True)

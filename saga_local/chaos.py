@@ -1,0 +1,470 @@
+"""``saga chaos``: many orders, duplicate deliveries and random faults everywhere; then the sweeper.
+
+Every order is sent ``--copies`` times through SQS (``saga simulate``'s producer), and faults are
+drawn at random, reproducibly from ``--seed``:
+
+* for each order and each step function (Claim, Charge, Mark Complete, Release), with
+  :attr:`ChaosConfig.step_fault_rate`, one fault of any kind at any point of that function
+  (:data:`~saga_local.faults.POINTS`, :func:`~saga_local.faults.kinds_at`): deaths, timeouts,
+  out-of-memory, Lambda throttles, DynamoDB throttles and 500s, stalls; sometimes aimed at a
+  later invocation (a retry) rather than the first;
+* on the start function, with :attr:`ChaosConfig.start_fault_rate` per invocation (a batch);
+* at the provider, with :attr:`ChaosConfig.provider_fault_rate` per order: every kind the
+  emulator injects (500 before or after applying, a 500 saved under the key, resets, hangs);
+* with :attr:`ChaosConfig.stop_rate` per order, the execution is stopped half-way (``stop``);
+* with :attr:`ChaosConfig.redelivery_rate` per delivery, SQS delivers a message again (same
+  MessageId), half of them while the execution it started runs and half after it ended.
+
+Then the sweeper runs with a clock past every lease and the search grace, and the report says, at
+the provider's ledger and in the claims table: charges, double charges, lost orders, how each
+order ended before and after the sweep, and the verdict. The exit status is 0 only if the promise
+held: no order charged twice, none lost, every needs-reconciliation resolved, and invariants 6
+(release only on proof) and 7 (the completed charge is the ledger's) unbroken.
+
+The stack is the embedded one, in-process (``retry_time_scale=0``: the ASL's Retry waits are
+recorded, not slept), with a short visibility timeout so redriven messages come back in seconds.
+The handlers' JSON logs go to ``--log-file`` (discarded by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import random
+import sys
+import threading
+import time
+import warnings
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, get_args
+
+from saga_local import simulate
+from saga_local.faults import POINTS, START_FUNCTION, STEP_FUNCTIONS, Fault, kinds_at, redeliver
+from saga_local.provider_emulator import FaultKind as ProviderFaultKind
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from saga_local.embedded import EmbeddedStack
+    from saga_local.provider_emulator import LedgerEntry, ProviderFault
+    from saga_local.stack import Stack
+
+PROVIDER_FAULT_KINDS: tuple[ProviderFaultKind, ...] = get_args(ProviderFaultKind)
+#: The sweeper's default wait before it trusts "the provider's search found nothing" (seconds).
+SEARCH_GRACE_SECONDS = 3600
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """How much of everything. Rates are probabilities; the defaults are what ``make chaos`` runs."""
+
+    orders: int = 1000
+    copies: int = 4
+    concurrency: int = 4
+    seed: int = 7
+    decline_rate: float = 0.1
+    #: Per order and step function: one fault at a random point of that function.
+    step_fault_rate: float = 0.15
+    #: Per start-function invocation (one SQS batch).
+    start_fault_rate: float = 0.03
+    #: Per order: one provider fault.
+    provider_fault_rate: float = 0.05
+    #: Per order: the execution that reaches the chosen point is stopped there.
+    stop_rate: float = 0.01
+    #: Per delivery: SQS delivers the message again (half while running, half after the end).
+    redelivery_rate: float = 0.02
+    #: Seconds before a message the start function failed is delivered again.
+    visibility_timeout: int = 2
+
+
+@dataclass(frozen=True)
+class ProviderFaultPlan:
+    kind: ProviderFaultKind
+    order_id: str
+    times: int
+
+
+@dataclass
+class FaultSchedule:
+    """Everything the run injects, drawn before it starts."""
+
+    faults: list[Fault] = field(default_factory=list)
+    provider: list[ProviderFaultPlan] = field(default_factory=list)
+
+
+def plan_faults(orders: list[dict[str, Any]], config: ChaosConfig, rng: random.Random) -> FaultSchedule:
+    """Draw the run's faults (see the module docstring); the same seed gives the same schedule."""
+    schedule = FaultSchedule()
+    for order in orders:
+        order_id = order["orderId"]
+        for function in STEP_FUNCTIONS:
+            if rng.random() < config.step_fault_rate:
+                point = rng.choice(POINTS[function])
+                kind = rng.choice([k for k in kinds_at(function, point) if k != "stop"])
+                schedule.faults.append(
+                    Fault(
+                        function,
+                        point,
+                        kind,  # type: ignore[arg-type]
+                        # At most 3: the claim can then never fail in every one of its 4 tries.
+                        times=rng.randint(1, 3),
+                        order_id=order_id,
+                        attempt=rng.choice([None, None, None, 1, 2, 3]),
+                        seconds=round(rng.uniform(0.05, 0.3), 2) if kind == "delay" else 0.0,
+                    )
+                )
+        if rng.random() < config.stop_rate:
+            function = rng.choice(STEP_FUNCTIONS)
+            schedule.faults.append(Fault(function, rng.choice(POINTS[function]), "stop", order_id=order_id))
+        if rng.random() < config.provider_fault_rate:
+            schedule.provider.append(
+                ProviderFaultPlan(rng.choice(PROVIDER_FAULT_KINDS), order_id, rng.randint(1, 2))
+            )
+    # A start invocation carries a batch of messages, not one order: aim at invocations by number.
+    batches = math.ceil(len(orders) * config.copies / 10)
+    for invocation in range(1, batches + 1):
+        if rng.random() < config.start_fault_rate:
+            point = rng.choice(POINTS[START_FUNCTION])
+            kind = rng.choice(kinds_at(START_FUNCTION, point))
+            seconds = round(rng.uniform(0.05, 0.3), 2) if kind == "delay" else 0.0
+            schedule.faults.append(Fault(START_FUNCTION, point, kind, attempt=invocation, seconds=seconds))  # type: ignore[arg-type]
+    return schedule
+
+
+# -- redeliveries ------------------------------------------------------------------------------
+
+
+class Redeliverer:
+    """SQS delivering messages again: same MessageId, same body, while or after their execution runs."""
+
+    def __init__(self, stack: EmbeddedStack, orders: list[dict[str, Any]], *, budget: int, seed: int) -> None:
+        self.stack = stack
+        self.bodies = {order["orderId"]: json.dumps(order) for order in orders}  # as send_all sends them
+        self.budget_running = budget - budget // 2
+        self.budget_after = budget // 2
+        self.counts: Counter[str] = Counter()
+        self._done: set[str] = set()
+        self._rng = random.Random(seed)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._while_running, name="chaos-redeliveries", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _while_running(self) -> None:
+        sfn = self.stack.driver.sfn
+        arn = self.stack.stack.state_machine_arn
+        while self.counts["while running"] < self.budget_running and not self._stop.wait(0.25):
+            running = sfn.list_executions(stateMachineArn=arn, statusFilter="RUNNING")["executions"]
+            for execution in self._rng.sample(running, min(2, len(running))):
+                self._redeliver(execution["executionArn"], "while running")
+
+    def after_the_end(self) -> None:
+        arns = [a for a in self.stack.driver.execution_arns() if a not in self._done]
+        for arn in self._rng.sample(arns, min(self.budget_after, len(arns))):
+            self._redeliver(arn, "after the end")
+
+    def _redeliver(self, arn: str, when: str) -> None:
+        if arn in self._done:
+            return
+        self._done.add(arn)
+        execution = json.loads(self.stack.driver.sfn.describe_execution(executionArn=arn)["input"])
+        body = self.bodies.get(execution["order"]["orderId"])
+        if body is None:
+            return
+        result = redeliver(self.stack.driver, execution["messageId"], body)
+        self.counts[when] += 1
+        if result.failed:
+            self.counts["failed (SQS would deliver again)"] += 1
+
+
+# -- checking ----------------------------------------------------------------------------------
+
+
+def broken_invariants(
+    order_ids: Iterable[str], claims: dict[str, dict[str, Any]], charges: Iterable[LedgerEntry]
+) -> list[str]:
+    """Invariants 1, 6 and 7, read from the claims table and the provider's ledger."""
+    ledger: dict[str, list[LedgerEntry]] = defaultdict(list)
+    for charge in charges:
+        if charge.order_id is not None:
+            ledger[charge.order_id].append(charge)
+    problems: list[str] = []
+    for order_id in order_ids:
+        entries = ledger.get(order_id, [])
+        claim = claims.get(order_id) or {}
+        if len(entries) > 1:
+            problems.append(f"invariant 1: {order_id} charged {len(entries)} times")
+        if claim.get("status") == "RELEASED":
+            attempt = int(claim["attempt"])
+            early = [c.charge_id for c in entries if c.attempt is not None and int(c.attempt) <= attempt]
+            if early:
+                problems.append(f"invariant 6: {order_id} RELEASED at attempt {attempt} but charged {early}")
+        if claim.get("status") == "COMPLETED" and [c.charge_id for c in entries] != [claim.get("chargeId")]:
+            problems.append(
+                f"invariant 7: {order_id} COMPLETED with {claim.get('chargeId')},"
+                f" ledger {[c.charge_id for c in entries]}"
+            )
+    return problems
+
+
+def claim_lease_seconds(stack: Stack) -> int:
+    """The claim lease the functions run with (``CLAIM_LEASE_SECONDS``, from template.yaml)."""
+    for _, environment in stack.functions.values():
+        if "CLAIM_LEASE_SECONDS" in environment:
+            return int(environment["CLAIM_LEASE_SECONDS"])
+    raise LookupError("no function has CLAIM_LEASE_SECONDS")
+
+
+def sweep(stack: EmbeddedStack, *, now: float) -> dict[str, int] | None:
+    """Run the sweeper (``apply=True``) at ``now``; its counts by outcome, or None if it is missing."""
+    try:
+        from saga_local.reconcile import reconcile_stack
+    except ImportError:  # the sweeper is being written: the report says so and the run is not judged
+        return None
+    report = reconcile_stack(stack, apply=True, now=now)
+    return dict(report.counts)
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ChaosReport:
+    """``saga simulate``'s report before and after the sweep, and what chaos adds to it."""
+
+    config: ChaosConfig
+    before: simulate.Report
+    after: simulate.Report | None
+    faults_by_kind: dict[str, int]
+    faults_by_function: dict[str, int]
+    faults_planned: int
+    redeliveries: dict[str, int]
+    sweep: dict[str, int] | None
+    sweep_seconds: float
+    dead_letters: int
+    violations_before: list[str]
+    violations_after: list[str]
+    wall_seconds: float
+
+    @property
+    def checks(self) -> dict[str, bool]:
+        after = self.after
+        return {
+            "no order charged twice": self.before.double_charged_orders == 0
+            and (after is None or after.double_charged_orders == 0),
+            "no order lost": self.before.lost_orders == 0 and (after is None or after.lost_orders == 0),
+            "every needs-reconciliation resolved": after is not None and after.needs_reconciliation == 0,
+            "invariants 6 and 7 hold": not self.violations_before and not self.violations_after,
+        }
+
+    @property
+    def promise_kept(self) -> bool:
+        return all(self.checks.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": dataclasses.asdict(self.config),
+            "before": self.before.to_dict(),
+            "after": self.after.to_dict() if self.after else None,
+            "faultsByKind": self.faults_by_kind,
+            "faultsByFunction": self.faults_by_function,
+            "faultsPlanned": self.faults_planned,
+            "redeliveries": self.redeliveries,
+            "sweep": self.sweep,
+            "sweepSeconds": self.sweep_seconds,
+            "deadLetters": self.dead_letters,
+            "violationsBefore": self.violations_before,
+            "violationsAfter": self.violations_after,
+            "wallSeconds": self.wall_seconds,
+            "checks": self.checks,
+            "promiseKept": self.promise_kept,
+        }
+
+
+def run_chaos(
+    stack: EmbeddedStack,
+    config: ChaosConfig,
+    *,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> ChaosReport:
+    """Inject, run (``simulate.run``), redeliver, measure, sweep, measure again."""
+    began = time.monotonic()
+    rng = random.Random(config.seed)
+    orders = simulate.make_orders(config.orders, decline_rate=config.decline_rate, seed=config.seed)
+    schedule = plan_faults(orders, config, rng)
+    stack.faults.extend(schedule.faults)
+    provider_faults: list[ProviderFault] = []
+    for planned in schedule.provider:
+        # A hang is held briefly, then cut: to the SDK the same unknown outcome as a read timeout.
+        seconds = 0.2 if planned.kind == "timeout_after_apply" else None
+        provider_faults.append(
+            stack.provider.inject(
+                planned.kind, order_id=planned.order_id, times=planned.times, seconds=seconds
+            )
+        )
+    redeliveries = Redeliverer(
+        stack,
+        orders,
+        budget=round(config.orders * config.copies * config.redelivery_rate),
+        seed=config.seed + 1,
+    )
+    redeliveries.start()
+    try:
+        ran = simulate.run(
+            stack,
+            orders=config.orders,
+            copies=config.copies,
+            concurrency=config.concurrency,
+            decline_rate=config.decline_rate,
+            seed=config.seed,
+            progress=progress,
+        )
+    finally:
+        redeliveries.stop()
+    redeliveries.after_the_end()
+    _wait_idle(stack)
+    order_ids = [order["orderId"] for order in orders]
+    before = simulate.measure(stack, orders, deliveries=ran.deliveries, wall_seconds=ran.wall_seconds)
+    violations_before = broken_invariants(order_ids, stack.driver.claims(), stack.provider.charges())
+
+    sweep_began = time.monotonic()
+    now = time.time() + claim_lease_seconds(stack.stack) + SEARCH_GRACE_SECONDS + 1
+    swept = sweep(stack, now=now)
+    sweep_seconds = time.monotonic() - sweep_began
+    after = violations_after = None
+    if swept is not None:
+        after = simulate.measure(stack, orders, deliveries=ran.deliveries, wall_seconds=ran.wall_seconds)
+        violations_after = broken_invariants(order_ids, stack.driver.claims(), stack.provider.charges())
+
+    by_kind = Counter(stack.faults.fired_by_kind())
+    by_function: Counter[str] = Counter()
+    for fault in schedule.faults:
+        by_function[fault.function] += fault.fired
+    for provider_fault in provider_faults:
+        by_kind[f"provider {provider_fault.kind}"] += provider_fault.fired
+        by_function["provider"] += provider_fault.fired
+    return ChaosReport(
+        config=config,
+        before=before,
+        after=after,
+        faults_by_kind={k: n for k, n in sorted(by_kind.items()) if n},
+        faults_by_function={k: n for k, n in sorted(by_function.items()) if n},
+        faults_planned=len(schedule.faults) + len(provider_faults),
+        redeliveries=dict(redeliveries.counts),
+        sweep=swept,
+        sweep_seconds=round(sweep_seconds, 2),
+        dead_letters=len(stack.driver.dead_letters()),
+        violations_before=violations_before,
+        violations_after=violations_after or [],
+        wall_seconds=round(time.monotonic() - began, 2),
+    )
+
+
+def _wait_idle(stack: EmbeddedStack, timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while stack.driver.running() or stack.driver.queue_depth():
+        if time.monotonic() > deadline:
+            raise TimeoutError("executions still running after the redeliveries")
+        time.sleep(0.2)
+
+
+def render(report: ChaosReport) -> str:
+    """``saga simulate``'s report (before the sweep), then the faults, the sweep and the verdict."""
+    lines = [simulate.render(dataclasses.replace(report.before, faults_injected={}, problems=[]))]
+    lines.append(
+        f"faults injected      {sum(report.faults_by_kind.values())} fired"
+        f" (from {report.faults_planned} planned faults)"
+    )
+    lines.extend(f"  {n:6d}  {kind}" for kind, n in report.faults_by_kind.items())
+    lines.append("  by function: " + ", ".join(f"{f} {n}" for f, n in report.faults_by_function.items()))
+    lines.append(
+        "redeliveries         "
+        + (", ".join(f"{n} {when}" for when, n in report.redeliveries.items()) or "none")
+    )
+    lines.append(f"dead letters         {report.dead_letters}")
+    lines.append(f"endings, before the sweep  {_endings(report.before)}")
+    if report.sweep is None:
+        lines.append(
+            "sweep                the sweeper is not there yet (functions/payment_saga/reconcile.py)"
+        )
+    else:
+        lines.append(f"sweep                {report.sweep} in {report.sweep_seconds:.1f} s")
+    if report.after is not None:
+        lines.append(f"endings, after the sweep   {_endings(report.after)}")
+    problems = report.before.problems + report.violations_before + report.violations_after
+    if report.after is not None:
+        problems += report.after.problems
+    if problems:
+        lines.append("problems")
+        lines.extend(f"  {p}" for p in dict.fromkeys(problems))
+    lines.append(f"total wall time      {report.wall_seconds:.1f} s")
+    lines.append("verdict")
+    lines.extend(f"  {'ok  ' if ok else 'FAIL'}  {check}" for check, ok in report.checks.items())
+    lines.append("  PROMISE KEPT" if report.promise_kept else "  PROMISE BROKEN")
+    return "\n".join(lines)
+
+
+def _endings(report: simulate.Report) -> str:
+    return ", ".join(f"{ending} {n}" for ending, n in sorted(report.order_endings.items())) or "none"
+
+
+# -- entry point -------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="saga chaos",
+        description="Many orders, duplicates and random faults everywhere; then the sweeper.",
+    )
+    defaults = ChaosConfig()
+    parser.add_argument("--orders", type=int, default=defaults.orders)
+    parser.add_argument("--copies", type=int, default=defaults.copies, help="deliveries of each order")
+    parser.add_argument(
+        "--concurrency", type=int, default=defaults.concurrency, help="concurrent SQS pollers"
+    )
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="the same seed draws the same faults")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--log-file", help="where the functions' JSON logs go (default: discarded)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chaos; 0 if the promise held, 1 if it broke, 2 if it could not be judged (no sweeper)."""
+    args = build_parser().parse_args(argv)
+    config = ChaosConfig(orders=args.orders, copies=args.copies, concurrency=args.concurrency, seed=args.seed)
+    from saga_local.embedded import EmbeddedStack
+
+    progress = None if args.json else simulate.progress_bar
+    # Powertools warns on every invocation that publishes no metric (a duplicate, a death).
+    warnings.filterwarnings("ignore", message="No application metrics to publish")
+    # The in-process handlers log (and print their metrics) to stdout: keep it for the report.
+    with (
+        open(args.log_file or os.devnull, "a", encoding="utf-8") as logs,
+        contextlib.redirect_stdout(logs),
+        EmbeddedStack(
+            runtime="inprocess", retry_time_scale=0, visibility_timeout=config.visibility_timeout
+        ) as stack,
+    ):
+        report = run_chaos(stack, config, progress=progress)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        sys.stderr.write("\n")
+        print(render(report))
+    if report.sweep is None:
+        return 2
+    return 0 if report.promise_kept else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""Each fault kind fires where it is aimed, and the saga keeps its promise through it.
+
+The real ASL runs in moto with the real handlers in-process (the ``saga`` fixture); charges are
+counted at the provider emulator's ledger and claims read from the table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from handlers.start_execution import execution_name
+from saga_local.faults import Fault, FaultPlan, call_error, redeliver
+from saga_local.stack import REGION
+from tests.local.conftest import sweep
+from tests.statemachine.conftest import order
+
+if TYPE_CHECKING:
+    from tests.statemachine.conftest import Saga
+
+
+def task_errors(saga: Saga, arn: str) -> list[str]:
+    return [
+        e["taskFailedEventDetails"]["error"] for e in saga.driver.history(arn) if e["type"] == "TaskFailed"
+    ]
+
+
+def error_types(saga: Saga, function: str) -> list[str | None]:
+    return [r.error_type for r in saga.runtime.records if r.function == function]
+
+
+# -- the fault model ---------------------------------------------------------------------------
+
+
+def test_call_error_is_the_exception_boto3_raises_after_its_retries() -> None:
+    client = boto3.client("dynamodb", region_name=REGION)
+    model = client.meta.service_model.operation_model("UpdateItem")
+
+    throttled = call_error("throttle_call", "dynamodb.UpdateItem", model)
+    failed = call_error("error_call", "dynamodb.UpdateItem", model)
+
+    assert isinstance(throttled, client.exceptions.ProvisionedThroughputExceededException)
+    assert throttled.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert "(reached max retries: 2)" in str(throttled)
+    assert isinstance(failed, client.exceptions.InternalServerError)
+    assert failed.response["ResponseMetadata"]["HTTPStatusCode"] == 500
+    # No model (a worker that lost it): still a ClientError with the code the handler would read.
+    plain = call_error("throttle_call", "sfn.StartExecution")
+    assert type(plain) is ClientError
+    assert plain.response["Error"]["Code"] == "ThrottlingException"
+
+
+@pytest.mark.parametrize(
+    ("fault", "problem"),
+    [
+        ({"point": "after:dynamodb.UpdateItem", "kind": "throttle"}, "only at 'start'"),
+        ({"point": "start", "kind": "throttle_call"}, "before:<service>"),
+        ({"point": "before:provider.charge", "kind": "error_call"}, "before:<service>"),
+        ({"point": "start", "kind": "delay"}, "seconds > 0"),
+        ({"point": "middle", "kind": "die"}, "bad point"),
+        ({"point": "start", "kind": "explode"}, "unknown fault kind"),
+        ({"point": "start", "kind": "die", "attempt": 0}, "count from 1"),
+    ],
+)
+def test_a_fault_that_cannot_happen_is_refused(fault: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        Fault("ClaimOrderFunction", **fault)
+
+
+def test_attempt_targets_only_that_invocation_of_the_function_for_that_order() -> None:
+    plan = FaultPlan([Fault("F", "start", "die", times=5, order_id="A", attempt=2)])
+
+    fired = []
+    for order_id in ["A", "B", "A", "A", "B"]:
+        invocation = plan.begin("F", order_id)
+        fired.append(plan.take("F", "start", order_id, invocation) is not None)
+
+    assert fired == [False, False, True, False, False]
+    plan.clear()
+    assert plan.begin("F", "A") == 1  # counts start again on a cleared plan
+
+
+# -- DynamoDB throttles and 500s ---------------------------------------------------------------
+
+
+def test_throttled_claim_write_fails_the_step_as_boto3_would_and_is_retried(saga: Saga) -> None:
+    saga.faults.add(Fault("ClaimOrderFunction", "before:dynamodb.UpdateItem", "throttle_call", times=2))
+
+    result = saga.driver.wait(saga.driver.start(order(), name="throttled-claim"))
+
+    assert result.outcome == "CHARGED", result
+    assert task_errors(saga, result.arn) == ["ProvisionedThroughputExceededException"] * 2
+    assert saga.charges("ORDER-003") == 1
+    assert saga.driver.claim("ORDER-003")["status"] == "COMPLETED"  # type: ignore[index]
+
+
+def test_dynamodb_500_on_mark_complete_is_retried_and_the_claim_completes(saga: Saga) -> None:
+    saga.faults.add(Fault("MarkCompleteFunction", "before:dynamodb.UpdateItem", "error_call"))
+
+    result = saga.driver.wait(saga.driver.start(order(), name="complete-500"))
+
+    assert result.outcome == "CHARGED", result
+    assert task_errors(saga, result.arn) == ["InternalServerError"]
+    claim = saga.driver.claim("ORDER-003")
+    assert claim is not None
+    assert (claim["status"], claim["chargeId"]) == ("COMPLETED", result.output["chargeId"])  # type: ignore[index]
+    assert saga.charges("ORDER-003") == 1
+
+
+def test_claim_writes_that_never_land_fail_the_claim_visibly_and_charge_nothing(saga: Saga) -> None:
+    saga.faults.add(Fault("ClaimOrderFunction", "before:dynamodb.UpdateItem", "error_call", times=100))
+
+    result = saga.driver.wait(saga.driver.start(order(), name="claim-down"))
+
+    assert result.error == "ClaimFailed"
+    assert saga.driver.claim("ORDER-003") is None  # no write landed: nothing to release
+    assert saga.charges("ORDER-003") == 0
+
+
+def test_dynamodb_down_after_the_charge_keeps_the_claim_and_the_sweeper_completes_it(saga: Saga) -> None:
+    saga.faults.add(Fault("MarkCompleteFunction", "before:dynamodb.UpdateItem", "throttle_call", times=100))
+
+    result = saga.driver.wait(saga.driver.start(order(), name="complete-down"))
+
+    assert result.error == "NeedsReconciliation"
+    assert saga.driver.claim("ORDER-003")["status"] == "CLAIMED"  # type: ignore[index]
+    assert saga.charges("ORDER-003") == 1
+    sweep(saga)
+    claim = saga.driver.claim("ORDER-003")
+    assert claim is not None
+    assert (claim["status"], claim["chargeId"]) == (
+        "COMPLETED",
+        saga.provider.charges_for("ORDER-003")[0].charge_id,
+    )
+
+
+# -- latency -----------------------------------------------------------------------------------
+
+
+def test_delay_stalls_the_invocation_and_it_goes_on(saga: Saga) -> None:
+    saga.faults.add(Fault("ChargePaymentFunction", "before:provider.charge", "delay", seconds=0.3))
+
+    result = saga.driver.wait(saga.driver.start(order(), name="slow-charge"))
+
+    assert result.outcome == "CHARGED"
+    [charge] = [r for r in saga.runtime.records if r.function == "ChargePaymentFunction"]
+    assert charge.duration_ms >= 300
+    assert charge.error_type is None
+    assert saga.charges("ORDER-003") == 1
+
+
+def test_delay_past_the_timeout_after_the_write_is_a_timeout_and_the_retry_is_reentrant(
+    saga: Saga,
+) -> None:
+    name = saga.stack.function_name("MarkCompleteFunction")
+    spec, environment = saga.runtime.functions[name]
+    saga.runtime.functions[name] = (dataclasses.replace(spec, timeout=1), environment)
+    saga.faults.add(Fault("MarkCompleteFunction", "after:dynamodb.UpdateItem", "delay", seconds=5))
+
+    result = saga.driver.wait(saga.driver.start(order(), name="stalled-complete"))
+
+    assert result.outcome == "CHARGED"
+    assert error_types(saga, "MarkCompleteFunction") == ["Sandbox.Timedout", None]
+    assert saga.driver.claim("ORDER-003")["status"] == "COMPLETED"  # type: ignore[index]
+    assert saga.charges("ORDER-003") == 1
+
+
+# -- per attempt -------------------------------------------------------------------------------
+
+
+def test_faults_aimed_at_the_first_and_second_invocation_fire_there_only(saga: Saga) -> None:
+    saga.faults.add(Fault("MarkCompleteFunction", "start", "timeout", attempt=1))
+    saga.faults.add(Fault("MarkCompleteFunction", "after:dynamodb.UpdateItem", "die", attempt=2))
+    saga.faults.add(Fault("MarkCompleteFunction", "start", "oom", attempt=4))  # never reached
+
+    result = saga.driver.wait(saga.driver.start(order(), name="per-attempt"))
+
+    assert result.outcome == "CHARGED"
+    assert error_types(saga, "MarkCompleteFunction") == ["Sandbox.Timedout", "Runtime.ExitError", None]
+    assert [f.fired for f in saga.faults.faults] == [1, 1, 0]
+    assert saga.charges("ORDER-003") == 1
+
+
+def test_a_retried_charge_that_dies_after_the_replay_still_charges_once(saga: Saga) -> None:
+    saga.provider.inject("fail_after_apply", order_id="ORDER-003")  # invocation 1: charged, 500
+    saga.faults.add(Fault("ChargePaymentFunction", "after:provider.charge", "die", attempt=2))
+
+    result = saga.driver.wait(saga.driver.start(order(), name="replay-dies"))
+
+    assert result.outcome == "CHARGED"
+    assert error_types(saga, "ChargePaymentFunction") == ["PaymentOutcomeUnknown", "Runtime.ExitError", None]
+    assert saga.charges("ORDER-003") == 1
+
+
+# -- SQS redelivers a message whose execution already started ----------------------------------
+
+
+def test_redelivery_while_running_and_after_the_end_reattaches_to_the_one_execution(saga: Saga) -> None:
+    body = json.dumps(order())
+    [message_id] = saga.driver.send(order())
+    # The charge stalls, so the redelivery certainly finds the execution running.
+    saga.faults.add(Fault("ChargePaymentFunction", "before:provider.charge", "delay", seconds=1))
+
+    first = redeliver(saga.driver, message_id, body, receive_count=1)
+    [arn] = saga.driver.execution_arns()
+    assert arn.endswith(":" + execution_name("ORDER-003", message_id))
+    assert saga.driver.sfn.describe_execution(executionArn=arn)["status"] == "RUNNING"
+    while_running = redeliver(saga.driver, message_id, body)
+    result = saga.driver.wait(arn)
+    after_the_end = redeliver(saga.driver, message_id, body, receive_count=3)
+    saga.driver.pump()  # and SQS itself delivers the message once more
+
+    assert [first.failed, while_running.failed, after_the_end.failed] == [False, False, False]
+    assert saga.driver.execution_arns() == [arn]
+    assert result.outcome == "CHARGED"
+    assert saga.charges("ORDER-003") == 1
+    assert saga.invocations("StartExecutionFunction") == 4
+    assert saga.invocations("ClaimOrderFunction") == 1
+
+
+# -- an execution stopped half-way -------------------------------------------------------------
+
+
+def test_execution_stopped_after_the_charge_leaves_a_claim_the_sweeper_completes(saga: Saga) -> None:
+    saga.faults.add(Fault("ChargePaymentFunction", "after:provider.charge", "stop"))
+
+    result = saga.driver.wait(saga.driver.start(order(), name="stopped"))
+    duplicate = saga.driver.wait(saga.driver.start(order(), name="redelivered"))
+
+    assert result.status == "ABORTED"
+    assert "Mark Complete" not in result.path
+    assert saga.driver.claim("ORDER-003")["status"] == "CLAIMED"  # type: ignore[index]
+    assert saga.charges("ORDER-003") == 1
+    assert duplicate.output == {"orderId": "ORDER-003", "status": "DUPLICATE", "holderStatus": "CLAIMED"}
+    sweep(saga)
+    claim = saga.driver.claim("ORDER-003")
+    assert claim is not None
+    assert (claim["status"], claim["chargeId"]) == (
+        "COMPLETED",
+        saga.provider.charges_for("ORDER-003")[0].charge_id,
+    )
+    assert saga.charges("ORDER-003") == 1
+
+
+def test_execution_stopped_after_the_claim_leaves_a_claim_the_sweeper_releases(saga: Saga) -> None:
+    saga.faults.add(Fault("ClaimOrderFunction", "after:dynamodb.UpdateItem", "stop"))
+
+    result = saga.driver.wait(saga.driver.start(order(), name="stopped"))
+
+    assert result.status == "ABORTED"
+    assert "Charge Payment" not in result.path
+    assert saga.driver.claim("ORDER-003")["status"] == "CLAIMED"  # type: ignore[index]
+    sweep(saga)
+    assert saga.driver.claim("ORDER-003")["status"] == "RELEASED"  # type: ignore[index]
+    assert saga.charges("ORDER-003") == 0
+    # Released with proof that nothing was charged: the next delivery charges, once.
+    again = saga.driver.wait(saga.driver.start(order(), name="after-the-sweep"))
+    assert again.outcome == "CHARGED"
+    assert saga.charges("ORDER-003") == 1
+
+
+# -- the same kinds in worker processes (the local stack's runtime) ----------------------------
+
+
+def test_call_errors_delays_and_stops_fire_in_worker_processes_too() -> None:
+    from saga_local.embedded import EmbeddedStack
+
+    plan = FaultPlan(
+        [
+            Fault("ClaimOrderFunction", "before:dynamodb.UpdateItem", "throttle_call", order_id="W-1"),
+            Fault(
+                "MarkCompleteFunction", "before:dynamodb.UpdateItem", "error_call", order_id="W-1", attempt=1
+            ),
+            Fault("ChargePaymentFunction", "before:provider.charge", "delay", seconds=0.5, order_id="W-2"),
+            Fault("ChargePaymentFunction", "after:provider.charge", "stop", order_id="W-3"),
+        ]
+    )
+    with EmbeddedStack(runtime="workers", faults=plan, max_workers=1) as stack:
+        arns = [stack.driver.start(order(f"W-{i}"), name=f"w{i}") for i in (1, 2, 3)]
+        results = [stack.driver.wait(arn, timeout=120) for arn in arns]
+        claims = [stack.driver.claim(f"W-{i}") or {} for i in (1, 2, 3)]
+        charges = [len(stack.provider.charges_for(f"W-{i}")) for i in (1, 2, 3)]
+        errors = {(r.function, r.order_id, r.error_type) for r in stack.runtime.records if r.error_type}
+        [slow] = [
+            r for r in stack.runtime.records if r.function == "ChargePaymentFunction" and r.order_id == "W-2"
+        ]
+
+    assert [r.status for r in results] == ["SUCCEEDED", "SUCCEEDED", "ABORTED"]
+    assert [c.get("status") for c in claims] == ["COMPLETED", "COMPLETED", "CLAIMED"]
+    assert charges == [1, 1, 1]
+    assert errors == {
+        ("ClaimOrderFunction", "W-1", "ProvisionedThroughputExceededException"),
+        ("MarkCompleteFunction", "W-1", "InternalServerError"),
+    }
+    assert slow.duration_ms >= 500
+    assert plan.fired_by_kind() == {"delay": 1, "error_call": 1, "stop": 1, "throttle_call": 1}
