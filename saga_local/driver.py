@@ -88,16 +88,26 @@ class Driver:
     # -- running -------------------------------------------------------------------------------
 
     def pump(
-        self, *, timeout: float = 60.0, pollers: int = 1, busy: Callable[[], bool] | None = None
+        self,
+        *,
+        timeout: float = 60.0,
+        pollers: int = 1,
+        busy: Callable[[], bool] | None = None,
+        max_running: int | None = None,
     ) -> None:
         """Run the event source until the queue is empty and every execution has ended.
 
         ``busy``, if given, keeps it running while it returns true (a producer still sending).
+        ``max_running`` pauses the pollers while that many executions are running.
         """
         deadline = time.monotonic() + timeout
         stop = threading.Event()
+        saturated = None if max_running is None else (lambda: self.running_count() >= max_running)
         threads = [
-            threading.Thread(target=self.event_source.run, args=(stop,), daemon=True) for _ in range(pollers)
+            threading.Thread(
+                target=self.event_source.run, args=(stop,), kwargs={"saturated": saturated}, daemon=True
+            )
+            for _ in range(pollers)
         ]
         for thread in threads:
             thread.start()
@@ -136,6 +146,12 @@ class Driver:
             AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
         )["Attributes"]
         return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+    def running_count(self) -> int:
+        page = self.sfn.list_executions(
+            stateMachineArn=self.stack.state_machine_arn, statusFilter="RUNNING", maxResults=1000
+        )
+        return len(page["executions"])
 
     def running(self) -> bool:
         page = self.sfn.list_executions(stateMachineArn=self.stack.state_machine_arn, statusFilter="RUNNING")

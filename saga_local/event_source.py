@@ -15,7 +15,10 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 @dataclass
@@ -116,8 +119,18 @@ class SqsEventSource:
             "awsRegion": self.region,
         }
 
-    def run(self, stop: threading.Event, *, idle_sleep: float = 0.05) -> None:
-        """Poll until ``stop`` is set (one poller; Lambda scales pollers, we do not need to)."""
+    def run(
+        self, stop: threading.Event, *, idle_sleep: float = 0.05, saturated: Callable[[], bool] | None = None
+    ) -> None:
+        """Poll until ``stop`` is set (one poller; Lambda scales pollers, we do not need to).
+
+        ``saturated``, if given, pauses polling while it returns true: a local run caps how many
+        executions are in flight, as a real account's concurrency would, so that a large run is
+        not thousands of threads fighting over two cores.
+        """
         while not stop.is_set():
+            if saturated is not None and saturated():
+                time.sleep(idle_sleep)
+                continue
             if not self.poll_once():
                 time.sleep(idle_sleep)

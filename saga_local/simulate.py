@@ -75,6 +75,9 @@ def make_orders(
 #: The producer keeps at most this many messages waiting: moto's SQS does work proportional to the
 #: queue's depth on every send and receive, so a deep queue measures moto, not the saga.
 MAX_QUEUE_DEPTH = 200
+#: Executions in flight at once, locally (each is a thread in moto): enough to keep both cores busy
+#: and the races real, few enough that the machine does not spend its time switching threads.
+MAX_RUNNING_EXECUTIONS = 64
 
 
 def shuffled_deliveries(orders: list[dict[str, Any]], copies: int, *, seed: int = 11) -> list[dict[str, Any]]:
@@ -132,7 +135,9 @@ def run(
     if progress is not None:
         watcher.start()
     try:
-        stack.driver.pump(pollers=concurrency, timeout=timeout, busy=producer.is_alive)
+        stack.driver.pump(
+            pollers=concurrency, timeout=timeout, busy=producer.is_alive, max_running=MAX_RUNNING_EXECUTIONS
+        )
     finally:
         stop.set()
         if progress is not None:
