@@ -3,6 +3,7 @@ tests/statemachine/conftest.py are only visible under that directory)."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -11,10 +12,13 @@ import pytest
 
 from payment_saga.claims import ClaimsStore
 from payment_saga.payments import StripeProvider
+from saga_local.embedded import EmbeddedStack
 from saga_local.stack import LOCAL_API_KEY, REGION
 from tests.statemachine.conftest import provider_dedupe, saga  # noqa: F401
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from tests.statemachine.conftest import Saga
 
 # -- the sweeper (functions/payment_saga/reconcile.py), when it is there ---------------------------
@@ -57,3 +61,16 @@ def sweep(stack: Saga, *, now: float | None = None) -> Any:
     )
     provider = StripeProvider(LOCAL_API_KEY, api_base=stack.provider.url)
     return reconcile(store, provider, now=at, apply=True)
+
+
+@pytest.fixture
+def stack() -> Iterator[EmbeddedStack]:
+    """An embedded stack with in-process handlers, for tests that drive it as a user would."""
+    environment = dict(os.environ)
+    try:
+        with EmbeddedStack(runtime="inprocess") as embedded:
+            yield embedded
+    finally:
+        # The in-process runtime installs the functions' environment in this process: put ours back.
+        os.environ.clear()
+        os.environ.update(environment)

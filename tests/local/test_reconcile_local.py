@@ -4,7 +4,6 @@ through CloudFormation (moto), reading the provider key from the stack's secret 
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import TYPE_CHECKING
 
@@ -22,22 +21,10 @@ from saga_local.stack import LOCAL_API_KEY, REGION
 from saga_local.template import load_template
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    pass
 
 LEASE = 900
 ORDER = Order("ORDER-003", 15000, "BRL", "cus_123", "pm_card_visa")
-
-
-@pytest.fixture
-def stack() -> Iterator[EmbeddedStack]:
-    environment = dict(os.environ)
-    try:
-        with EmbeddedStack(runtime="inprocess") as stack:
-            yield stack
-    finally:
-        # The in-process runtime installs the functions' environment in this process: put ours back.
-        os.environ.clear()
-        os.environ.update(environment)
 
 
 def test_local_reconcile_is_a_dry_run_until_applied(stack: EmbeddedStack) -> None:

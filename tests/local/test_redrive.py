@@ -9,7 +9,6 @@ come back while it runs) against moto's SQS and botocore's Stubber.
 from __future__ import annotations
 
 import json
-import os
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -21,7 +20,7 @@ from saga_local.redrive import RedriveReport, redrive
 from saga_local.stack import REGION
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    pass
 
 MALFORMED = "this is not an order"
 
@@ -34,18 +33,6 @@ def order(order_id: str) -> dict[str, Any]:
         "customerId": "cus_123",
         "paymentMethod": "pm_card_visa",
     }
-
-
-@pytest.fixture
-def stack() -> Iterator[EmbeddedStack]:
-    environment = dict(os.environ)
-    try:
-        with EmbeddedStack(runtime="inprocess") as stack:
-            yield stack
-    finally:
-        # The in-process runtime installs the functions' environment in this process: put ours back.
-        os.environ.clear()
-        os.environ.update(environment)
 
 
 def redrive_stack(stack: EmbeddedStack, **options: Any) -> RedriveReport:
