@@ -38,6 +38,7 @@ class Report:
     duplicates_suppressed: dict[str, int]
     executions: int
     execution_outcomes: dict[str, int]
+    dead_lettered: int
     wall_seconds: float
     orders_per_second: float
     faults_injected: dict[str, int] = field(default_factory=dict)
@@ -201,6 +202,7 @@ def measure(
             "claim": outcomes.get("SUCCEEDED", 0) - endings["charged"],
         },
         executions=executions,
+        dead_lettered=stack.driver.queue_depth(stack.stack.dead_letter_queue_url),
         execution_outcomes=dict(outcomes),
         wall_seconds=round(wall_seconds, 2),
         orders_per_second=round(len(orders) / wall_seconds, 2) if wall_seconds else 0.0,
@@ -224,6 +226,7 @@ def render(report: Report) -> str:
         f"duplicates stopped   start {report.duplicates_suppressed['start']},"
         f" claim {report.duplicates_suppressed['claim']}",
         f"executions           {report.executions} {dict(sorted(report.execution_outcomes.items()))}",
+        f"dead-lettered        {report.dead_lettered} deliveries (each with its reason, or after 5 receives)",
         f"wall time            {report.wall_seconds:.1f} s",
         f"orders per second    {report.orders_per_second:.1f}",
     ]
