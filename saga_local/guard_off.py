@@ -11,7 +11,7 @@ from typing import Any
 
 
 def disable_claim_guard() -> None:
-    """Every claim "wins" as a new first attempt; every completion succeeds without a condition."""
+    """Every claim "wins" as a new first attempt; completions and the charge's re-check always pass."""
     from payment_saga.claims import Claim, ClaimOutcome, ClaimResult, ClaimsStore, ClaimStatus
 
     def claim(self: ClaimsStore, order: Any, *, token: str) -> ClaimOutcome:
@@ -34,3 +34,7 @@ def disable_claim_guard() -> None:
 
     ClaimsStore.claim = claim  # type: ignore[method-assign]
     ClaimsStore.complete = complete  # type: ignore[method-assign]
+    # Charge Payment re-reads the claim before charging; with the guard off there is none to read.
+    from handlers import charge_payment
+
+    charge_payment.check_still_held = lambda *_args, **_kwargs: None
