@@ -39,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -108,9 +109,9 @@ def parse_importtime(stderr: str, startup: set[str]) -> tuple[int, dict[str, int
     for line in stderr.splitlines():
         if not line.startswith("import time:") or "imported package" in line:
             continue
-        self_us, cumulative_us, name = line[len("import time:") :].split("|", 2)
-        depth = len(name) - len(name.lstrip(" "))
-        rows.append((int(self_us), int(cumulative_us), name.strip(), depth))
+        own, cumulative, module = line[len("import time:") :].split("|", 2)
+        depth = len(module) - len(module.lstrip(" "))
+        rows.append((int(own), int(cumulative), module.strip(), depth))
     last_startup = max(
         (index for index, (_, _, name, depth) in enumerate(rows) if depth == 1 and name in startup),
         default=-1,
@@ -118,14 +119,14 @@ def parse_importtime(stderr: str, startup: set[str]) -> tuple[int, dict[str, int
     ours = rows[last_startup + 1 :]
     total = sum(cumulative for _, cumulative, _, depth in ours if depth == 1)
     by_package: dict[str, int] = defaultdict(int)
-    for self_us, _, name, _ in ours:
-        by_package[name.split(".", 1)[0]] += self_us
+    for own_us, _, name, _ in ours:
+        by_package[name.split(".", 1)[0]] += own_us
     return total, dict(by_package)
 
 
 def run_import(python: str, statement: str, env: dict[str, str]) -> tuple[str, float]:
     """Run ``python -X importtime -c statement`` fresh; (stderr, wall ms)."""
-    started = _now()
+    started = time.perf_counter()
     completed = subprocess.run(  # noqa: S603 - fixed argv: our interpreter, our module names
         [python, "-X", "importtime", "-c", statement],
         env=env,
@@ -134,16 +135,10 @@ def run_import(python: str, statement: str, env: dict[str, str]) -> tuple[str, f
         check=False,
         cwd=ROOT,
     )
-    wall_ms = (_now() - started) * 1000
+    wall_ms = (time.perf_counter() - started) * 1000
     if completed.returncode != 0:
         raise RuntimeError(f"{statement!r} failed under {python}:\n{completed.stderr[-2000:]}")
     return completed.stderr, wall_ms
-
-
-def _now() -> float:
-    import time
-
-    return time.perf_counter()
 
 
 def startup_modules(python: str, env: dict[str, str]) -> tuple[set[str], float]:

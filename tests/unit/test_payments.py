@@ -26,7 +26,7 @@ from payment_saga.payments import (
 )
 from saga_local.provider_emulator import IDEMPOTENCY_TTL_SECONDS, ProviderEmulator
 
-API_KEY = "sk_test_4eC39HqLyjWDarjtT1zdp7dcSAGASECRET"
+API_KEY = "sk_test_emulator_only_fake_key"
 
 
 class FakeClock:
@@ -373,7 +373,7 @@ def test_idempotent_replays_expire_after_24_hours(
 
 
 def test_a_rejected_api_key_is_charge_not_attempted(emulator: ProviderEmulator) -> None:
-    wrong = StripeProvider("sk_live_51NotATestKeyAtAll", api_base=emulator.url)
+    wrong = StripeProvider("sk_live_fake_not_test", api_base=emulator.url)
 
     with pytest.raises(ChargeNotAttempted, match="HTTP 401"):
         charge(wrong, make_order())
@@ -393,7 +393,7 @@ def test_a_request_stripe_refuses_while_validating_is_charge_not_attempted(
     "scenario", ["unauthorised", "declined", "server_error", "reset", "invalid", "search_failure"]
 )
 def test_the_api_key_never_appears_in_an_exception(emulator: ProviderEmulator, scenario: str) -> None:
-    key = "sk_live_51TopSecretKeyValue" if scenario == "unauthorised" else API_KEY
+    key = "sk_live_fake_secret_value" if scenario == "unauthorised" else API_KEY
     provider = StripeProvider(key, api_base=emulator.url, timeout_seconds=2.0)
     order = make_order(payment_method="pm_card_chargeDeclined" if scenario == "declined" else "pm_card_visa")
     if scenario == "invalid":
