@@ -3,7 +3,10 @@
 * Partial batch responses (Powertools' batch utility): a message that fails is retried alone, so a
   poison message never blocks the ones beside it.
 * A malformed message is sent to the dead-letter queue at once, with its reason as a message
-  attribute, and deleted from the source queue: retrying it cannot make it valid.
+  attribute, and deleted from the source queue: retrying it cannot make it valid. The domain's
+  parser raises nothing but ``InvalidOrder`` for any body (deep nesting, huge numbers and control
+  characters included), so a bad body never fails the record and comes back to be retried until
+  the queue's redrive moves it without a reason: it is rejected on its first receipt.
 * The execution's name is derived from the SQS MessageId and its input is a pure function of the
   message, so a redelivery re-attaches to the execution it already started (``StartExecution`` is
   idempotent for the same name and input) or, once that has closed, answers
@@ -80,7 +83,12 @@ def reject(record: SQSRecord, reason: str) -> None:
             "sourceMessageId": {"DataType": "String", "StringValue": record.message_id},
         },
     )
-    log_event("message_rejected", messageId=record.message_id, reason=reason)
+    log_event(
+        "message_rejected",
+        messageId=record.message_id,
+        reason=reason,
+        receiveCount=record.attributes.approximate_receive_count,
+    )
     count("MalformedMessage")
 
 

@@ -1,34 +1,85 @@
 """The order message: parsing, validation and the order's fingerprint.
 
+The schema, with every rule and the reason each one exists, is documented for producers in
+``docs/order-message.md``; keep the two in step.
+
 Rejection reasons never quote a value from the message: they go to logs and to the dead-letter
 queue, and a malformed message may carry a card number where a field was expected.
 
 The producer's ``orderId`` is the business key (invariant 4). ``amount`` is an integer in the
 currency's minor unit (15000 = 150.00 BRL); a float, a bool or a numeric string is rejected, never
 rounded. Unknown fields are ignored so producers can add to the message without breaking us.
+
+:func:`parse_order_body` raises nothing but :class:`InvalidOrder` for any text it is given: a body
+that could not be decoded must reach the dead-letter queue with its reason on its first receipt,
+not be retried until the queue's redrive sends it there without one.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
+from payment_saga.currencies import (
+    MAX_AMOUNT,
+    SUPPORTED_CURRENCIES,
+    THREE_DECIMAL_CURRENCIES,
+    amount_step,
+    minimum_amount,
+)
 from payment_saga.errors import InvalidOrder
 
-#: Stripe's largest amount is 99,999,999 minor units; above it the provider would reject the call.
-MAX_AMOUNT = 99_999_999
+__all__ = [
+    "DEFAULT_PAYMENT_ATTEMPT",
+    "FIELDS",
+    "MAX_AMOUNT",
+    "MAX_BODY_CHARACTERS",
+    "MAX_ID_LENGTH",
+    "MAX_NESTING_DEPTH",
+    "Order",
+    "order_from_message",
+    "parse_order_body",
+]
+
+#: An order is a few hundred characters; unknown fields are allowed, but not without bound.
+MAX_BODY_CHARACTERS = 64 * 1024
+#: An order is one object deep. Python's JSON decoder recurses once per level and raises
+#: RecursionError (not ValueError) somewhere near a thousand: bound the depth before decoding.
+MAX_NESTING_DEPTH = 32
 #: Keys, names and tokens are bounded so a hostile message cannot bloat the claims table.
 MAX_ID_LENGTH = 64
-ORDER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}$")
-CURRENCY_PATTERN = re.compile(r"^[A-Z]{3}$")
+ORDER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,63}")
+CURRENCY_PATTERN = re.compile(r"[A-Z]{3}")
+#: Stripe object ids and test tokens (``pm_1Nx...``, ``pm_card_visa``, ``card_...``).
+PAYMENT_METHOD_PATTERN = re.compile(r"[A-Za-z0-9_]{1,64}")
+#: A Stripe Customer id.
+PROVIDER_CUSTOMER_PATTERN = re.compile(r"cus_[A-Za-z0-9_]{1,60}")
 DEFAULT_PAYMENT_ATTEMPT = "initial"
+#: The fields this module reads; any other is ignored.
+FIELDS = frozenset(
+    {"orderId", "amount", "currency", "customerId", "paymentMethod", "paymentAttempt", "providerCustomerId"}
+)
+
+#: Control characters (NUL, newline, escape...), invisible format characters (zero-width joiners,
+#: bidirectional overrides), lone surrogates (which cannot even be encoded to send on) and line or
+#: paragraph separators: none belongs in an id, and each makes two ids that look equal differ.
+_FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+# A JSON string literal, escapes included; what is left once they are removed is structure.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
 
 
 @dataclass(frozen=True)
 class Order:
-    """A validated order. Immutable: the same message always yields an equal ``Order``."""
+    """A validated order. Immutable: the same message always yields an equal ``Order``.
+
+    ``provider_customer_id`` is the Stripe Customer (``cus_...``) that a saved payment method is
+    attached to; Stripe refuses such a payment method unless the charge names its customer. It is
+    None for a payment method that belongs to no customer.
+    """
 
     order_id: str
     amount: int
@@ -36,19 +87,26 @@ class Order:
     customer_id: str
     payment_method: str
     payment_attempt: str = DEFAULT_PAYMENT_ATTEMPT
+    provider_customer_id: str | None = None
 
     @property
     def fingerprint(self) -> str:
         """What must match for two messages to be the same order (invariant 8).
 
-        The payment method and the producer's payment attempt are left out on purpose: a
-        customer who retries a declined order with another card is still paying the same order.
+        What is owed and by whom: the amount, the currency and our customer. How it is paid is
+        left out on purpose: the payment method, the provider customer it is saved under and the
+        producer's payment attempt. A customer who retries a declined order with another card, a
+        saved one (with its provider customer) or a one-off one (without), is still paying the
+        same order, and must not be reported as a conflict. Leaving them out cannot let one
+        attempt be charged twice: the claim gates the attempt, and a second message of the same
+        attempt that pays another way is sent with the same idempotency key and other parameters,
+        which Stripe refuses (``idempotency_error``: reconciliation, never a second charge).
         """
         return f"{self.amount}|{self.currency}|{self.customer_id}"
 
     def to_message(self) -> dict[str, Any]:
         """The canonical message form (the execution input's ``order``)."""
-        return {
+        message: dict[str, Any] = {
             "orderId": self.order_id,
             "amount": self.amount,
             "currency": self.currency,
@@ -56,41 +114,43 @@ class Order:
             "paymentMethod": self.payment_method,
             "paymentAttempt": self.payment_attempt,
         }
+        if self.provider_customer_id is not None:
+            message["providerCustomerId"] = self.provider_customer_id
+        return message
 
 
 def parse_order_body(body: str) -> Order:
     """Parse an SQS message body into an :class:`Order`, or raise :class:`InvalidOrder` with a reason."""
-    try:
-        data = json.loads(body)
-    except (TypeError, ValueError) as exc:
-        # The decoder's message quotes the body: keep it out of the reason (it may hold a card number).
-        raise InvalidOrder(f"body is not valid JSON (line {getattr(exc, 'lineno', '?')})") from None
-    return order_from_message(data)
+    return order_from_message(_decode(body))
 
 
 def order_from_message(data: Any) -> Order:
     """Validate a decoded message. Every rejection names the field and what is wrong with it."""
     if not isinstance(data, dict):
-        raise InvalidOrder(f"body must be a JSON object, got {type(data).__name__}")
-    order_id = _string(data, "orderId")
-    if not ORDER_ID_PATTERN.match(order_id):
+        raise InvalidOrder(f"body must be a JSON object, got {_json_type(data)}")
+    order_id = _text(data, "orderId")
+    if not ORDER_ID_PATTERN.fullmatch(order_id):
         raise InvalidOrder(
             "orderId must be 1-64 characters of letters, digits and _.:- starting with a letter or digit"
         )
     amount = data.get("amount")
     # bool is a subclass of int in Python: True must not become a 1-cent charge.
     if not isinstance(amount, int) or isinstance(amount, bool):
-        raise InvalidOrder(f"amount must be an integer in minor units, got {type(amount).__name__}")
-    if not 0 < amount <= MAX_AMOUNT:
-        raise InvalidOrder(f"amount must be between 1 and {MAX_AMOUNT} minor units")
-    currency = _string(data, "currency")
-    if not CURRENCY_PATTERN.match(currency):
+        raise InvalidOrder(f"amount must be an integer in minor units, got {_json_type(amount)}")
+    currency = _text(data, "currency")
+    if not CURRENCY_PATTERN.fullmatch(currency):
         raise InvalidOrder("currency must be a three-letter ISO 4217 code in upper case")
-    customer_id = _string(data, "customerId")
-    payment_method = _string(data, "paymentMethod")
-    payment_attempt = data.get("paymentAttempt", DEFAULT_PAYMENT_ATTEMPT)
-    if not isinstance(payment_attempt, str) or not 0 < len(payment_attempt) <= MAX_ID_LENGTH:
-        raise InvalidOrder(f"paymentAttempt must be a string of 1-{MAX_ID_LENGTH} characters")
+    if currency not in SUPPORTED_CURRENCIES:
+        raise InvalidOrder("currency is not one the payment provider charges in")
+    _check_amount(amount, currency)
+    customer_id = _text(data, "customerId")
+    payment_method = _text(data, "paymentMethod")
+    if not PAYMENT_METHOD_PATTERN.fullmatch(payment_method):
+        raise InvalidOrder("paymentMethod must be a provider payment method id (letters, digits and _)")
+    payment_attempt = _text(data, "paymentAttempt", default=DEFAULT_PAYMENT_ATTEMPT)
+    provider_customer_id = _optional_text(data, "providerCustomerId")
+    if provider_customer_id is not None and not PROVIDER_CUSTOMER_PATTERN.fullmatch(provider_customer_id):
+        raise InvalidOrder("providerCustomerId must be a Stripe Customer id (cus_ and letters or digits)")
     return Order(
         order_id=order_id,
         amount=amount,
@@ -98,15 +158,127 @@ def order_from_message(data: Any) -> Order:
         customer_id=customer_id,
         payment_method=payment_method,
         payment_attempt=payment_attempt,
+        provider_customer_id=provider_customer_id,
     )
 
 
-def _string(data: dict[str, Any], field: str) -> str:
-    value = data.get(field)
-    if value is None:
+# -- decoding ------------------------------------------------------------------------------------
+
+
+def _decode(body: Any) -> Any:
+    if not isinstance(body, str):
+        raise InvalidOrder(f"body must be text, got {type(body).__name__}")
+    if len(body) > MAX_BODY_CHARACTERS:
+        raise InvalidOrder(f"body is longer than {MAX_BODY_CHARACTERS} characters")
+    if _nesting_depth(body) > MAX_NESTING_DEPTH:
+        raise InvalidOrder(f"body nests arrays or objects more than {MAX_NESTING_DEPTH} levels deep")
+    try:
+        return json.loads(body, object_pairs_hook=_object_without_duplicates, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        # The decoder's message quotes the body: keep it out of the reason (it may hold a card number).
+        raise InvalidOrder(f"body is not valid JSON (line {exc.lineno})") from None
+    except ValueError:
+        # Python refuses to convert an integer literal of more than 4,300 digits.
+        raise InvalidOrder("body is not valid JSON (a number is too long to decode)") from None
+    except RecursionError:
+        # Unreachable after the depth bound; kept so that no body can ever escape as another error.
+        raise InvalidOrder("body nests too deeply to decode") from None
+
+
+def _nesting_depth(body: str) -> int:
+    """How deep arrays and objects nest, counted outside string literals (stops past the bound)."""
+    depth = deepest = 0
+    for match in _JSON_BRACKET.finditer(_JSON_STRING.sub("", body)):
+        if match.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_NESTING_DEPTH:
+                break
+        else:
+            depth -= 1
+    return deepest
+
+
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # {"amount": 100, "amount": 99999}: the decoder keeps the last, another reader may keep the
+    # first. A message that two readers understand differently is never charged.
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        repeated = next(key for key in keys if keys.count(key) > 1)
+        # A field name of ours may be named; any other key is the producer's text.
+        raise InvalidOrder(
+            f"field {repeated} appears twice" if repeated in FIELDS else "a field appears twice in an object"
+        )
+    return dict(pairs)
+
+
+def _no_constant(name: str) -> NoReturn:
+    # NaN, Infinity and -Infinity: Python's decoder accepts them, JSON does not.
+    raise InvalidOrder("body is not valid JSON (NaN or Infinity)")
+
+
+# -- fields --------------------------------------------------------------------------------------
+
+
+def _check_amount(amount: int, currency: str) -> None:
+    if amount > MAX_AMOUNT:
+        raise InvalidOrder(f"amount must be at most {MAX_AMOUNT} minor units")
+    minimum = minimum_amount(currency)
+    if amount < minimum:
+        raise InvalidOrder(
+            f"amount is below the payment provider's minimum charge for the currency ({minimum} minor units)"
+        )
+    step = amount_step(currency)
+    if amount % step:
+        if currency in THREE_DECIMAL_CURRENCIES:
+            raise InvalidOrder(
+                "amount must be a multiple of 10 in a three-decimal currency (the last digit must be 0)"
+            )
+        raise InvalidOrder(
+            f"amount must be a multiple of {step} in this currency (whole units written with two decimals)"
+        )
+
+
+def _text(data: dict[str, Any], field: str, *, default: str | None = None) -> str:
+    """A required string field (or an optional one with a default when it is absent)."""
+    if field not in data:
+        if default is not None:
+            return default
         raise InvalidOrder(f"{field} is required")
-    if not isinstance(value, str) or not value.strip():
+    value = data[field]
+    if value is None and default is None:
+        raise InvalidOrder(f"{field} is required")
+    if not isinstance(value, str):
+        raise InvalidOrder(f"{field} must be a string, got {_json_type(value)}")
+    if not value.strip():
         raise InvalidOrder(f"{field} must be a non-empty string")
     if len(value) > MAX_ID_LENGTH:
         raise InvalidOrder(f"{field} must be at most {MAX_ID_LENGTH} characters")
+    if any(unicodedata.category(char) in _FORBIDDEN_CATEGORIES for char in value):
+        raise InvalidOrder(f"{field} must not contain control, invisible or separator characters")
+    if value != value.strip():
+        raise InvalidOrder(f"{field} must not start or end with whitespace")
     return value
+
+
+def _optional_text(data: dict[str, Any], field: str) -> str | None:
+    if field not in data:
+        return None
+    if data[field] is None:
+        raise InvalidOrder(f"{field} must be a string when present (leave it out otherwise)")
+    return _text(data, field)
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type (never the value)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number with a decimal point or exponent" if isinstance(value, float) else "integer"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"

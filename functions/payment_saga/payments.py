@@ -56,6 +56,8 @@ import stripe
 from payment_saga.errors import ChargeNotAttempted, PaymentDeclined, PaymentOutcomeUnknown
 
 if TYPE_CHECKING:
+    from stripe.params import PaymentIntentCreateParams
+
     from payment_saga.orders import Order
 
 logger = logging.getLogger(__name__)
@@ -167,39 +169,44 @@ class StripeProvider:
         rejected the request before executing it, and :class:`PaymentOutcomeUnknown` otherwise; see
         the module docstring for the full mapping. Retrying with the same key is safe only within
         :data:`IDEMPOTENCY_WINDOW_SECONDS` of the first request.
+
+        A saved payment method (one attached to a Stripe Customer) is charged in the name of
+        ``order.provider_customer_id``: Stripe refuses it without its customer (400, so
+        :class:`ChargeNotAttempted`), and refuses a customer it does not belong to as well.
         """
+        params: PaymentIntentCreateParams = {
+            "amount": order.amount,
+            "currency": order.currency.lower(),
+            "payment_method": order.payment_method,
+            # A server-side confirm needs either a return_url or a promise of no redirect.
+            # payment_method_types=[card] was the other way, but the API version this SDK
+            # pins (2026-10-28.endive) no longer accepts it on create (400
+            # payment_method_types_no_longer_supported, since 2026-09-30.endive). With
+            # allow_redirects=never Stripe offers only methods that complete without sending
+            # the customer to another page, which no one could follow from an SQS-driven
+            # saga anyway. A card answers synchronously (succeeded, or a 402); any
+            # delayed-notification method (SEPA, ACH) ends in `processing` and therefore in
+            # reconciliation, never in a release.
+            "automatic_payment_methods": {"enabled": True, "allow_redirects": "never"},
+            "confirm": True,
+            # No customer is present in an SQS-driven saga to complete 3-D Secure. With
+            # off_session, a card that needs authentication fails the confirm with a 402
+            # `authentication_required` (PaymentIntent back in requires_payment_method,
+            # nothing charged) instead of parking in requires_action.
+            "off_session": True,
+            # Our customerId is not a Stripe Customer id (Stripe would answer 400 "No such
+            # customer"), so it travels as metadata, with what find_charge searches on. The Stripe
+            # Customer, when the order names one, goes in `customer` below.
+            "metadata": {
+                "orderId": order.order_id,
+                "attempt": str(attempt),
+                "customerId": order.customer_id,
+            },
+        }
+        if order.provider_customer_id is not None:
+            params["customer"] = order.provider_customer_id
         try:
-            intent = self._client.v1.payment_intents.create(
-                {
-                    "amount": order.amount,
-                    "currency": order.currency.lower(),
-                    "payment_method": order.payment_method,
-                    # A server-side confirm needs either a return_url or a promise of no redirect.
-                    # payment_method_types=[card] was the other way, but the API version this SDK
-                    # pins (2026-10-28.endive) no longer accepts it on create (400
-                    # payment_method_types_no_longer_supported, since 2026-09-30.endive). With
-                    # allow_redirects=never Stripe offers only methods that complete without sending
-                    # the customer to another page, which no one could follow from an SQS-driven
-                    # saga anyway. A card answers synchronously (succeeded, or a 402); any
-                    # delayed-notification method (SEPA, ACH) ends in `processing` and therefore in
-                    # reconciliation, never in a release.
-                    "automatic_payment_methods": {"enabled": True, "allow_redirects": "never"},
-                    "confirm": True,
-                    # No customer is present in an SQS-driven saga to complete 3-D Secure. With
-                    # off_session, a card that needs authentication fails the confirm with a 402
-                    # `authentication_required` (PaymentIntent back in requires_payment_method,
-                    # nothing charged) instead of parking in requires_action.
-                    "off_session": True,
-                    # Our customerId is not a Stripe Customer id (Stripe would answer 400 "No such
-                    # customer"), so it travels as metadata, with what find_charge searches on.
-                    "metadata": {
-                        "orderId": order.order_id,
-                        "attempt": str(attempt),
-                        "customerId": order.customer_id,
-                    },
-                },
-                {"idempotency_key": idempotency_key},
-            )
+            intent = self._client.v1.payment_intents.create(params, {"idempotency_key": idempotency_key})
         except stripe.StripeError as exc:
             raise self._charge_error(exc, order, idempotency_key) from exc
         return self._outcome(intent, order, idempotency_key, replayed=_was_replayed(intent))

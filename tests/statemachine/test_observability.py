@@ -116,7 +116,7 @@ def test_every_path_emits_its_events_with_order_id_and_its_metrics(saga: Saga, c
         (order(), "happy"),
         (order(), "duplicate"),
         (order("ORDER-DECLINED", paymentMethod="pm_card_chargeDeclined"), "declined"),
-        (order(amount=1), "conflict"),
+        (order(amount=1500), "conflict"),
     )
 
     seen = events(records)
