@@ -70,13 +70,17 @@ lint: install ## ruff check, ruff format --check, mypy (strict; config in pyproj
 	$(BIN)/mypy
 
 # asl-validator sees the definition before substitution: the $${...} DefinitionSubstitutions sit in
-# Parameters.FunctionName strings, which it accepts as strings. cfn-lint and sam validate do not look
-# inside a DefinitionUri file, hence the validator.
+# Parameters.FunctionName strings, which it accepts as strings, and in Task Resource ARNs
+# (arn:$${Partition}:states:::lambda:invoke), which it does not: those are checked with the aws partition
+# filled in. cfn-lint and sam validate do not look inside a DefinitionUri file, hence the validator.
 check-template: install tools ## cfn-lint, asl-validator, sam validate --lint, then sam-build
 	$(BIN)/cfn-lint template.yaml
 	@test -n "$(STATE_MACHINES)" || { echo "error: no statemachine/*.asl.json" >&2; exit 1; }
+	@mkdir -p .aws-sam/asl-check
 	@for definition in $(STATE_MACHINES); do \
-		echo "$(ASL_VALIDATOR) --json-path $$definition"; $(ASL_VALIDATOR) --json-path "$$definition"; \
+		checked=".aws-sam/asl-check/$$(basename "$$definition")"; \
+		sed 's/arn:\$${Partition}:/arn:aws:/g' "$$definition" > "$$checked"; \
+		echo "$(ASL_VALIDATOR) --json-path $$definition (Partition=aws)"; $(ASL_VALIDATOR) --json-path "$$checked"; \
 	done
 	$(SAM_ENV) $(SAM) validate --lint --region us-east-1 --template-file template.yaml
 	@$(MAKE) sam-build

@@ -22,6 +22,7 @@ from saga_local.template import (
     parameter_defaults,
     resources_of_type,
     state_machine_definition,
+    validate_parameters,
 )
 
 ACCOUNT_ID = "123456789012"
@@ -103,6 +104,9 @@ def provision(
             Name=f"{stack_name}/payment-api-key", SecretString=json.dumps({"apiKey": LOCAL_API_KEY})
         )
         resolver.parameters["PaymentApiKeySecretArn"] = secret["ARN"]
+    # As CloudFormation would: the emulator's http URL reaches the functions through
+    # extra_environment, never through PaymentApiBase (https only).
+    validate_parameters(template, resolver.parameters)
 
     _create_queues(clients("sqs"), template, resolver, stack_name, visibility_timeout)
     _create_tables(clients("dynamodb"), template, resolver, stack_name)

@@ -17,6 +17,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE_PATH = ROOT / "template.yaml"
+#: Pseudo parameters that have one value wherever the local stack runs (the ``aws`` partition).
+LOCAL_PSEUDO = {"AWS::Partition": "aws", "AWS::URLSuffix": "amazonaws.com"}
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -122,7 +124,7 @@ class Resolver:
         return {k: self.resolve(v) for k, v in value.items()}
 
     def _ref(self, name: str) -> str:
-        for table in (self.parameters, self.refs, self.pseudo):
+        for table in (self.parameters, self.refs, self.pseudo, LOCAL_PSEUDO):
             if name in table:
                 return table[name]
         raise KeyError(f"!Ref {name} has no local value")
@@ -161,6 +163,28 @@ def parameter_defaults(template: dict[str, Any]) -> dict[str, str]:
         for name, spec in template.get("Parameters", {}).items()
         if "Default" in spec
     }
+
+
+def validate_parameters(template: dict[str, Any], values: dict[str, str]) -> None:
+    """Refuse parameter values CloudFormation would refuse: ``AllowedPattern`` (the whole value must
+    match), ``AllowedValues``, and ``MinValue``/``MaxValue`` for numbers. Raises ``ValueError``."""
+    for name, spec in template.get("Parameters", {}).items():
+        if name not in values:
+            continue
+        value = str(values[name])
+        pattern = spec.get("AllowedPattern")
+        if pattern is not None and not re.fullmatch(pattern, value):
+            why = spec.get("ConstraintDescription", f"must match {pattern}")
+            raise ValueError(f"parameter {name}={value!r}: {why}")
+        allowed = spec.get("AllowedValues")
+        if allowed is not None and value not in {str(option) for option in allowed}:
+            raise ValueError(f"parameter {name}={value!r}: must be one of {allowed}")
+        if spec.get("Type") == "Number":
+            number = float(value)
+            if "MinValue" in spec and number < float(spec["MinValue"]):
+                raise ValueError(f"parameter {name}={value}: below its MinValue {spec['MinValue']}")
+            if "MaxValue" in spec and number > float(spec["MaxValue"]):
+                raise ValueError(f"parameter {name}={value}: above its MaxValue {spec['MaxValue']}")
 
 
 def functions(template: dict[str, Any]) -> dict[str, FunctionSpec]:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from handlers.runtime import claims_store, count, env, log_event, logger, metrics, provider, tracer
+from handlers.runtime import claims_store, client, count, env, log_event, logger, metrics, provider, tracer
 from payment_saga.reconcile import DEFAULT_SEARCH_GRACE_SECONDS, ReconcileOutcome, reconcile
+from payment_saga.sweep_lock import SweepLock, lease_for
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -62,8 +63,25 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
     Raises after sweeping every claim it could when one of them failed unexpectedly, so that the
     failure shows in the function's Errors metric; the next sweep tries that claim again.
+
+    One sweep at a time (``payment_saga.sweep_lock``): a tick that finds the lease held skips.
     """
     logger.append_keys(scheduledTime=(event or {}).get("scheduledTime"))
+    lock = SweepLock(env("CLAIMS_TABLE_NAME"), client=client("dynamodb"))
+    lease_seconds = lease_for(context.get_remaining_time_in_millis())
+    lease = lock.acquire(context.aws_request_id, lease_seconds=lease_seconds)
+    if not lease.acquired:
+        log_event("reconciliation_skipped", heldBy=lease.holder, heldUntil=lease.expires_at)
+        count("SweepSkipped")
+        return {"skipped": True, "heldBy": lease.holder}
+    try:
+        return _sweep(context)
+    finally:
+        lock.release(context.aws_request_id)
+
+
+def _sweep(context: LambdaContext) -> dict[str, Any]:
+    """One sweep, under the lease: resolve what it can before the time budget runs out."""
     report = reconcile(
         claims_store(),
         provider(),
