@@ -6,14 +6,13 @@ Retrying this step is safe only because the provider call carries the order's id
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from handlers.runtime import claims_store, count, log_event, logger, metrics, provider, tracer
-from payment_saga.claims import ClaimStatus
 from payment_saga.errors import ChargeNotAttempted, ClaimLost, PaymentDeclined, PaymentOutcomeUnknown
 from payment_saga.orders import order_from_message
 from payment_saga.payments import idempotency_key
+from payment_saga.proof import first_request_of_attempt
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -21,44 +20,9 @@ if TYPE_CHECKING:
     from payment_saga.payments import StripeProvider
 
 
-def first_request_of_attempt(event: dict[str, Any]) -> bool:
-    """Whether no earlier request with this idempotency key can exist.
-
-    True only on the first try of this step, in an execution that was never redriven, for an
-    attempt this execution started: a retry may follow a request that landed (its response was
-    lost), a redriven execution (after a timeout, say) may have charged before, and an attempt
-    taken over from an expired lease may have been charged by the execution that started it.
-    """
-    return (
-        int(event.get("retryCount", 0)) == 0
-        and int(event.get("redriveCount", 0)) == 0
-        and event["claim"].get("attemptOwner") is True
-    )
-
-
 #: A charge is only sent while the claim's lease has at least this long to run: longer than this
 #: function's timeout, so the sweeper cannot decide about the attempt while the request is in flight.
 LEASE_MARGIN_SECONDS = 60
-
-
-def check_still_held(order_id: str, token: str, attempt: int) -> None:
-    """Refuse to charge an attempt this execution no longer holds (a ``ConsistentRead``).
-
-    The claim is the gate and it was won earlier in this execution; this re-check stops an execution
-    that outlived its lease (a redrive days later, a zombie) from charging an attempt that was
-    since taken over, completed or released by the sweeper and retried under a new attempt.
-    """
-    claim = claims_store().get(order_id)
-    now = time.time()
-    if (
-        claim is None
-        or claim.status is not ClaimStatus.CLAIMED
-        or claim.claim_token != token
-        or claim.attempt != attempt
-        or claim.lease_expires_at < now + LEASE_MARGIN_SECONDS
-    ):
-        state = "absent" if claim is None else f"{claim.status.value}, attempt {claim.attempt}"
-        raise ClaimLost(f"order {order_id}: attempt {attempt} is no longer held by this execution ({state})")
 
 
 def _provider() -> StripeProvider:
@@ -83,14 +47,20 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     token = event["claimToken"]
     logger.append_keys(orderId=order.order_id, attempt=attempt, execution=token)
     try:
-        check_still_held(order.order_id, token, attempt)
+        claims_store().check_held(
+            order.order_id, token=token, attempt=attempt, margin_seconds=LEASE_MARGIN_SECONDS
+        )
     except ClaimLost as exc:
         logger.error("charge_refused", extra={"event": "charge_refused", "reason": str(exc)})
         raise
     try:
         charge = _provider().charge(order, attempt=attempt, idempotency_key=key)
     except ChargeNotAttempted as exc:
-        if first_request_of_attempt(event):
+        if first_request_of_attempt(
+            retry_count=int(event.get("retryCount", 0)),
+            redrive_count=int(event.get("redriveCount", 0)),
+            attempt_owner=event["claim"].get("attemptOwner") is True,
+        ):
             log_event("charge_not_attempted", reason=str(exc))
             raise
         # This request did not reach the provider, but an earlier one with the same key may have

@@ -1,8 +1,10 @@
 """Release Claim: free the claim, but only on proof that nothing was charged (invariant 6).
 
-The proof is the error that routed the execution here: a definitive decline, a failure before the
-provider was called, or a failure of the Claim step itself (the charge never ran). Any other error
-is ambiguous and this handler refuses to release: the claim then stays with the execution until
+The proof is the error that routed the execution here (see ``payment_saga.proof``): a definitive
+decline, or a failure before the provider was called on the attempt's first request. When the
+Claim step itself failed, its write may still be in flight, so this first *fences* the order against
+it (a conditional write, never a read); only if the claim did land, and this execution started the
+attempt and was never redriven, is it released. Any other error is ambiguous and the claim is kept:
 its lease runs out and the sweeper asks the provider.
 """
 
@@ -13,47 +15,56 @@ from typing import TYPE_CHECKING, Any
 from handlers.runtime import claims_store, count, log_event, logger, metrics, tracer
 from payment_saga.claims import ReleaseReason
 from payment_saga.errors import ReleaseRefused
+from payment_saga.orders import order_from_message
+from payment_saga.proof import may_release_failed_claim, release_reason
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-#: Error names (from the Charge step's Catch) that prove nothing was charged.
-_PROOF = {"PaymentDeclined": ReleaseReason.DECLINED, "ChargeNotAttempted": ReleaseReason.NOT_CHARGED}
+    from payment_saga.orders import Order
 
 
-def release_reason(state: dict[str, Any]) -> ReleaseReason:
-    """Decide the reason from the execution state, or refuse."""
-    if "claimError" in state:  # Claim Order failed: the charge step never ran
-        return ReleaseReason.NOT_CHARGED
-    error = (state.get("error") or {}).get("Error")
-    if error in _PROOF:
-        return _PROOF[error]
-    raise ReleaseRefused(f"{error!r} does not prove that nothing was charged; the claim is kept")
+def _after_failed_claim(order: Order, token: str, redrive_count: int) -> dict[str, Any]:
+    """The Claim step failed: fence its write off, then release only what provably charged nothing."""
+    store = claims_store()
+    held = store.fence_failed_claim(order, token=token)
+    if held is None:
+        # Nothing of ours to release, and now nothing of ours can ever land.
+        log_event("claim_fenced", reason="the failed claim can no longer land")
+        return {"released": False, "reason": ReleaseReason.NOT_CHARGED.value}
+    if not may_release_failed_claim(
+        attempt_started_by=held.attempt_started_by, token=token, redrive_count=redrive_count
+    ):
+        # A takeover continues an attempt whose first holder may have charged; a redriven execution
+        # may have charged in an earlier run. No proof, no release: the sweeper asks the provider.
+        log_event("release_skipped", reason="no proof: attempt taken over, or execution redriven")
+        return {"released": False, "reason": ReleaseReason.NOT_CHARGED.value}
+    claim = store.release(
+        order.order_id, token=token, reason=ReleaseReason.NOT_CHARGED, payment_attempt=order.payment_attempt
+    )
+    log_event("claim_released", reason=ReleaseReason.NOT_CHARGED.value, attempt=claim.attempt)
+    count("ClaimReleased")
+    return {"released": True, "reason": ReleaseReason.NOT_CHARGED.value}
 
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Input ``{"claimToken", "state": <the execution state: order, and error or claimError>}``."""
+    """Input ``{"claimToken", "redriveCount", "state"}``: the state holds the order and the error."""
     state = event["state"]
-    order_id = state["order"]["orderId"]
+    order = order_from_message(state["order"])
     token = event["claimToken"]
-    logger.append_keys(orderId=order_id, execution=token)
-    reason = release_reason(state)
-    store = claims_store()
+    logger.append_keys(orderId=order.order_id, execution=token)
     if "claimError" in state:
-        current = store.get(order_id)
-        if current is None or current.claim_token != token:
-            # The failed claim never landed: there is nothing of ours to release.
-            log_event("release_skipped", reason="claim not held by this execution")
-            return {"released": False, "reason": reason.value}
-        if current.attempt_started_by != token:
-            # We took this attempt over from an expired lease: its first holder may have charged.
-            # No proof, no release: the lease runs out again and the sweeper asks the provider.
-            log_event("release_skipped", reason="attempt taken over; its first holder may have charged")
-            return {"released": False, "reason": reason.value}
-    claim = store.release(order_id, token=token, reason=reason)
+        return _after_failed_claim(order, token, int(event.get("redriveCount", 0)))
+    error = (state.get("error") or {}).get("Error")
+    reason = release_reason(error)
+    if reason is None:
+        raise ReleaseRefused(f"{error!r} does not prove that nothing was charged; the claim is kept")
+    claim = claims_store().release(
+        order.order_id, token=token, reason=reason, payment_attempt=order.payment_attempt
+    )
     log_event("claim_released", reason=reason.value, attempt=claim.attempt)
     count("ClaimReleased")
     return {"released": True, "reason": reason.value, "attempt": claim.attempt}

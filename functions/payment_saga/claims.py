@@ -1,7 +1,7 @@
 """The claim: one conditional write on ``orderId`` is the gate before the charge.
 
-Every method that changes a claim is a single conditional ``UpdateItem`` on the base table
-(invariant 3). When a write loses, the item that beat it comes back in the same response
+Every method that changes a claim is a single conditional write on the base table (invariant 3).
+When a write loses, the item that beat it comes back in the same response
 (``ReturnValuesOnConditionCheckFailure=ALL_OLD``), so no decision is ever taken on a read that
 could be stale, and no index is consulted on the way to a charge.
 
@@ -17,6 +17,24 @@ re-entrant. A ``CLAIMED`` row whose lease ran out may be taken over by another e
 the attempt number, so the provider deduplicates the charge the dead holder may have made
 (invariant 5) -- but only while the provider still remembers that idempotency key. After that the
 row is left for the sweeper, which asks the provider what happened instead of charging blind.
+
+Every write here can be *sent twice*: botocore resends a request whose answer it lost (a read
+timeout, a 500 after the commit), and the resend meets the row the first send wrote. So every
+write recognises its own earlier landing as a win: a claim by the token that already holds the row
+(:meth:`ClaimsStore.claim`), a completion with the same charge id, a release found in the row's
+``releaseLog``, a fence already in ``fencedTokens``.
+
+Attributes beyond the obvious ones:
+
+* ``attemptStartedBy``: the token that started the current attempt; the only execution that can
+  prove that nothing was charged under it. A takeover blanks it (the dead holder may have charged),
+  and it is never restored for that attempt.
+* ``declinedAttempts``: every producer ``paymentAttempt`` the provider declined; a redelivery of any
+  of them is a duplicate, never a charge.
+* ``fencedTokens``: executions whose failed Claim step was fenced off by Release Claim; their claim
+  writes, even ones still in flight, can never land.
+* ``expiresAt`` (TTL): set only once the claim is ``COMPLETED`` or ``RELEASED``. An open claim never
+  expires: deleting it would let a duplicate claim the order afresh under a forgotten key.
 """
 
 from __future__ import annotations
@@ -38,7 +56,7 @@ if TYPE_CHECKING:
     from payment_saga.orders import Order
 
 #: The claim must outlast the longest path from claim to complete, retries included. The state
-#: machine's TimeoutSeconds (600 s) plus the longest Lambda timeout (30 s) is below this, so no
+#: machine's TimeoutSeconds (600 s) plus the longest Lambda Task timeout is below this, so no
 #: execution can still act on a claim after its lease ran out (see template.yaml).
 DEFAULT_LEASE_SECONDS = 900
 #: Longer than any redelivery window: SQS keeps a message 14 days at most.
@@ -50,9 +68,12 @@ DEFAULT_REPLAY_HORIZON_SECONDS = 23 * 3600
 #: the sweeper's index holds only open claims. Discovery only: see ``open_claims``.
 OPEN = "OPEN"
 OPEN_CLAIMS_INDEX = "OpenClaimsByLease"
-#: A loop of lost races on one order is bounded: each pass is a conditional write that lost to
-#: another writer, and three in a row mean something is hammering the key.
-MAX_CLAIM_PASSES = 3
+#: A claim is at most this many conditional writes: the first claim, then one per lost race
+#: (a takeover or a re-claim after a release). Four writes lost in a row mean something is
+#: hammering the key; the step fails and is retried by the state machine.
+MAX_CLAIM_WRITES = 4
+#: ``attemptStartedBy`` after a takeover: nobody can prove that nothing was charged under the attempt.
+NO_OWNER = ""
 
 
 class ClaimStatus(enum.StrEnum):
@@ -72,14 +93,18 @@ class ClaimResult(enum.StrEnum):
     """How a claim call ended; the state machine branches on ``WON`` versus ``DUPLICATE``."""
 
     NEW = "NEW"  # first claim of this order
-    REENTRANT = "REENTRANT"  # this execution already held it (a retried step)
+    REENTRANT = "REENTRANT"  # this execution already held it (a retried step, or a resent write)
     TAKEOVER = "TAKEOVER"  # the holder's lease had run out; same attempt number
     NEW_ATTEMPT = "NEW_ATTEMPT"  # after a release: a fresh attempt number
-    DUPLICATE = "DUPLICATE"  # someone else holds it, or it is done
+    DUPLICATE = "DUPLICATE"  # someone else holds it, it is done, or this payment attempt was declined
 
     @property
     def won(self) -> bool:
         return self is not ClaimResult.DUPLICATE
+
+
+def _string_set(item: dict[str, Any], name: str) -> frozenset[str]:
+    return frozenset(item.get(name, {}).get("SS", ()))
 
 
 @dataclass(frozen=True)
@@ -94,14 +119,27 @@ class Claim:
     payment_attempt: str
     lease_expires_at: int
     attempt_started_at: int
-    #: The token that started this attempt. A takeover continues someone else's attempt: then
-    #: this is not the holder, and the holder cannot prove that nothing was charged under it.
-    attempt_started_by: str = ""
+    #: The token that started this attempt, or ``NO_OWNER`` once it was taken over: a takeover
+    #: continues someone else's attempt, and nobody can then prove that nothing was charged under it.
+    attempt_started_by: str = NO_OWNER
     charge_id: str | None = None
     release_reason: ReleaseReason | None = None
+    declined_attempts: frozenset[str] = frozenset()
+    fenced_tokens: frozenset[str] = frozenset()
+    release_log: frozenset[str] = frozenset()
 
     def lease_expired(self, now: float) -> bool:
+        """Whether the lease ran out: strictly after its last second (``leaseExpiresAt < now``)."""
         return self.lease_expires_at < now
+
+    def declined(self, payment_attempt: str) -> bool:
+        """Whether the provider already declined this producer payment attempt of the order."""
+        return payment_attempt in self.declined_attempts or (
+            self.release_reason is ReleaseReason.DECLINED and self.payment_attempt == payment_attempt
+        )
+
+    def held_by(self, token: str) -> bool:
+        return self.status is ClaimStatus.CLAIMED and self.claim_token == token
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Claim:
@@ -115,9 +153,12 @@ class Claim:
             payment_attempt=item["paymentAttempt"]["S"],
             lease_expires_at=int(item["leaseExpiresAt"]["N"]),
             attempt_started_at=int(item["attemptStartedAt"]["N"]),
-            attempt_started_by=item.get("attemptStartedBy", item["claimToken"])["S"],
+            attempt_started_by=item.get("attemptStartedBy", {}).get("S", NO_OWNER),
             charge_id=item.get("chargeId", {}).get("S"),
             release_reason=ReleaseReason(reason) if reason else None,
+            declined_attempts=_string_set(item, "declinedAttempts"),
+            fenced_tokens=_string_set(item, "fencedTokens"),
+            release_log=_string_set(item, "releaseLog"),
         )
 
 
@@ -129,6 +170,19 @@ class ClaimOutcome:
     claim: Claim
 
 
+@dataclass(frozen=True)
+class _ClaimWrite:
+    """One form of the claim write, and what winning it means."""
+
+    result: ClaimResult  # NEW stands for "NEW or REENTRANT": told apart by the row it replaced
+    request: dict[str, Any]
+
+
+def release_log_entry(token: str, reason: ReleaseReason) -> str:
+    """The mark a release leaves in ``releaseLog``: how a resent release recognises its own landing."""
+    return f"{token}|{reason.value}"
+
+
 class ClaimsStore:
     """Conditional claim / complete / release on the claims table.
 
@@ -137,7 +191,7 @@ class ClaimsStore:
         client: a boto3 DynamoDB *client* (injected: tests hand in one made under moto).
         clock: seconds since the epoch; leases and TTLs are computed from it.
         lease_seconds: how long a claim protects its holder (see ``DEFAULT_LEASE_SECONDS``).
-        retention_seconds: TTL after which DynamoDB may delete the row.
+        retention_seconds: TTL after which DynamoDB may delete a closed (completed or released) row.
         replay_horizon_seconds: the oldest attempt a takeover may continue.
     """
 
@@ -158,6 +212,10 @@ class ClaimsStore:
         self.retention_seconds = retention_seconds
         self.replay_horizon_seconds = replay_horizon_seconds
 
+    def now(self) -> int:
+        """The store's clock, in whole seconds (leases are whole seconds)."""
+        return int(self._clock())
+
     # -- the gate ---------------------------------------------------------------------------
 
     def claim(self, order: Order, *, token: str) -> ClaimOutcome:
@@ -166,78 +224,153 @@ class ClaimsStore:
         Returns a won outcome (``NEW``, ``REENTRANT``, ``TAKEOVER``, ``NEW_ATTEMPT``) with the row as
         written, or ``DUPLICATE`` with the holder's row as the lost write returned it.
 
+        Each pass is one conditional write whose answer is read; a lost write tells from the row it
+        lost to what to try next (a takeover of an expired lease, a new attempt after a release) or
+        that the order is someone else's. A lost write that finds the row ``CLAIMED`` under this
+        very token is a win: the same write, sent again after its answer was lost, landed first.
+
         Raises:
             OrderConflict: the ``orderId`` is claimed for another amount, currency or customer.
-            ClaimLost: the write lost to other writers ``MAX_CLAIM_PASSES`` times in a row.
+            ClaimLost: this execution was fenced off the order (its Claim step failed earlier and
+                Release Claim made sure no claim of it can land), or ``MAX_CLAIM_WRITES`` writes lost
+                in a row.
         """
-        now = int(self._clock())
-        won, old = self._update(order.order_id, self._first_claim(order, token, now))
-        for _ in range(MAX_CLAIM_PASSES):
+        now = self.now()
+        write: _ClaimWrite | ClaimOutcome = self._first_claim(order, token, now)
+        for _ in range(MAX_CLAIM_WRITES):
+            assert isinstance(write, _ClaimWrite)
+            won, old = self._update(order.order_id, write.request)
             if won:
-                return self._won(order, token, now, old)
-            assert old is not None  # a lost conditional write always returns the holder's item
-            holder = Claim.from_item(old)
-            if holder.fingerprint != order.fingerprint:
-                raise OrderConflict(
-                    f"order {order.order_id} is already claimed with another amount, currency or customer"
-                )
-            if holder.status is not ClaimStatus.RELEASED or (
-                holder.release_reason is ReleaseReason.DECLINED
-                and holder.payment_attempt == order.payment_attempt
-            ):
-                # Held by a live execution, done, or this very payment attempt was already declined:
-                # a redelivery must not charge a card the customer was told was refused.
-                return ClaimOutcome(ClaimResult.DUPLICATE, holder)
-            won, old = self._update(
-                order.order_id, self._claim_after_release(order, token, now, holder.attempt)
+                return self._won(write.result, order, token, now, old)
+            write = self._after_lost_write(order, token, now, write.result, old)
+            if isinstance(write, ClaimOutcome):
+                return write
+        raise ClaimLost(f"order {order.order_id}: the claim lost {MAX_CLAIM_WRITES} writes in a row")
+
+    def _after_lost_write(
+        self, order: Order, token: str, now: int, tried: ClaimResult, old: dict[str, Any] | None
+    ) -> _ClaimWrite | ClaimOutcome:
+        """What a lost claim write's returned row says: a final outcome, or the next write to try."""
+        if old is None:  # the row vanished between two writes: claim it afresh
+            return self._first_claim(order, token, now)
+        holder = Claim.from_item(old)
+        if holder.fingerprint != order.fingerprint:
+            raise OrderConflict(
+                f"order {order.order_id} is already claimed with another amount, currency or customer"
             )
-        raise ClaimLost(f"order {order.order_id}: the claim lost {MAX_CLAIM_PASSES} races in a row")
+        if token in holder.fenced_tokens:
+            raise ClaimLost(f"order {order.order_id}: this execution's claim was fenced off after it failed")
+        if holder.held_by(token):
+            # Our own write, sent again after its answer was lost, found what its first send wrote.
+            result = tried if tried is not ClaimResult.NEW else ClaimResult.REENTRANT
+            return ClaimOutcome(result, holder)
+        if holder.status is ClaimStatus.CLAIMED and self._may_take_over(holder, now):
+            return self._takeover(order, token, now, holder)
+        if holder.status is ClaimStatus.RELEASED and not holder.declined(order.payment_attempt):
+            return self._claim_after_release(order, token, now, holder.attempt)
+        # Held by a live execution, done, or this very payment attempt was declined: a redelivery
+        # must not charge a card the customer was told was refused.
+        return ClaimOutcome(ClaimResult.DUPLICATE, holder)
 
-    def _first_claim(self, order: Order, token: str, now: int) -> dict[str, Any]:
-        """New claim, re-entrant claim, or takeover of an expired lease (attempt kept)."""
-        return {
-            "UpdateExpression": (
-                "SET #status = :claimed, claimToken = :token, leaseExpiresAt = :lease,"
-                " fingerprint = :fp, amount = :amount, currency = :currency, customerId = :customer,"
-                " paymentAttempt = :pa, attempt = if_not_exists(attempt, :one),"
-                " attemptStartedAt = if_not_exists(attemptStartedAt, :now),"
-                " attemptStartedBy = if_not_exists(attemptStartedBy, :token),"
-                " claimedAt = :now_iso, openClaim = :open, expiresAt = :ttl"
-            ),
-            "ConditionExpression": (
-                "attribute_not_exists(orderId) OR (#status = :claimed AND fingerprint = :fp"
-                " AND (claimToken = :token OR (leaseExpiresAt < :now AND attemptStartedAt > :horizon)))"
-            ),
-            "ExpressionAttributeValues": {
-                **self._claim_values(order, token, now),
-                ":one": {"N": "1"},
-                ":horizon": {"N": str(now - self.replay_horizon_seconds)},
+    def _may_take_over(self, holder: Claim, now: int) -> bool:
+        return holder.lease_expired(now) and holder.attempt_started_at > now - self.replay_horizon_seconds
+
+    # The three forms of the claim write. Each is conditional on exactly the state it may replace,
+    # and none can land for a fenced token.
+    #
+    #   first claim:    no row                          -> CLAIMED, attempt 1, started by us
+    #                   CLAIMED by us (a retried step)  -> lease renewed, nothing else changes
+    #   takeover:       CLAIMED by the seen holder, its lease run out, same order
+    #                                                   -> CLAIMED by us, same attempt, no owner
+    #   after release:  RELEASED at the seen attempt, same order, this payment attempt not declined
+    #                                                   -> CLAIMED by us, attempt + 1, started by us
+
+    def _first_claim(self, order: Order, token: str, now: int) -> _ClaimWrite:
+        no_claim_yet = "attribute_not_exists(orderId)"
+        ours_already = "(#status = :claimed AND claimToken = :token AND fingerprint = :fp)"
+        return _ClaimWrite(
+            ClaimResult.NEW,
+            {
+                "UpdateExpression": (
+                    "SET #status = :claimed, claimToken = :token, leaseExpiresAt = :lease,"
+                    " fingerprint = :fp, amount = :amount, currency = :currency, customerId = :customer,"
+                    " paymentAttempt = :pa, attempt = if_not_exists(attempt, :one),"
+                    " attemptStartedAt = if_not_exists(attemptStartedAt, :now),"
+                    " attemptStartedBy = if_not_exists(attemptStartedBy, :token),"
+                    " claimedAt = :now_iso, openClaim = :open"
+                    " REMOVE expiresAt"
+                ),
+                "ConditionExpression": f"({no_claim_yet} OR {ours_already}) AND {_NOT_FENCED}",
+                "ExpressionAttributeValues": {**self._claim_values(order, token, now), ":one": {"N": "1"}},
             },
-        }
+        )
 
-    def _claim_after_release(self, order: Order, token: str, now: int, seen_attempt: int) -> dict[str, Any]:
+    def _takeover(self, order: Order, token: str, now: int, holder: Claim) -> _ClaimWrite:
+        """The holder's lease ran out: continue its attempt (the provider dedupes its charge)."""
+        still_the_seen_holder = (
+            "#status = :claimed AND claimToken = :holder AND attempt = :attempt"
+            " AND leaseExpiresAt = :seen_lease"
+        )
+        lease_run_out = "leaseExpiresAt < :now"
+        key_still_replayed = "attemptStartedAt > :horizon"
+        same_order = "fingerprint = :fp"
+        return _ClaimWrite(
+            ClaimResult.TAKEOVER,
+            {
+                "UpdateExpression": (
+                    "SET claimToken = :token, leaseExpiresAt = :lease, paymentAttempt = :pa,"
+                    " attemptStartedBy = :no_owner, claimedAt = :now_iso, openClaim = :open"
+                    " REMOVE expiresAt"
+                ),
+                "ConditionExpression": (
+                    f"{still_the_seen_holder} AND {lease_run_out} AND {key_still_replayed}"
+                    f" AND {same_order} AND {_NOT_FENCED}"
+                ),
+                "ExpressionAttributeValues": {
+                    **{
+                        name: value
+                        for name, value in self._claim_values(order, token, now).items()
+                        if name in (":claimed", ":token", ":lease", ":fp", ":pa", ":now", ":now_iso", ":open")
+                    },
+                    ":holder": {"S": holder.claim_token},
+                    ":attempt": {"N": str(holder.attempt)},
+                    ":seen_lease": {"N": str(holder.lease_expires_at)},
+                    ":horizon": {"N": str(now - self.replay_horizon_seconds)},
+                    ":no_owner": {"S": NO_OWNER},
+                },
+            },
+        )
+
+    def _claim_after_release(self, order: Order, token: str, now: int, seen_attempt: int) -> _ClaimWrite:
         """A release proved nothing was charged, so the next claim starts a new attempt."""
-        return {
-            "UpdateExpression": (
-                "SET #status = :claimed, claimToken = :token, leaseExpiresAt = :lease,"
-                " fingerprint = :fp, amount = :amount, currency = :currency, customerId = :customer,"
-                " paymentAttempt = :pa, attempt = :next, attemptStartedAt = :now, attemptStartedBy = :token,"
-                " claimedAt = :now_iso, openClaim = :open, expiresAt = :ttl"
-                " REMOVE releaseReason, releasedAt"
-            ),
-            # ``attempt = :seen`` makes two racing re-claims after one release agree on one winner.
-            "ConditionExpression": (
-                "#status = :released AND fingerprint = :fp AND attempt = :seen"
-                " AND (releaseReason <> :declined OR paymentAttempt <> :pa)"
-            ),
-            "ExpressionAttributeValues": {
-                **self._claim_values(order, token, now),
-                ":released": {"S": ClaimStatus.RELEASED.value},
-                ":declined": {"S": ReleaseReason.DECLINED.value},
-                ":seen": {"N": str(seen_attempt)},
-                ":next": {"N": str(seen_attempt + 1)},
+        released_at_seen_attempt = "#status = :released AND attempt = :seen"  # racing re-claims: one wins
+        same_order = "fingerprint = :fp"
+        not_declined = (
+            "NOT contains(declinedAttempts, :pa) AND (releaseReason <> :declined OR paymentAttempt <> :pa)"
+        )
+        return _ClaimWrite(
+            ClaimResult.NEW_ATTEMPT,
+            {
+                "UpdateExpression": (
+                    "SET #status = :claimed, claimToken = :token, leaseExpiresAt = :lease,"
+                    " fingerprint = :fp, amount = :amount, currency = :currency, customerId = :customer,"
+                    " paymentAttempt = :pa, attempt = :next, attemptStartedAt = :now,"
+                    " attemptStartedBy = :token,"
+                    " claimedAt = :now_iso, openClaim = :open"
+                    " REMOVE releaseReason, releasedAt, expiresAt"
+                ),
+                "ConditionExpression": (
+                    f"{released_at_seen_attempt} AND {same_order} AND {not_declined} AND {_NOT_FENCED}"
+                ),
+                "ExpressionAttributeValues": {
+                    **self._claim_values(order, token, now),
+                    ":released": {"S": ClaimStatus.RELEASED.value},
+                    ":declined": {"S": ReleaseReason.DECLINED.value},
+                    ":seen": {"N": str(seen_attempt)},
+                    ":next": {"N": str(seen_attempt + 1)},
+                },
             },
-        }
+        )
 
     def _claim_values(self, order: Order, token: str, now: int) -> dict[str, Any]:
         return {
@@ -252,18 +385,23 @@ class ClaimsStore:
             ":now": {"N": str(now)},
             ":now_iso": {"S": iso_utc(now)},
             ":open": {"S": OPEN},
-            ":ttl": {"N": str(now + self.retention_seconds)},
         }
 
-    def _won(self, order: Order, token: str, now: int, old: dict[str, Any] | None) -> ClaimOutcome:
-        """Tell how a won claim won from the row it replaced (``ReturnValues=ALL_OLD``)."""
+    def _won(
+        self, result: ClaimResult, order: Order, token: str, now: int, old: dict[str, Any] | None
+    ) -> ClaimOutcome:
+        """The claim as the won write left it, told from the row it replaced (``ReturnValues=ALL_OLD``)."""
         previous = Claim.from_item(old) if old else None
-        if previous is None:
-            result, attempt, started, starter = ClaimResult.NEW, 1, now, token
-        elif previous.status is ClaimStatus.RELEASED:
-            result, attempt, started, starter = ClaimResult.NEW_ATTEMPT, previous.attempt + 1, now, token
+        if result is ClaimResult.NEW_ATTEMPT:
+            assert previous is not None
+            attempt, started, starter = previous.attempt + 1, now, token
+        elif result is ClaimResult.TAKEOVER:
+            assert previous is not None
+            attempt, started, starter = previous.attempt, previous.attempt_started_at, NO_OWNER
+        elif previous is None:
+            attempt, started, starter = 1, now, token
         else:
-            result = ClaimResult.REENTRANT if previous.claim_token == token else ClaimResult.TAKEOVER
+            result = ClaimResult.REENTRANT
             attempt, started = previous.attempt, previous.attempt_started_at
             starter = previous.attempt_started_by
         claim = Claim(
@@ -276,8 +414,38 @@ class ClaimsStore:
             lease_expires_at=now + self.lease_seconds,
             attempt_started_at=started,
             attempt_started_by=starter,
+            declined_attempts=previous.declined_attempts if previous else frozenset(),
+            fenced_tokens=previous.fenced_tokens if previous else frozenset(),
+            release_log=previous.release_log if previous else frozenset(),
         )
         return ClaimOutcome(result, claim)
+
+    # -- the charge's re-check ----------------------------------------------------------------
+
+    def check_held(self, order_id: str, *, token: str, attempt: int, margin_seconds: int) -> Claim:
+        """Refuse to act for an attempt ``token`` no longer holds, or whose lease is about to run out.
+
+        A ``ConsistentRead`` of the base table, on the store's clock. The claim is the gate and it was
+        won earlier in the execution; this re-check stops an execution that outlived its lease (a
+        redrive days later, a zombie) from charging an attempt that was since taken over, completed,
+        or released by the sweeper and retried under a new attempt. ``margin_seconds`` must exceed
+        the caller's own timeout, so the sweeper cannot decide about the attempt while it acts.
+
+        Raises:
+            ClaimLost: not held by ``token`` at ``attempt`` with at least ``margin_seconds`` to run.
+        """
+        claim = self.get(order_id)
+        if (
+            claim is None
+            or not claim.held_by(token)
+            or claim.attempt != attempt
+            or claim.lease_expires_at < self.now() + margin_seconds
+        ):
+            state = "absent" if claim is None else f"{claim.status.value}, attempt {claim.attempt}"
+            raise ClaimLost(
+                f"order {order_id}: attempt {attempt} is no longer held by this execution ({state})"
+            )
+        return claim
 
     # -- fenced transitions -----------------------------------------------------------------
 
@@ -290,62 +458,73 @@ class ClaimsStore:
         Raises:
             ClaimLost: another execution holds the claim, or it is no longer this one's to complete.
         """
-        return self._fenced(
-            order_id, "complete", token, ClaimStatus.COMPLETED, "chargeId", {"S": charge_id}, "completedAt"
-        )
-
-    def release(self, order_id: str, *, token: str, reason: ReleaseReason) -> Claim:
-        """Release the claim, if ``token`` still holds it. Only call this with proof nothing was charged.
-
-        Re-entrant for the same token and reason.
-
-        Raises:
-            ClaimLost: another execution holds the claim, or it is completed.
-        """
-        return self._fenced(
-            order_id,
-            "release",
-            token,
-            ClaimStatus.RELEASED,
-            "releaseReason",
-            {"S": reason.value},
-            "releasedAt",
-        )
-
-    def _fenced(
-        self,
-        order_id: str,
-        action: str,
-        token: str,
-        status: ClaimStatus,
-        detail: str,
-        value: dict[str, str],
-        stamp: str,
-    ) -> Claim:
-        """CLAIMED -> ``status`` with ``detail`` = ``value``, conditional on ``token`` holding the claim.
-
-        Re-entrant: the same transition with the same detail, by the same token, succeeds again.
-        """
-        now = int(self._clock())
+        now = self.now()
         won, item = self._update(
             order_id,
             {
                 "UpdateExpression": (
-                    f"SET #status = :to, {detail} = :detail, {stamp} = :now_iso REMOVE openClaim"
+                    "SET #status = :completed, chargeId = :charge, completedAt = :now_iso, expiresAt = :ttl"
+                    " REMOVE openClaim"
                 ),
                 "ConditionExpression": "claimToken = :token AND (#status = :claimed"
-                f" OR (#status = :to AND {detail} = :detail))",
+                " OR (#status = :completed AND chargeId = :charge))",
                 "ExpressionAttributeValues": {
-                    ":to": {"S": status.value},
+                    ":completed": {"S": ClaimStatus.COMPLETED.value},
                     ":claimed": {"S": ClaimStatus.CLAIMED.value},
-                    ":detail": value,
+                    ":charge": {"S": charge_id},
                     ":token": {"S": token},
                     ":now_iso": {"S": iso_utc(now)},
+                    ":ttl": {"N": str(now + self.retention_seconds)},
                 },
             },
             return_new=True,
         )
-        return self._fenced_result(order_id, action, won, item)
+        return self._fenced_result(order_id, "complete", won, item)
+
+    def release(self, order_id: str, *, token: str, reason: ReleaseReason, payment_attempt: str) -> Claim:
+        """Release the claim, if ``token`` still holds it. Only call this with proof nothing was charged.
+
+        ``payment_attempt`` is the producer's payment attempt the claim was taken for; a ``DECLINED``
+        release remembers it in ``declinedAttempts`` so that no redelivery of it reaches the provider.
+
+        Re-entrant for the same token and reason, even when the row has moved on since: a release
+        whose answer was lost, then re-claimed by another execution before botocore resent it, finds
+        its mark in ``releaseLog`` and returns the row as it is now.
+
+        Raises:
+            ClaimLost: another execution holds the claim, or it is completed.
+        """
+        now = self.now()
+        entry = release_log_entry(token, reason)
+        declined = reason is ReleaseReason.DECLINED
+        won, item = self._update(
+            order_id,
+            {
+                "UpdateExpression": (
+                    "SET #status = :released, releaseReason = :reason, releasedAt = :now_iso,"
+                    " expiresAt = :ttl"
+                    " REMOVE openClaim"
+                    " ADD releaseLog :entry" + (", declinedAttempts :pa_set" if declined else "")
+                ),
+                "ConditionExpression": "claimToken = :token AND paymentAttempt = :pa AND (#status = :claimed"
+                " OR (#status = :released AND releaseReason = :reason))",
+                "ExpressionAttributeValues": {
+                    ":released": {"S": ClaimStatus.RELEASED.value},
+                    ":claimed": {"S": ClaimStatus.CLAIMED.value},
+                    ":reason": {"S": reason.value},
+                    ":token": {"S": token},
+                    ":pa": {"S": payment_attempt},
+                    ":now_iso": {"S": iso_utc(now)},
+                    ":ttl": {"N": str(now + self.retention_seconds)},
+                    ":entry": {"SS": [entry]},
+                    **({":pa_set": {"SS": [payment_attempt]}} if declined else {}),
+                },
+            },
+            return_new=True,
+        )
+        if not won and item and entry in _string_set(item, "releaseLog"):
+            return Claim.from_item(item)  # our release landed; the order has moved on since
+        return self._fenced_result(order_id, "release", won, item)
 
     @staticmethod
     def _fenced_result(order_id: str, action: str, won: bool, item: dict[str, Any] | None) -> Claim:
@@ -359,6 +538,81 @@ class ClaimsStore:
                 else f"cannot {action} order {order_id}: it is already {claim.status.value}"
             )
         return claim
+
+    def fence_failed_claim(self, order: Order, *, token: str) -> Claim | None:
+        """After a failed Claim step: make sure no claim write of ``token`` can ever land.
+
+        A Claim step that failed may have sent a write that is still in flight (its Lambda was killed
+        at its timeout; the network holds the request): a read that finds no claim proves nothing,
+        because the write can land after it. This is a *write* instead: ``token`` joins the row's
+        ``fencedTokens`` (every claim write is conditional on its token not being there), or, when
+        there is no row, a ``RELEASED`` / ``NOT_CHARGED`` tombstone at attempt 0 is put in its place,
+        fenced the same way. Either way a late claim write of this execution now fails its condition.
+
+        Returns:
+            None when the fence is in place (this execution does not hold the order and never will);
+            the claim when the fence was refused because ``token`` holds it ``CLAIMED`` (the failed
+            step's write did land): the caller decides whether it can prove nothing was charged.
+        """
+        for _ in range(MAX_CLAIM_WRITES):
+            now = self.now()
+            won, old = self._update(
+                order.order_id,
+                {
+                    "UpdateExpression": "ADD fencedTokens :tokens",
+                    "ConditionExpression": "attribute_exists(orderId) AND NOT"
+                    " (#status = :claimed AND claimToken = :token)",
+                    "ExpressionAttributeValues": {
+                        ":tokens": {"SS": [token]},
+                        ":claimed": {"S": ClaimStatus.CLAIMED.value},
+                        ":token": {"S": token},
+                    },
+                },
+            )
+            if won:
+                return None
+            if old is None:
+                won, old = self._put_tombstone(order, token, now)
+                if won:
+                    return None
+            if old is not None and Claim.from_item(old).held_by(token):
+                return Claim.from_item(old)
+        raise ClaimLost(f"order {order.order_id}: could not fence the failed claim (the row kept changing)")
+
+    def _put_tombstone(self, order: Order, token: str, now: int) -> tuple[bool, dict[str, Any] | None]:
+        item: dict[str, Any] = {
+            "orderId": {"S": order.order_id},
+            "status": {"S": ClaimStatus.RELEASED.value},
+            "releaseReason": {"S": ReleaseReason.NOT_CHARGED.value},
+            "claimToken": {"S": token},
+            "attempt": {"N": "0"},
+            "fingerprint": {"S": order.fingerprint},
+            "amount": {"N": str(order.amount)},
+            "currency": {"S": order.currency},
+            "customerId": {"S": order.customer_id},
+            "paymentAttempt": {"S": order.payment_attempt},
+            "leaseExpiresAt": {"N": str(now)},
+            "attemptStartedAt": {"N": str(now)},
+            "attemptStartedBy": {"S": NO_OWNER},
+            "releasedAt": {"S": iso_utc(now)},
+            "fencedTokens": {"SS": [token]},
+            "expiresAt": {"N": str(now + self.retention_seconds)},
+        }
+        try:
+            self._client.put_item(
+                TableName=self.table_name,
+                Item=item,
+                ConditionExpression="attribute_not_exists(orderId)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            old: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
+            if old is not None and token in _string_set(old, "fencedTokens"):
+                return True, None  # our own tombstone, put again after its answer was lost
+            return False, old
+        return True, None
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -410,7 +664,7 @@ class ClaimsStore:
             return False, item
         return True, response.get("Attributes")
 
-    # -- the sweeper (issue 4) ----------------------------------------------------------------
+    # -- the sweeper ----------------------------------------------------------------------------
 
     def complete_stale(self, seen: Claim, *, charge_id: str) -> Claim:
         """Complete a claim whose lease ran out with the charge the provider shows for its attempt.
@@ -426,32 +680,73 @@ class ClaimsStore:
         """
         return self._resolve_stale(
             seen,
-            "SET #status = :completed, chargeId = :charge, completedAt = :now_iso, reconciledAt = :now_iso"
-            " REMOVE openClaim",
+            "SET #status = :completed, chargeId = :charge, completedAt = :now_iso, reconciledAt = :now_iso,"
+            " expiresAt = :ttl REMOVE openClaim",
             {":completed": {"S": ClaimStatus.COMPLETED.value}, ":charge": {"S": charge_id}},
             landed=(ClaimStatus.COMPLETED, "chargeId", charge_id),
         )
 
-    def release_stale(self, seen: Claim) -> Claim:
+    def release_stale(self, seen: Claim, *, reason: ReleaseReason = ReleaseReason.NOT_CHARGED) -> Claim:
         """Release a claim whose lease ran out, once the provider shows that its attempt charged nothing.
 
-        For the sweeper only, fenced like :meth:`complete_stale`. The reason is ``NOT_CHARGED``: the
-        release is the proof that nothing was charged (invariant 6), so the next claim of the order
-        starts a new attempt. Re-entrant like :meth:`complete_stale`.
+        For the sweeper only, fenced like :meth:`complete_stale`. ``NOT_CHARGED`` when the provider
+        shows no charge at all; ``DECLINED`` when it shows the attempt's payment failed, and then the
+        claim's payment attempt joins ``declinedAttempts`` (no redelivery of it is charged). Either
+        release proves that nothing was charged (invariant 6), so the next claim of the order starts
+        a new attempt. Re-entrant like :meth:`complete_stale`.
 
         Raises:
             ClaimLost: the claim is no longer the one the sweeper saw.
         """
+        declined = reason is ReleaseReason.DECLINED
         return self._resolve_stale(
             seen,
-            "SET #status = :released, releaseReason = :reason, releasedAt = :now_iso, reconciledAt = :now_iso"
-            " REMOVE openClaim",
+            "SET #status = :released, releaseReason = :reason, releasedAt = :now_iso,"
+            " reconciledAt = :now_iso,"
+            " expiresAt = :ttl REMOVE openClaim" + (" ADD declinedAttempts :pa_set" if declined else ""),
             {
                 ":released": {"S": ClaimStatus.RELEASED.value},
-                ":reason": {"S": ReleaseReason.NOT_CHARGED.value},
+                ":reason": {"S": reason.value},
+                **({":pa_set": {"SS": [seen.payment_attempt]}} if declined else {}),
             },
-            landed=(ClaimStatus.RELEASED, "releaseReason", ReleaseReason.NOT_CHARGED.value),
+            landed=(ClaimStatus.RELEASED, "releaseReason", reason.value),
         )
+
+    def complete_released(self, order_id: str, *, attempt: int, charge_id: str) -> Claim:
+        """The provider shows a succeeded charge for ``attempt``, whose claim was released meanwhile.
+
+        For the sweeper only, and an alarm for whoever calls it: a release claimed that nothing was
+        charged, and the provider says otherwise. The claim is marked ``COMPLETED`` with that charge
+        (``lateChargeAttempt`` records which attempt it came from) unless it is completed already, so
+        no further attempt charges the order; a later attempt that already charged is a double
+        charge that a person must refund. Re-entrant.
+
+        Raises:
+            ClaimLost: the claim is absent, or completed with another charge (then the order has two
+                charges: the caller alarms all the same).
+        """
+        now = self.now()
+        won, item = self._update(
+            order_id,
+            {
+                "UpdateExpression": (
+                    "SET #status = :completed, chargeId = :charge, completedAt = :now_iso,"
+                    " reconciledAt = :now_iso, lateChargeAttempt = :attempt, expiresAt = :ttl"
+                    " REMOVE openClaim"
+                ),
+                "ConditionExpression": "attribute_exists(orderId) AND attempt >= :attempt"
+                " AND (#status <> :completed OR chargeId = :charge)",
+                "ExpressionAttributeValues": {
+                    ":completed": {"S": ClaimStatus.COMPLETED.value},
+                    ":charge": {"S": charge_id},
+                    ":attempt": {"N": str(attempt)},
+                    ":now_iso": {"S": iso_utc(now)},
+                    ":ttl": {"N": str(now + self.retention_seconds)},
+                },
+            },
+            return_new=True,
+        )
+        return self._fenced_result(order_id, "complete after a release", won, item)
 
     def _resolve_stale(
         self,
@@ -463,7 +758,7 @@ class ClaimsStore:
     ) -> Claim:
         """One fenced write for the sweeper; ``landed`` (status, attribute, value) tells our own
         earlier write apart from someone else's."""
-        now = int(self._clock())
+        now = self.now()
         won, item = self._update(
             seen.order_id,
             {
@@ -479,6 +774,7 @@ class ClaimsStore:
                     ":lease": {"N": str(seen.lease_expires_at)},
                     ":now": {"N": str(now)},
                     ":now_iso": {"S": iso_utc(now)},
+                    ":ttl": {"N": str(now + self.retention_seconds)},
                 },
             },
             return_new=True,
@@ -504,3 +800,7 @@ class ClaimsStore:
             f" {'the same' if current.claim_token == seen.claim_token else 'another'} token,"
             f" attempt {current.attempt}, lease until {current.lease_expires_at}"
         )
+
+
+#: Every claim write carries this: a token fenced off by ``fence_failed_claim`` never claims again.
+_NOT_FENCED = "NOT contains(fencedTokens, :token)"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from payment_saga.claims import ClaimResult, ClaimsStore, ClaimStatus, ReleaseReason
+from payment_saga.claims import NO_OWNER, ClaimResult, ClaimsStore, ClaimStatus, ReleaseReason
 from payment_saga.errors import ClaimLost, OrderConflict
 from payment_saga.orders import Order
 from saga_local.faults import FaultPlan
@@ -115,7 +115,7 @@ def test_same_order_id_with_another_amount_is_a_conflict_and_changes_nothing(sto
 
 def test_conflict_is_detected_on_a_released_claim_too(store: ClaimsStore) -> None:
     store.claim(ORDER, token=A)
-    store.release(ORDER.order_id, token=A, reason=ReleaseReason.NOT_CHARGED)
+    store.release(ORDER.order_id, token=A, reason=ReleaseReason.NOT_CHARGED, payment_attempt="initial")
 
     with pytest.raises(OrderConflict):
         store.claim(replace(ORDER, amount=1), token=B)
@@ -127,7 +127,7 @@ def test_complete_and_release_are_fenced_on_the_claim_token(store: ClaimsStore) 
     with pytest.raises(ClaimLost):
         store.complete(ORDER.order_id, token=B, charge_id="pi_1")
     with pytest.raises(ClaimLost):
-        store.release(ORDER.order_id, token=B, reason=ReleaseReason.DECLINED)
+        store.release(ORDER.order_id, token=B, reason=ReleaseReason.DECLINED, payment_attempt="initial")
     assert store.get(ORDER.order_id).status is ClaimStatus.CLAIMED  # type: ignore[union-attr]
 
 
@@ -157,13 +157,13 @@ def test_cannot_release_a_completed_claim(store: ClaimsStore) -> None:
     store.complete(ORDER.order_id, token=A, charge_id="pi_1")
 
     with pytest.raises(ClaimLost):
-        store.release(ORDER.order_id, token=A, reason=ReleaseReason.DECLINED)
+        store.release(ORDER.order_id, token=A, reason=ReleaseReason.DECLINED, payment_attempt="initial")
     assert store.get(ORDER.order_id).status is ClaimStatus.COMPLETED  # type: ignore[union-attr]
 
 
 def test_claim_after_a_release_starts_a_new_attempt(store: ClaimsStore) -> None:
     store.claim(ORDER, token=A)
-    store.release(ORDER.order_id, token=A, reason=ReleaseReason.NOT_CHARGED)
+    store.release(ORDER.order_id, token=A, reason=ReleaseReason.NOT_CHARGED, payment_attempt="initial")
 
     outcome = store.claim(ORDER, token=B)
 
@@ -174,7 +174,7 @@ def test_claim_after_a_release_starts_a_new_attempt(store: ClaimsStore) -> None:
 
 def test_redelivered_declined_order_is_not_charged_again(store: ClaimsStore) -> None:
     store.claim(ORDER, token=A)
-    store.release(ORDER.order_id, token=A, reason=ReleaseReason.DECLINED)
+    store.release(ORDER.order_id, token=A, reason=ReleaseReason.DECLINED, payment_attempt="initial")
 
     outcome = store.claim(ORDER, token=B)
 
@@ -184,7 +184,7 @@ def test_redelivered_declined_order_is_not_charged_again(store: ClaimsStore) -> 
 
 def test_customer_retry_of_a_declined_order_gets_a_new_attempt(store: ClaimsStore) -> None:
     store.claim(ORDER, token=A)
-    store.release(ORDER.order_id, token=A, reason=ReleaseReason.DECLINED)
+    store.release(ORDER.order_id, token=A, reason=ReleaseReason.DECLINED, payment_attempt="initial")
 
     outcome = store.claim(
         replace(ORDER, payment_attempt="retry-1", payment_method="pm_card_mastercard"), token=B
@@ -220,7 +220,7 @@ def test_racing_reclaims_after_a_release_agree_on_one_new_attempt(
 ) -> None:
     store = ClaimsStore(claims_table, client=dynamodb, clock=clock)
     store.claim(ORDER, token=A)
-    store.release(ORDER.order_id, token=A, reason=ReleaseReason.NOT_CHARGED)
+    store.release(ORDER.order_id, token=A, reason=ReleaseReason.NOT_CHARGED, payment_attempt="initial")
     results: list[ClaimResult] = []
     barrier = threading.Barrier(8)
 
@@ -246,14 +246,15 @@ def test_takeover_continues_the_attempt_of_its_first_holder(store: ClaimsStore, 
     taken = store.claim(ORDER, token=B)
     again = store.claim(ORDER, token=B)  # B's Claim step retried after a crash
 
-    assert taken.claim.attempt_started_by == A
+    assert taken.claim.attempt == 1
+    assert taken.claim.attempt_started_by == NO_OWNER  # nobody can vouch for it any more
     assert again.result is ClaimResult.REENTRANT
-    assert again.claim.attempt_started_by == A  # still not B's to vouch for
-    assert store.get(ORDER.order_id).attempt_started_by == A  # type: ignore[union-attr]
+    assert again.claim.attempt_started_by == NO_OWNER  # still not B's to vouch for
+    assert store.get(ORDER.order_id).attempt_started_by == NO_OWNER  # type: ignore[union-attr]
 
 
 def test_new_attempt_is_started_by_its_claimant(store: ClaimsStore) -> None:
     store.claim(ORDER, token=A)
-    store.release(ORDER.order_id, token=A, reason=ReleaseReason.NOT_CHARGED)
+    store.release(ORDER.order_id, token=A, reason=ReleaseReason.NOT_CHARGED, payment_attempt="initial")
 
     assert store.claim(ORDER, token=B).claim.attempt_started_by == B
