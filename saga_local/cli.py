@@ -1,10 +1,15 @@
 """``saga``: run, watch and break the payment saga, locally or against a deployed stack.
 
-saga demo                      the lab of seed 000, guard off then on, then a decline
+saga demo                      the lab of field report 000, guard off then on, then a decline
 saga up                        start the embedded local stack and keep it running
 saga send [FILE] [--copies N]  send an order (events/order.json by default)
 saga trace EXECUTION [--html]  an execution state by state, or as a graph page
+saga invoke FUNCTION -e EVENT  one function on one event, as `sam local invoke` runs it (no Docker)
 saga simulate --orders N ...   many orders, duplicates and concurrency; a report
+saga chaos --orders N ...      the same with random faults everywhere, then the sweeper
+saga reconcile [--apply]       what the sweeper would do with stale claims (an order needs a person)
+saga redrive                   move the dead-letter queue back to the orders queue
+saga cost [--wide]             AWS cost per million orders, from usage counted in a local run
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from saga_local.template import ROOT
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
+    from pathlib import Path
 
+    from saga_local.archive import RecordedExecution
     from saga_local.driver import ExecutionResult
     from saga_local.embedded import EmbeddedStack
 
@@ -116,12 +123,17 @@ def handlers_quiet() -> Iterator[None]:
 
 
 def _act(out: Out, stack: EmbeddedStack, order: dict[str, Any], copies: int) -> list[ExecutionResult]:
+    from saga_local import archive
+
     before = set(stack.driver.execution_arns())
     stack.driver.send(order, copies=copies)
     stack.driver.pump(pollers=min(copies, 4), timeout=120)
     results = [stack.driver.result(a) for a in stack.driver.execution_arns() if a not in before]
     for result in sorted(results, key=lambda r: r.name):
-        out(f"    {out.dim(result.name[:24] + '...')}  {describe_path(out, result)}")
+        # The demo's stacks stop when it ends: record each execution so `saga trace NAME` still shows it.
+        archive.record(archive.read_execution(stack.driver.sfn, result.arn))
+        out(f"    {result.name}")
+        out(f"      {describe_path(out, result)}")
     return results
 
 
@@ -188,7 +200,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     ok = unguarded == 4 and guarded == 1 and results and results[0].error == "PaymentDeclined"
     verdict = out.ok("as promised") if ok else out.bad("NOT as promised")
     out(f"Charges: {unguarded} without the claim, {guarded} with it; the decline charged nothing: {verdict}.")
-    out(out.dim(f"Done in {elapsed:.1f} s. Next: `saga up`, then `saga send --copies 4` and `saga trace`."))
+    out(
+        out.dim(
+            f"Done in {elapsed:.1f} s. Each execution above was recorded: `saga trace <name>` shows it"
+            " state by state\n(`--html FILE` as a graph). Next: `saga up`, then `saga send --copies 4`."
+        )
+    )
     return 0 if ok else 1
 
 
@@ -253,50 +270,80 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from saga_local.embedded import EmbeddedStack
+    from saga_local.invoke import write_sam_env_file
     from saga_local.stack import REGION
 
     out = Out()
     log_dir = ROOT / ".saga" / "logs"
     with EmbeddedStack(port=args.port, runtime=args.runtime, log_dir=log_dir, visibility_timeout=30) as stack:
         STATE_FILE.parent.mkdir(exist_ok=True)
+        sam_env = write_sam_env_file(stack.stack, stack.endpoint)
         state = {
             "endpoint": stack.endpoint,
             "region": REGION,
             "outputs": stack.stack.outputs,
             "provider": stack.provider.url,
+            "samEnvVars": str(sam_env),
             "pid": os.getpid(),
         }
         STATE_FILE.write_text(json.dumps(state, indent=2))
-        outputs = stack.stack.outputs
-        out(out.bold(f"Embedded stack running on {stack.endpoint}  (Ctrl-C stops it)"))
-        for key, value in sorted(outputs.items()):
-            out(f"  {key:28} {value}")
-        out(f"  {'Provider (Stripe emulator)':28} {stack.provider.url}")
-        out(f"  {'Function logs (JSON)':28} {log_dir}/")
-        out()
-        out("Point the AWS CLI or boto3 at it:")
-        out(
-            f"  export AWS_ENDPOINT_URL={stack.endpoint} AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local"
-            f" AWS_DEFAULT_REGION={REGION}"
-        )
-        out(
-            f"  aws sqs send-message --queue-url {outputs['OrdersQueueUrl']} --message-body file://events/order.json"
-        )
-        out(
-            f"  aws stepfunctions list-executions --state-machine-arn {outputs['PaymentSagaStateMachineArn']}"
-        )
-        out(f"  boto3.client('stepfunctions', endpoint_url='{stack.endpoint}', region_name='{REGION}')")
-        out("Or, from another terminal: `saga send --copies 4`, then `saga trace <execution name>`.")
+        for line in up_banner(stack.endpoint, stack.stack.outputs, stack.provider.url, log_dir, sam_env):
+            out(out.bold(line) if line.startswith("Embedded stack") else line)
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
         try:
             stack.serve(stop, pollers=args.pollers)
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                STATE_FILE.unlink()
+            for path in (STATE_FILE, sam_env):  # both describe a stack that is gone
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
     out("stopped")
     return 0
+
+
+def _relative(path: Path) -> str:
+    """``path`` relative to the project root when it is inside it (what a user can paste from there)."""
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def up_banner(
+    endpoint: str, outputs: dict[str, str], provider: str, log_dir: Path, sam_env: Path
+) -> list[str]:
+    """What `saga up` prints: the resources, then commands that work as printed.
+
+    The AWS CLI lines name ``--endpoint-url`` explicitly: AWS CLI v1 (and v2 before 2.13) ignore
+    ``AWS_ENDPOINT_URL``. Credentials and region come from the environment in both versions.
+    """
+    from saga_local.stack import REGION
+
+    queue, machine = outputs["OrdersQueueUrl"], outputs["PaymentSagaStateMachineArn"]
+    lines = [f"Embedded stack running on {endpoint}  (Ctrl-C stops it)"]
+    lines += [f"  {key:28} {value}" for key, value in sorted(outputs.items())]
+    lines += [
+        f"  {'Provider (Stripe emulator)':28} {provider}",
+        f"  {'Function logs (JSON)':28} {log_dir}/",
+        f"  {'SAM env-vars file':28} {_relative(sam_env)}",
+        "",
+        "From another terminal, in this directory:",
+        "  saga send --copies 4                 # then: saga trace <name it prints>",
+        "  saga invoke ClaimOrderFunction -e events/claim_order.json",
+        "",
+        "The AWS CLI (v1 or v2) or boto3:",
+        f"  export AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_DEFAULT_REGION={REGION}",
+        f"  aws --endpoint-url {endpoint} sqs send-message --queue-url {queue}"
+        " --message-body file://events/order.json",
+        f"  aws --endpoint-url {endpoint} stepfunctions list-executions --state-machine-arn {machine}",
+        f"  boto3.client('stepfunctions', endpoint_url='{endpoint}', region_name='{REGION}')",
+        "",
+        "With Docker, SAM CLI's own local invoke against this stack (Linux: host network):",
+        f"  sam local invoke ClaimOrderFunction -e events/claim_order.json --env-vars {_relative(sam_env)}"
+        f" --docker-network host --region {REGION}",
+    ]
+    return lines
 
 
 # -- send ----------------------------------------------------------------------------------------
@@ -329,15 +376,31 @@ def cmd_send(args: argparse.Namespace) -> int:
         message_id = sqs.send_message(QueueUrl=queue_url, MessageBody=body)["MessageId"]
         names.append(message_id)
     out(f"sent {args.copies} message(s) to {target.where}")
-    try:
-        order_id = str(json.loads(body).get("orderId", ""))
-    except (ValueError, AttributeError):
-        order_id = ""
+    rejection = rejection_reason(body)
+    if rejection is not None:
+        # The start function validates with the same code: no execution starts, so there is nothing to trace.
+        for message_id in names:
+            out(f"  {message_id}  dead-lettered: {rejection}")
+        out("  (the start function sends it to the dead-letter queue with that reason; no claim is written)")
+        return 0
+    order_id = str(json.loads(body)["orderId"])
     prefix = _UNSAFE_NAME.sub("_", order_id)
     for message_id in names:
         name = f"{prefix[: 80 - len(message_id) - 1]}-{message_id}" if prefix else message_id
         out(f"  {message_id}  ->  saga trace {name}")
     return 0
+
+
+def rejection_reason(body: str) -> str | None:
+    """Why the start function will reject ``body`` (its own validation, ``parse_order_body``), or None."""
+    from payment_saga.errors import InvalidOrder
+    from payment_saga.orders import parse_order_body
+
+    try:
+        parse_order_body(body)
+    except InvalidOrder as exc:
+        return str(exc)
+    return None
 
 
 # -- trace ---------------------------------------------------------------------------------------
@@ -350,27 +413,52 @@ def execution_arn(state_machine_arn: str, execution: str) -> str:
     return state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + execution
 
 
+def find_execution(args: argparse.Namespace) -> RecordedExecution:
+    """The execution ``args.execution`` names: on the target stack (``--stack``, or the local stack of
+    `saga up` when one runs), else among those `saga demo` recorded. Raises SystemExit, in words,
+    when neither knows it."""
+    from saga_local import archive
+
+    where = "no local stack is running (`saga up` starts one)"
+    recent: list[str] = []
+    if args.stack or STATE_FILE.exists():
+        target = resolve_target(args)
+        where = target.where
+        sfn = target.clients("stepfunctions")
+        state_machine = target.outputs["PaymentSagaStateMachineArn"]
+        try:
+            return archive.read_execution(sfn, execution_arn(state_machine, args.execution))
+        except (sfn.exceptions.ExecutionDoesNotExist, sfn.exceptions.InvalidArn):
+            pass
+        listed = sfn.list_executions(stateMachineArn=state_machine, maxResults=5).get("executions", [])
+        recent = [e["name"] for e in listed]
+    recorded = None if args.stack else archive.load(args.execution)
+    if recorded is not None:
+        return recorded
+    recent += [] if args.stack else [f"{name} (recorded by saga demo)" for name in archive.names()]
+    lines = [
+        f"saga trace: no execution named {args.execution!r}: {where},"
+        " and saga demo recorded none by that name."
+    ]
+    lines.append("Execution names look like ORDER-003-<MessageId>; `saga send` prints them.")
+    if recent:
+        lines.append("The latest:")
+        lines += [f"  {name}" for name in recent]
+    raise SystemExit("\n".join(lines))
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     from saga_local import trace
 
-    target = resolve_target(args)
-    sfn = target.clients("stepfunctions")
-    state_machine = target.outputs["PaymentSagaStateMachineArn"]
-    arn = execution_arn(state_machine, args.execution)
-    description = sfn.describe_execution(executionArn=arn)
-    history: list[dict[str, Any]] = []
-    for page in sfn.get_paginator("get_execution_history").paginate(executionArn=arn):
-        history.extend(page["events"])
-    definition = trace.load_definition(
-        sfn.describe_state_machine(stateMachineArn=state_machine)["definition"]
-    )
+    found = find_execution(args)
+    definition = trace.load_definition(found.definition)
     if args.html:
         with open(args.html, "w", encoding="utf-8") as page_file:
-            page_file.write(trace.render_html(description, history, definition))
+            page_file.write(trace.render_html(found.description, found.history, definition))
         Out()(f"wrote {args.html}")
         return 0
     out = Out()
-    out(trace.render_text(description, history, definition, show_io=args.io, color=out.color))
+    out(trace.render_text(found.description, found.history, definition, show_io=args.io, color=out.color))
     return 0
 
 
@@ -432,7 +520,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def cmd_redrive(args: argparse.Namespace) -> int:
-    from saga_local.redrive import redrive
+    from saga_local.redrive import redrive, render
 
     target = resolve_target(args)
     sqs = target.clients("sqs")
@@ -446,30 +534,69 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     report = redrive(
         sqs, dead_letter_queue_url=dead, source_queue_url=source, source_arn=arn(source), dlq_arn=arn(dead)
     )
-    Out()(f"redrive from {target.where}: {report}")
+    Out()(render(report, target.where))
+    return 0 if report.ok else 1
+
+
+# -- invoke --------------------------------------------------------------------------------------
+
+
+def cmd_invoke(args: argparse.Namespace) -> int:
+    """One function on one event, as `sam local invoke` runs it: result on stdout, logs on stderr."""
+    from pathlib import Path
+
+    from saga_local.invoke import SAM_ENV_FILE, InvokeError, invoke
+
+    if args.env_vars:
+        env_vars = Path(args.env_vars)
+    elif STATE_FILE.exists() and SAM_ENV_FILE.exists():
+        env_vars = SAM_ENV_FILE
+    else:
+        raise SystemExit(
+            "saga invoke: no local stack is running. Start one with `saga up` (another terminal): it writes"
+            f" {_relative(SAM_ENV_FILE)}, which points every function at it. Or pass --env-vars FILE"
+            " (SAM's format) for another stack."
+        )
+    try:
+        result = invoke(args.function, Path(args.event), env_vars, region=args.region)
+    except InvokeError as exc:
+        raise SystemExit(f"saga invoke: {exc}") from None
+    print(result.payload, flush=True)
+    if result.function_error:
+        sys.stderr.write(
+            f"saga invoke: {args.function} failed ({result.function_error}); its error is above\n"
+        )
+        return 1
     return 0
-
-
-def cmd_chaos(args: argparse.Namespace) -> int:
-    from saga_local import chaos
-
-    return chaos.main(args.rest)
 
 
 # -- cost ----------------------------------------------------------------------------------------
 
 
+def _sweeper_schedule() -> str:
+    """The sweeper's ScheduleV2 expression, from template.yaml."""
+    from saga_local.template import functions, load_template
+
+    for spec in functions(load_template()).values():
+        for event in spec.events.values():
+            if event.get("Type") in ("ScheduleV2", "Schedule"):
+                return str(event["Properties"]["ScheduleExpression"])
+    raise LookupError("template.yaml: no scheduled function")
+
+
 def cmd_cost(args: argparse.Namespace) -> int:
     """AWS cost per million orders, from usage counted in a local run, prices from saga_local/prices.json."""
     from saga_local import cost
+    from saga_local.cost_measure import measure_order, sweeps_per_month
     from saga_local.embedded import EmbeddedStack
-    from saga_local.usage import measure_order_usage
 
-    with handlers_quiet(), EmbeddedStack(runtime="inprocess", quiet=True) as stack:
+    assumed = {"xray_sampled": args.xray_sampling, "cold_start_share": args.cold_starts}
+    # LogLevel as deployed (INFO): the function logs are a line of the bill.
+    with handlers_quiet(), EmbeddedStack(runtime="inprocess") as stack:
         for i in range(3):  # warm the handlers: cold imports are not what an order costs
-            measure_order_usage(stack, seed_order(f"ORDER-WARM-{i}"))
-        happy = measure_order_usage(stack, seed_order("ORDER-COST"))
-        duplicate = measure_order_usage(stack, seed_order("ORDER-COST"))
+            measure_order(stack, seed_order(f"ORDER-WARM-{i}"), **assumed)
+        happy = measure_order(stack, seed_order("ORDER-COST"), **assumed)
+        duplicate = measure_order(stack, seed_order("ORDER-COST"), **assumed)
     share = args.duplicate_share
 
     def mix(field: str) -> float:
@@ -477,25 +604,38 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
     mixed = cost.Usage(**{f: mix(f) for f in cost.Usage.__dataclass_fields__})
     step_ms = happy.lambda_gb_seconds / (256 / 1024) * 1000  # the same work, done by one function
+    mix_name = f"mix {share:.0%}"
     rows = {
-        "saga, happy path": happy,
-        "saga, a duplicate delivery": duplicate,
-        f"saga, mix ({share:.0%} of orders delivered twice)": mixed,
-        "single Lambda + Powertools idempotency": cost.single_lambda_baseline_usage(duration_ms=step_ms),
+        "happy": happy,
+        "duplicate": duplicate,
+        mix_name: mixed,
+        "1 Lambda": cost.single_lambda_baseline_usage(duration_ms=step_ms),
     }
+    legend = {
+        "happy": "the saga, happy path (one delivery, charged)",
+        "duplicate": "the saga, a duplicate delivery (suppressed by the claim)",
+        mix_name: f"the saga, {share:.0%} of orders delivered twice",
+        "1 Lambda": "one Lambda + Powertools idempotency, no Step Functions (what it would replace)",
+    }
+    sweeps = sweeps_per_month(_sweeper_schedule())
+    monthly = {"scheduler": (sweeps, f"{sweeps:,.0f} runs"), "secret": (1.0, "1 secret")}
+    notes = [
+        f"Assumed: X-Ray samples {args.xray_sampling:.0%} of requests (--xray-sampling; its default rule past"
+        " 1 a second);",
+        f"  {args.cold_starts:.0%} of Charge Payment invocations start cold and read the secret"
+        " (--cold-starts).",
+        "Counted locally: everything else, against the emulator (a real provider adds Lambda duration).",
+    ]
     prices = cost.load_prices()
     if args.json:
-        print(
-            json.dumps(
-                {
-                    name: {"usage": vars(u), "usd_per_million": cost.cost_per_million(u, prices)}
-                    for name, u in rows.items()
-                },
-                indent=2,
-            )
-        )
+        document: dict[str, Any] = {
+            name: {"usage": vars(u), "usd_per_million": cost.cost_per_million(u, prices)}
+            for name, u in rows.items()
+        }
+        document["per_month"] = cost.monthly_costs({k: q for k, (q, _) in monthly.items()}, prices)
+        print(json.dumps(document, indent=2))
     else:
-        Out()(cost.render_table(rows, prices))
+        Out()(cost.render_table(rows, prices, legend=legend, wide=args.wide, monthly=monthly, notes=notes))
     return 0
 
 
@@ -579,24 +719,77 @@ def build_parser() -> argparse.ArgumentParser:
     add_target_arguments(red)
     red.set_defaults(func=cmd_redrive)
 
-    cha = sub.add_parser(
-        "chaos", help="simulate with faults at every step, then sweep (see --help)", add_help=False
+    # Its options are saga_local.chaos's own: main() hands everything after `chaos` to it.
+    sub.add_parser(
+        "chaos", help="simulate with faults at every step, then sweep (saga chaos --help)", add_help=False
     )
-    cha.add_argument("rest", nargs=argparse.REMAINDER)
-    cha.set_defaults(func=cmd_chaos)
+
+    inv = sub.add_parser(
+        "invoke",
+        help="run one function on an event as `sam local invoke` does, without Docker",
+        description="Run one function's handler on an event, the way `sam local invoke` does (the template's"
+        " environment, SAM's env-vars file format), in a fresh process, against the embedded stack of"
+        " `saga up` (or the stack an --env-vars file points at). The result goes to stdout, logs to stderr.",
+    )
+    inv.add_argument("function", help="the function's logical id in template.yaml, e.g. ClaimOrderFunction")
+    inv.add_argument("-e", "--event", required=True, help="the event JSON file, e.g. events/claim_order.json")
+    inv.add_argument(
+        "-n",
+        "--env-vars",
+        help="SAM's env-vars file (default: the one `saga up` wrote, .saga/sam-env.json)",
+    )
+    inv.add_argument(
+        "--region", default=None, help="AWS region for the function (default: the shell's, else us-east-1)"
+    )
+    inv.set_defaults(func=cmd_invoke)
 
     costs = sub.add_parser("cost", help="AWS cost per million orders, from figures counted in a local run")
     costs.add_argument(
         "--duplicate-share", type=float, default=0.1, help="share of orders delivered twice (mix)"
     )
+    costs.add_argument(
+        "--xray-sampling", type=float, default=0.05, help="share of requests X-Ray records (default 0.05)"
+    )
+    costs.add_argument(
+        "--cold-starts",
+        type=float,
+        default=0.01,
+        help="share of Charge Payment invocations that start cold and read the secret (default 0.01)",
+    )
+    costs.add_argument("--wide", action="store_true", help="full column names and each line's unit price")
     costs.add_argument("--json", action="store_true")
     costs.set_defaults(func=cmd_cost)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    import botocore.exceptions
+
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "chaos":
+        from saga_local import chaos
+
+        return int(chaos.main(extra))
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        return int(args.func(args))
+    except botocore.exceptions.EndpointConnectionError as exc:
+        raise SystemExit(
+            f"saga {args.command}: nothing answers at {exc.kwargs.get('endpoint_url')}: is `saga up` still"
+            " running? (Start it again, or pass --stack NAME for a deployed stack.)"
+        ) from None
+    except botocore.exceptions.NoCredentialsError:
+        raise SystemExit(
+            f"saga {args.command}: no AWS credentials found for --stack (aws configure)."
+        ) from None
+    except botocore.exceptions.ClientError as exc:
+        error = exc.response.get("Error", {})
+        raise SystemExit(
+            f"saga {args.command}: AWS refused {exc.operation_name}:"
+            f" {error.get('Code')}: {error.get('Message')}"
+        ) from None
 
 
 if __name__ == "__main__":

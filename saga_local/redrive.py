@@ -31,7 +31,8 @@ to the dead-letter queue, and the start function writes fresh ones if it rejects
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -57,6 +58,10 @@ class RedriveReport:
     #: The move task's final status (COMPLETED, CANCELLED, FAILED) and, if it failed, why.
     task_status: str | None = None
     failure_reason: str | None = None
+    #: By hand: moved messages the start function will reject again, by reason (its own validation).
+    rejected_again: Counter[str] = field(default_factory=Counter)
+    #: By hand: why the messages left on the dead-letter queue were rejected when they came back.
+    left_reasons: Counter[str] = field(default_factory=Counter)
 
     @property
     def ok(self) -> bool:
@@ -181,6 +186,8 @@ def _by_hand(
             to_move = []
             for message in batch:
                 if _came_back(message, sent):
+                    if message["MessageId"] not in held:
+                        report.left_reasons[_rejection_attribute(message)] += 1
                     held[message["MessageId"]] = message["ReceiptHandle"]
                 else:
                     to_move.append(message)
@@ -227,6 +234,77 @@ def _move(
             ],
         )
     report.moved += len(accepted)
+    for ok in accepted:
+        reason = rejection_reason(messages[int(ok["Id"])]["Body"])
+        if reason is not None:
+            report.rejected_again[reason] += 1
+
+
+def rejection_reason(body: str) -> str | None:
+    """Why the start function will reject ``body``: the same validation it runs, or None if it is valid."""
+    from payment_saga.errors import InvalidOrder
+    from payment_saga.orders import parse_order_body
+
+    try:
+        parse_order_body(body)
+    except InvalidOrder as exc:
+        return str(exc)
+    return None
+
+
+def _rejection_attribute(message: dict[str, Any]) -> str:
+    attribute = (message.get("MessageAttributes") or {}).get("rejectionReason") or {}
+    return str(attribute.get("StringValue") or "failed again (no rejection reason: retries exhausted)")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def render(report: RedriveReport, where: str) -> str:
+    """The report in words, for the operator who ran ``saga redrive``."""
+    how = "SQS message move task" if report.method == "move-task" else "copied, then deleted"
+    if (
+        report.moved == 0
+        and not report.failed
+        and not report.left
+        and report.task_status in (None, "COMPLETED")
+    ):
+        return f"redrive ({where}): the dead-letter queue is empty; nothing to move."
+    lines = [
+        f"redrive ({where}): moved {_plural(report.moved, 'message')} from the dead-letter queue"
+        f" to the orders queue ({how})."
+    ]
+    if report.task_status not in (None, "COMPLETED"):
+        why = f": {report.failure_reason}" if report.failure_reason else ""
+        lines.append(
+            f"  The move task ended {report.task_status}{why}; what it did not move is still on the"
+            " dead-letter queue (run saga redrive again)."
+        )
+    rejected = sum(report.rejected_again.values())
+    if report.method == "by-hand" and report.moved > rejected:
+        lines.append(
+            f"  {_plural(report.moved - rejected, 'order')} will run again;"
+            " the claim on orderId charges each order at most once."
+        )
+    if report.rejected_again:
+        lines.append(
+            f"  {_plural(rejected, 'message')} will be rejected again by the start function and go back to"
+            " the dead-letter queue (fix the producer; redriving cannot make them valid):"
+        )
+        lines += [f"    {count} x {reason}" for reason, count in sorted(report.rejected_again.items())]
+    if report.failed:
+        lines.append(
+            f"  SQS refused to take {_plural(report.failed, 'message')}: left on the dead-letter queue"
+            " (nothing lost); run saga redrive again."
+        )
+    if report.left:
+        lines.append(
+            f"  {_plural(report.left, 'message')} came back during this redrive and stayed on the dead-letter"
+            " queue (not sent round again):"
+        )
+        lines += [f"    {count} x {reason}" for reason, count in sorted(report.left_reasons.items())]
+    return "\n".join(lines)
 
 
 def _came_back(message: dict[str, Any], sent: set[str]) -> bool:

@@ -1,4 +1,10 @@
-"""Every handler on its sample event from events/ (what `sam local invoke <Function> -e ...` sends)."""
+"""Every handler on its sample event from events/ (what `sam local invoke <Function> -e ...` and
+`saga invoke <Function> -e ...` send).
+
+The step samples run in order on a fresh stack: claim, charge, then mark complete for ORDER-101;
+claim (a declined card), then release for ORDER-102. Their order ids are not the demo's or
+`saga send`'s (ORDER-003, ORDER-004), so sending those first leaves the samples unaffected.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,15 @@ from typing import Any
 
 from saga_local.template import ROOT
 from tests.statemachine.conftest import Saga
+
+#: The step samples, in the order they run on a fresh stack.
+STEP_SAMPLES = [
+    ("ClaimOrderFunction", "claim_order.json"),
+    ("ChargePaymentFunction", "charge_payment.json"),
+    ("MarkCompleteFunction", "mark_complete.json"),
+    ("ClaimOrderFunction", "claim_order_declined.json"),
+    ("ReleaseClaimFunction", "release_claim.json"),
+]
 
 
 def sample(name: str) -> dict[str, Any]:
@@ -31,7 +46,7 @@ def test_step_handlers_on_their_sample_events_claim_charge_and_complete_once(sag
     again, _ = invoke(saga, "ChargePaymentFunction", charge_event)  # a retried step
     assert again["chargeId"] == charged["chargeId"]
     assert again["replayed"] is True
-    assert saga.charges("ORDER-003") == 1
+    assert saga.charges("ORDER-101") == 1
 
     completion = {**sample("mark_complete.json"), "chargeId": charged["chargeId"]}
     completed, error = invoke(saga, "MarkCompleteFunction", completion)
@@ -46,15 +61,33 @@ def test_mark_complete_sample_without_a_claim_is_refused_as_claim_lost(saga: Sag
     assert payload["errorType"] == "ClaimLost"
 
 
-def test_release_sample_releases_a_declined_claim(saga: Saga) -> None:
-    state = sample("release_claim.json")
-    invoke(saga, "ClaimOrderFunction", {"order": state["state"]["order"], "claimToken": state["claimToken"]})
+def test_release_sample_releases_the_claim_of_the_declined_sample(saga: Saga) -> None:
+    claimed, error = invoke(saga, "ClaimOrderFunction", sample("claim_order_declined.json"))
+    assert error is None, claimed
 
-    released, error = invoke(saga, "ReleaseClaimFunction", state)
+    released, error = invoke(saga, "ReleaseClaimFunction", sample("release_claim.json"))
 
     assert error is None, released
     assert released == {"released": True, "reason": "DECLINED", "attempt": 1}
-    assert saga.driver.claim("ORDER-004")["status"] == "RELEASED"  # type: ignore[index]
+    assert saga.driver.claim("ORDER-102")["status"] == "RELEASED"  # type: ignore[index]
+
+
+def test_step_samples_run_in_order_after_the_orders_saga_send_and_the_demo_settle(saga: Saga) -> None:
+    """A newcomer runs `saga send` (ORDER-003) and the declined order (ORDER-004) first: the step
+    samples must still run in order, without a ClaimLost."""
+    saga.driver.send(sample("order.json"))
+    saga.driver.send(sample("order_declined.json"))
+    saga.driver.pump()
+    assert saga.driver.outcomes() == {"CHARGED": 1, "PaymentDeclined": 1}
+
+    for logical_id, name in STEP_SAMPLES:
+        payload, error = invoke(saga, logical_id, sample(name))
+        assert error is None, (name, payload)
+
+    assert saga.driver.claim("ORDER-101")["status"] == "COMPLETED"  # type: ignore[index]
+    assert saga.driver.claim("ORDER-102")["status"] == "RELEASED"  # type: ignore[index]
+    assert saga.charges("ORDER-101") == 1
+    assert saga.charges("ORDER-102") == 0
 
 
 def test_start_samples_start_one_execution_per_valid_message_and_reject_the_malformed(saga: Saga) -> None:

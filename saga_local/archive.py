@@ -1,0 +1,83 @@
+"""Executions kept after their stack is gone, so that ``saga trace NAME`` still answers.
+
+``saga demo`` runs on stacks that stop when it ends; it records each execution it prints (the
+description, the history and the state machine's definition, exactly what ``saga trace`` reads
+from Step Functions) under ``.saga/executions/NAME.json``. ``saga trace`` looks there when no
+running stack knows the name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from saga_local.template import ROOT
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+ARCHIVE_DIR = ROOT / ".saga" / "executions"
+#: Step Functions execution names: letters, digits, ``-`` and ``_`` (80 at most).
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+
+
+@dataclass(frozen=True)
+class RecordedExecution:
+    """What ``saga trace`` renders: DescribeExecution, GetExecutionHistory, the ASL definition."""
+
+    description: dict[str, Any]
+    history: list[dict[str, Any]]
+    definition: str
+
+
+def _json_default(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"cannot record a {type(value).__name__}")
+
+
+def read_execution(sfn: Any, execution_arn: str) -> RecordedExecution:
+    """Read one execution from Step Functions (raises the client's errors, e.g. ExecutionDoesNotExist)."""
+    description = sfn.describe_execution(executionArn=execution_arn)
+    history: list[dict[str, Any]] = []
+    for page in sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn):
+        history.extend(page["events"])
+    definition = sfn.describe_state_machine(stateMachineArn=description["stateMachineArn"])["definition"]
+    description.pop("ResponseMetadata", None)
+    return RecordedExecution(description, history, str(definition))
+
+
+def record(execution: RecordedExecution, directory: Path = ARCHIVE_DIR) -> Path:
+    """Write ``execution`` under ``directory`` by its name; returns the file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{execution.description['name']}.json"
+    body = {
+        "description": execution.description,
+        "history": execution.history,
+        "definition": execution.definition,
+    }
+    path.write_text(json.dumps(body, default=_json_default), encoding="utf-8")
+    return path
+
+
+def load(name: str, directory: Path = ARCHIVE_DIR) -> RecordedExecution | None:
+    """The recorded execution called ``name`` (or whose ARN ends in it), if there is one."""
+    name = name.rsplit(":", 1)[-1]
+    if not _NAME.fullmatch(name):
+        return None
+    path = directory / f"{name}.json"
+    if not path.is_file():
+        return None
+    body = json.loads(path.read_text(encoding="utf-8"))
+    return RecordedExecution(body["description"], body["history"], body["definition"])
+
+
+def names(directory: Path = ARCHIVE_DIR, limit: int = 5) -> list[str]:
+    """The most recently recorded execution names, newest first."""
+    if not directory.is_dir():
+        return []
+    files = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    return [path.stem for path in files[:limit]]
