@@ -22,8 +22,12 @@ unchanged (``StripeClient(..., base_addresses={"api": emulator.url})``):
   ``pm_card_threeDSecure2Required`` end in ``requires_action``, or decline with
   ``authentication_required`` when confirmed ``off_session``;
 * a confirm without ``payment_method_types`` or ``automatic_payment_methods[allow_redirects]=never``
-  needs a ``return_url``, and a ``customer`` is refused (there are no Customers here), as on an
-  account whose API version enables automatic payment methods by default.
+  needs a ``return_url``, as on an account whose API version enables automatic payment methods by
+  default;
+* Customers and saved cards: :data:`TEST_CUSTOMER` holds :data:`SAVED_PAYMENT_METHOD` (a card that
+  succeeds), :data:`OTHER_TEST_CUSTOMER` holds nothing; any other ``customer`` is a 400 "No such
+  customer". As on Stripe, a saved payment method is refused (400 ``invalid_request_error``) unless
+  the PaymentIntent names the customer it is attached to.
 
 What it adds for tests: a ledger of every applied charge, ``dedupe=False`` (ignore
 ``Idempotency-Key`` entirely, to show that the claim alone prevents double charges), latency, and
@@ -106,6 +110,15 @@ _SUCCEEDING_METHODS = frozenset(
 )
 #: Country test cards: pm_card_br, pm_card_us, ...
 _COUNTRY_METHOD = re.compile(r"^pm_card_[a-z]{2}$")
+#: Stripe has no built-in test Customers, so the emulator has its own: one with a saved card, one
+#: with none. Names say where they come from; they exist on no Stripe account.
+TEST_CUSTOMER = "cus_emulatorSavedCards"
+OTHER_TEST_CUSTOMER = "cus_emulatorNoCards"
+#: A card saved (attached) to TEST_CUSTOMER; it succeeds like pm_card_visa when used with it.
+SAVED_PAYMENT_METHOD = "pm_emulatorSavedVisa"
+#: saved payment method -> the Customer it is attached to
+_SAVED_METHODS: Mapping[str, str] = {SAVED_PAYMENT_METHOD: TEST_CUSTOMER}
+_CUSTOMERS = frozenset({TEST_CUSTOMER, OTHER_TEST_CUSTOMER})
 _DECLINED = "Your card was declined."
 #: payment method -> (error code, decline code, message), as Stripe's test payment methods decline.
 _DECLINING_METHODS: dict[str, tuple[str, str, str]] = {}
@@ -655,10 +668,9 @@ class ProviderEmulator:
         off_session_set = off_session != "false"
         if off_session_set and not confirm:
             raise _BadRequest("You may only specify off_session when confirm=true.", param="off_session")
-        if "customer" in params:
-            raise _BadRequest(
-                f"No such customer: '{params['customer']}'", param="customer", code="resource_missing"
-            )
+        customer = params.get("customer")
+        if customer is not None and (not isinstance(customer, str) or customer not in _CUSTOMERS):
+            raise _BadRequest(f"No such customer: '{customer}'", param="customer", code="resource_missing")
         metadata = params.get("metadata", {})
         if metadata == "":
             metadata = {}
@@ -717,6 +729,7 @@ class ProviderEmulator:
                 "`automatic_payment_methods[allow_redirects]` to `never` when creating Setup Intents and "
                 "Payment Intents.",
             )
+        _check_saved_method(method, customer)
         if method and not _known_method(method):
             raise _BadRequest(
                 f"No such PaymentMethod: '{method}'", param="payment_method", code="resource_missing"
@@ -752,7 +765,7 @@ class ProviderEmulator:
             "confirmation_method": params.get("confirmation_method", "automatic"),
             "created": int(now),
             "currency": currency,
-            "customer": None,
+            "customer": customer,
             "description": params.get("description"),
             "last_payment_error": None,
             "latest_charge": None,
@@ -1260,9 +1273,35 @@ def _boolean(params: dict[str, Any], name: str, *, default: bool) -> bool:
     return bool(value == "true")
 
 
+def _check_saved_method(method: str | None, customer: str | None) -> None:
+    """A payment method attached to a Customer is used only with that Customer, as on Stripe."""
+    owner = _SAVED_METHODS.get(method) if method else None
+    if owner is None:
+        # Not attached to anyone: usable with or without a customer.
+        return
+    if customer is None:
+        # Stripe's message and code for this case (code parameter_missing, param payment_method).
+        raise _BadRequest(
+            f"The `payment_method` parameter supplied {method} belongs to the Customer {owner}. Please "
+            "include the Customer in the `customer` parameter on the PaymentIntent.",
+            param="payment_method",
+            code="parameter_missing",
+        )
+    if customer != owner:
+        # Stripe's message for a payment method the named customer does not hold; the code is our
+        # assumption (Stripe's reports seen quote the message only).
+        raise _BadRequest(
+            f"The customer does not have a payment method with the ID {method}. The payment method must "
+            "be attached to the customer.",
+            param="payment_method",
+            code="resource_missing",
+        )
+
+
 def _known_method(method: str) -> bool:
     return (
-        method in _SUCCEEDING_METHODS
+        method in _SAVED_METHODS
+        or method in _SUCCEEDING_METHODS
         or method in _DECLINING_METHODS
         or method in _AUTHENTICATING_METHODS
         or bool(_COUNTRY_METHOD.match(method))
@@ -1284,7 +1323,7 @@ def _payment_method_object(method_id: str | None, token: str) -> dict[str, Any]:
             "exp_month": 12,
             "exp_year": 2034,
         },
-        "customer": None,
+        "customer": _SAVED_METHODS.get(token),
         "livemode": False,
         "metadata": {},
     }
