@@ -1,24 +1,24 @@
 """The claim protocol when the network loses answers, delivers writes late, and executions race.
 
 A write can fail before it is sent, be applied and lose its answer (botocore then sends the very
-same request again), or land long after the Lambda that sent it was killed. ``Network`` sits between
-the store and moto and does each of these to the next writes, so every case below runs the real
-conditional expressions against moto's DynamoDB.
+same request again), or land long after the Lambda that sent it was killed. ``tests.network.Network``
+sits between the store and moto and does each of these to the next writes, so every case below runs
+the real conditional expressions against moto's DynamoDB.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from botocore.exceptions import ClientError, ReadTimeoutError
+from botocore.exceptions import ReadTimeoutError
 
 from payment_saga.claims import NO_OWNER, ClaimResult, ClaimsStore, ClaimStatus, ReleaseReason
 from payment_saga.errors import ClaimLost, OrderConflict
 from payment_saga.orders import Order
 from payment_saga.proof import may_release_failed_claim
+from tests.network import Network
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,70 +28,6 @@ RETRY_1 = replace(ORDER, payment_attempt="retry-1", payment_method="pm_card_mast
 RETRY_2 = replace(ORDER, payment_attempt="retry-2", payment_method="pm_card_amex")
 A, B, C, D, E = (f"arn:aws:states:us-east-1:123456789012:execution:saga:{n}" for n in "ABCDE")
 LEASE = 900
-
-
-class Network:
-    """A DynamoDB client whose next ``UpdateItem`` calls misbehave the way a network does."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-        self._plan: list[Callable[[Callable[..., Any], dict[str, Any]], Any]] = []
-        self.held: list[dict[str, Any]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-    def update_item(self, **request: Any) -> Any:
-        if self._plan:
-            return self._plan.pop(0)(self._client.update_item, request)
-        return self._client.update_item(**request)
-
-    def then_normal(self) -> Network:
-        self._plan.append(lambda send, request: send(**request))
-        return self
-
-    def then_answer_lost(self, meanwhile: Callable[[], object] | None = None) -> Network:
-        """The write is applied, its answer lost; ``meanwhile`` runs; botocore sends it again."""
-
-        def lose(send: Callable[..., Any], request: dict[str, Any]) -> Any:
-            with contextlib.suppress(ClientError):  # the first send's answer is lost, whatever it was
-                send(**request)
-            if meanwhile is not None:
-                meanwhile()
-            return send(**request)
-
-        self._plan.append(lose)
-        return self
-
-    def then_before(self, meanwhile: Callable[[], object]) -> Network:
-        """Someone else writes just before this write reaches DynamoDB."""
-
-        def race(send: Callable[..., Any], request: dict[str, Any]) -> Any:
-            meanwhile()
-            return send(**request)
-
-        self._plan.append(race)
-        return self
-
-    def then_held_in_flight(self) -> Network:
-        """The sender is killed with the write on the wire; ``land_held`` delivers it later."""
-
-        def hold(send: Callable[..., Any], request: dict[str, Any]) -> Any:
-            self.held.append(request)
-            raise ReadTimeoutError(endpoint_url="https://dynamodb.us-east-1.amazonaws.com/")
-
-        self._plan.append(hold)
-        return self
-
-    def land_held(self) -> bool:
-        """Apply the held write now. Returns whether its condition let it land."""
-        try:
-            self._client.update_item(**self.held.pop(0))
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
 
 
 @pytest.fixture
