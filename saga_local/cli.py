@@ -587,7 +587,7 @@ def _sweeper_schedule() -> str:
 def cmd_cost(args: argparse.Namespace) -> int:
     """AWS cost per million orders, from usage counted in a local run, prices from saga_local/prices.json."""
     from saga_local import cost
-    from saga_local.cost_measure import measure_order, sweeps_per_month
+    from saga_local.cost_measure import GB, PLATFORM_LOG_BYTES, measure_order, sweeps_per_month
     from saga_local.embedded import EmbeddedStack
 
     assumed = {"xray_sampled": args.xray_sampling, "cold_start_share": args.cold_starts}
@@ -609,7 +609,13 @@ def cmd_cost(args: argparse.Namespace) -> int:
         "happy": happy,
         "duplicate": duplicate,
         mix_name: mixed,
-        "1 Lambda": cost.single_lambda_baseline_usage(duration_ms=step_ms),
+        "1 Lambda": cost.single_lambda_baseline_usage(
+            duration_ms=step_ms,
+            # The same application log lines, and Lambda's own lines for one invocation instead of several.
+            log_gb=happy.lambda_log_gb - (happy.lambda_invocations - 1) * PLATFORM_LOG_BYTES / GB,
+            xray_traces=args.xray_sampling,
+            secrets_manager_calls=args.cold_starts,
+        ),
     }
     legend = {
         "happy": "the saga, happy path (one delivery, charged)",

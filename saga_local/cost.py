@@ -9,8 +9,15 @@ service::
     cost per million orders = usage per order x unit price x 1,000,000
 
 Free tiers are left out on purpose: this is the marginal cost of an order, which is what a design
-choice changes. So is everything that does not scale with orders (alarms, dashboards, the KMS key,
-log storage).
+choice changes. What does not scale with orders is priced per month, apart (:func:`monthly_costs`:
+the sweeper's schedule, the secret); alarms, the dashboard, the KMS key and log storage are not
+priced here.
+
+Counted locally: transitions, invocations, durations, DynamoDB and SQS requests, the bytes the
+functions log, the state machine's log events (``Level: ALL`` writes one per history event),
+events published. Assumed, because no local run can count them (each is an argument of
+``saga cost``): the share of requests X-Ray samples, and how often a Charge Payment container
+starts cold (each cold start reads the secret once).
 """
 
 from __future__ import annotations
@@ -39,6 +46,12 @@ class Usage:
     ``sqs_requests``        SQS API requests (send, receive, delete; a batch call is one request per 64 KB).
     ``express_requests``    Step Functions Express executions started (a design that uses Express).
     ``express_gb_seconds``  Express duration x memory (100 ms and 64 MB steps).
+    ``state_machine_log_gb`` CloudWatch Logs ingested from the state machine (``Level: ALL``, no data).
+    ``lambda_log_gb``       CloudWatch Logs ingested from the functions (their JSON logs, metric lines,
+                            and Lambda's START/END/REPORT lines).
+    ``xray_traces``         X-Ray traces recorded (sampled share x traces per order).
+    ``secrets_manager_calls`` ``GetSecretValue`` calls (one per cold start of a function that reads it).
+    ``eventbridge_events``  Custom events published to EventBridge (outcome events).
     """
 
     state_transitions: float
@@ -49,6 +62,11 @@ class Usage:
     sqs_requests: float
     express_requests: float = 0
     express_gb_seconds: float = 0
+    state_machine_log_gb: float = 0
+    lambda_log_gb: float = 0
+    xray_traces: float = 0
+    secrets_manager_calls: float = 0
+    eventbridge_events: float = 0
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -81,11 +99,32 @@ LINE_ITEMS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         [("dynamodb_rru", "dynamodb_on_demand_read_request_unit")],
     ),
     "sqs": ("SQS standard requests", [("sqs_requests", "sqs_standard_request")]),
+    "logs_state_machine": (
+        "CloudWatch Logs: state machine, Level ALL",
+        [("state_machine_log_gb", "cloudwatch_logs_ingestion_gb")],
+    ),
+    "logs_lambda": ("CloudWatch Logs: function logs", [("lambda_log_gb", "cloudwatch_logs_ingestion_gb")]),
+    "xray": ("X-Ray traces recorded", [("xray_traces", "xray_trace_recorded")]),
+    "secrets_manager": (
+        "Secrets Manager GetSecretValue",
+        [("secrets_manager_calls", "secrets_manager_api_call")],
+    ),
+    "eventbridge": ("EventBridge custom events", [("eventbridge_events", "eventbridge_custom_event")]),
+}
+#: Line items printed even when zero: what the design promises to pay for, so a zero is news.
+ALWAYS_SHOWN = frozenset({"logs_state_machine", "logs_lambda", "xray", "secrets_manager", "eventbridge"})
+
+#: What does not scale with orders, per month: item -> (label, price key).
+MONTHLY_ITEMS: dict[str, tuple[str, str]] = {
+    "scheduler": ("EventBridge Scheduler (the sweeper's runs)", "scheduler_invocation"),
+    "secret": ("Secrets Manager (the provider key's secret)", "secrets_manager_secret_month"),
 }
 TOTAL = "total"
 
 #: Every price key the line items read: prices.json must hold each of them.
-PRICE_KEYS = frozenset(key for _, parts in LINE_ITEMS.values() for _, key in parts)
+PRICE_KEYS = frozenset(
+    [key for _, parts in LINE_ITEMS.values() for _, key in parts] + [key for _, key in MONTHLY_ITEMS.values()]
+)
 
 
 def load_prices(path: Path = PRICES_PATH) -> dict[str, Any]:
@@ -115,8 +154,8 @@ def check_prices(prices: dict[str, Any]) -> None:
             raise ValueError(f"prices: {key}.usd {usd!r} disagrees with its quote {entry.get('quoted')!r}")
 
 
-_QUOTE = re.compile(r"\$(?P<amount>\d+(?:\.\d+)?) per (?:(?P<per>1M|million|1,000) )?\S")
-_PER = {None: 1, "1M": MILLION, "million": MILLION, "1,000": 1_000}
+_QUOTE = re.compile(r"\$(?P<amount>\d+(?:\.\d+)?) per (?:(?P<per>1M|million|10,000|1,000) )?\S")
+_PER = {None: 1, "1M": MILLION, "million": MILLION, "10,000": 10_000, "1,000": 1_000}
 
 
 def quoted_unit_price(quoted: str) -> float | None:
@@ -153,46 +192,93 @@ USAGE_LABELS = {
     "dynamodb_wru": "DynamoDB WRU / order",
     "dynamodb_rru": "DynamoDB RRU / order",
     "sqs_requests": "SQS requests / order",
+    "state_machine_log_gb": "state machine log KB / order",
+    "lambda_log_gb": "function log KB / order",
+    "xray_traces": "X-Ray traces / order",
+    "secrets_manager_calls": "GetSecretValue calls / order",
+    "eventbridge_events": "EventBridge events / order",
 }
+#: Usage kept in GB, shown in KB (a few KB an order reads better than 0.0000031 GB).
+_SHOWN_IN_KB = frozenset({"state_machine_log_gb", "lambda_log_gb"})
+#: The default table fits a terminal this wide; ``wide=True`` lifts the limit.
+NARROW_COLUMNS = 100
 
 
-def render_table(rows: dict[str, Usage], prices: dict[str, Any]) -> str:
+def _short_quote(quoted: str) -> str:
+    """``$0.025 per 1,000 state transitions`` out of the quote's longer text."""
+    return re.split(r" \(|, |; ", quoted, maxsplit=1)[0]
+
+
+def monthly_costs(quantities: dict[str, float], prices: dict[str, Any]) -> dict[str, float]:
+    """USD per month for what does not scale with orders: ``quantities`` (per month) by MONTHLY_ITEMS key."""
+    check_prices(prices)
+    return {item: quantities[item] * prices["prices"][MONTHLY_ITEMS[item][1]]["usd"] for item in quantities}
+
+
+def render_table(
+    rows: dict[str, Usage],
+    prices: dict[str, Any],
+    *,
+    legend: dict[str, str] | None = None,
+    wide: bool = False,
+    monthly: dict[str, tuple[float, str]] | None = None,
+    notes: list[str] | None = None,
+) -> str:
     """A plain-text table: one column per design (``rows``' keys), USD per million orders by line item,
-    then the per-order usage each column was computed from. Line items that are zero in every column
-    are left out."""
+    then the per-order usage each column was computed from.
+
+    ``legend`` explains each column's short name (printed under the table; ``wide`` uses it as the
+    header instead, and adds each line's unit price). Without ``wide`` the table fits
+    :data:`NARROW_COLUMNS` columns when the names do. ``monthly``: item -> (quantity per month, how
+    it is counted), priced apart. ``notes``: the assumptions behind the figures, one line each.
+    Line items that are zero in every column are left out, except :data:`ALWAYS_SHOWN`.
+    """
     if not rows:
         raise ValueError("render_table: nothing to compare")
     names = list(rows)
+    legend = legend or {}
+    headers = [legend.get(name, name) if wide else name for name in names]
     costs = {name: cost_per_million(usage, prices) for name, usage in rows.items()}
-    shown = [item for item in LINE_ITEMS if any(costs[name][item] for name in names)]
-    width = max(len(name) for name in names)
-    width = max(width, 12)
+    shown = [item for item in LINE_ITEMS if item in ALWAYS_SHOWN or any(costs[name][item] for name in names)]
+    used = [field for field in USAGE_LABELS if any(getattr(rows[name], field) for name in names)]
+    width = max(9, *(len(header) for header in headers))
     label_width = max(
-        len("Total"),
-        *(len(LINE_ITEMS[item][0]) for item in shown),
-        *(len(label) for label in USAGE_LABELS.values()),
+        len("Total"), *(len(LINE_ITEMS[item][0]) for item in shown), *(len(USAGE_LABELS[f]) for f in used)
     )
+    unit = prices["prices"]
 
-    def line(label: str, cells: list[str]) -> str:
-        return f"{label:<{label_width}}  " + "  ".join(f"{cell:>{width}}" for cell in cells)
+    def line(label: str, cells: list[str], extra: str = "") -> str:
+        text = f"{label:<{label_width}}  " + "  ".join(f"{cell:>{width}}" for cell in cells)
+        return f"{text}  {extra}" if wide and extra else text
 
     rule = "-" * (label_width + (width + 2) * len(names))
     out = [
-        f"AWS cost per 1,000,000 orders, {prices['currency']}, {prices['region']} "
-        f"(on-demand list prices retrieved {prices['retrieved']}; free tiers left out)",
+        f"AWS cost per 1,000,000 orders, {prices['currency']}, {prices['region']}",
+        f"(on-demand list prices of {prices['retrieved']}; free tiers left out)",
         "",
-        line("", names),
+        line("", headers, "unit price"),
         rule,
     ]
     for item in shown:
-        out.append(line(LINE_ITEMS[item][0], [f"{costs[name][item]:,.2f}" for name in names]))
+        price = ", ".join(_short_quote(unit[key]["quoted"]) for _, key in LINE_ITEMS[item][1])
+        out.append(line(LINE_ITEMS[item][0], [f"{costs[name][item]:,.2f}" for name in names], price))
     out.append(rule)
     out.append(line("Total", [f"{costs[name][TOTAL]:,.2f}" for name in names]))
     out.append("")
-    for field, label in USAGE_LABELS.items():
-        values = [getattr(rows[name], field) for name in names]
-        if any(values):
-            out.append(line(label, [_figure(value) for value in values]))
+    for field in used:
+        scale = 1024 * 1024 if field in _SHOWN_IN_KB else 1
+        out.append(line(USAGE_LABELS[field], [_figure(getattr(rows[name], field) * scale) for name in names]))
+    if legend and not wide:
+        out.append("")
+        out += [f"{name:>{width}}: {text}" for name, text in legend.items() if name in rows]
+    if monthly:
+        amounts = monthly_costs({item: quantity for item, (quantity, _) in monthly.items()}, prices)
+        out += ["", f"Per month, whatever the volume ({prices['currency']}):"]
+        for item, (_, how) in monthly.items():
+            label, key = MONTHLY_ITEMS[item]
+            out.append(f"  {label}: {amounts[item]:,.2f}  ({how} x {_short_quote(unit[key]['quoted'])})")
+    if notes:
+        out += ["", *notes]
     return "\n".join(out) + "\n"
 
 
@@ -206,6 +292,9 @@ def single_lambda_baseline_usage(
     memory_mb: int = 256,
     sqs_requests: float = 1.2,
     record_kb: float = 1.0,
+    log_gb: float = 0.0,
+    xray_traces: float = 0.0,
+    secrets_manager_calls: float = 0.0,
 ) -> Usage:
     """What one order would use in the design the saga replaces: one Lambda, fed by SQS, whose handler
     is wrapped in Powertools' ``@idempotent`` (DynamoDB persistence) and calls the provider inside.
@@ -222,6 +311,9 @@ def single_lambda_baseline_usage(
     * SQS: the same delivery as the saga's: ``sqs_requests`` (default: 1 send by the producer, plus one
       receive and one delete per batch of 10, = 1.2). Pass the counted figure to compare like with like.
     * No Step Functions.
+    * Logs, traces, secret reads: passed in (``log_gb``, ``xray_traces``, ``secrets_manager_calls``), for
+      the caller to derive from the saga's counted figures: the same application log lines, one
+      invocation's platform lines, one trace per order, one function reading the secret.
 
     What it does not buy, and the saga does: a visible graph per order, Retry/Catch per step, release only
     on proof and a reconciliation path that a crash inside the handler cannot skip.
@@ -236,4 +328,7 @@ def single_lambda_baseline_usage(
         dynamodb_wru=2 * math.ceil(record_kb),
         dynamodb_rru=0,
         sqs_requests=sqs_requests,
+        lambda_log_gb=log_gb,
+        xray_traces=xray_traces,
+        secrets_manager_calls=secrets_manager_calls,
     )

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from saga_local.cost import (
+    ALWAYS_SHOWN,
     LINE_ITEMS,
+    NARROW_COLUMNS,
     PRICE_KEYS,
     PRICES_PATH,
     TOTAL,
@@ -18,10 +20,12 @@ from saga_local.cost import (
     check_prices,
     cost_per_million,
     load_prices,
+    monthly_costs,
     quoted_unit_price,
     render_table,
     single_lambda_baseline_usage,
 )
+from saga_local.cost_measure import state_machine_log_bytes, sweeps_per_month
 
 #: A saga order as a local run might count it: 8 transitions, 4 Lambdas of 256 MB and ~100 ms each,
 #: 3 writes and one strongly consistent read, 1 send + batched receive and delete.
@@ -73,6 +77,11 @@ def test_each_line_item_is_usage_times_price_times_a_million() -> None:
         sqs_requests=13,
         express_requests=17,
         express_gb_seconds=19,
+        state_machine_log_gb=23,
+        lambda_log_gb=29,
+        xray_traces=31,
+        secrets_manager_calls=37,
+        eventbridge_events=41,
     )
 
     costs = cost_per_million(usage, prices)
@@ -88,6 +97,11 @@ def test_each_line_item_is_usage_times_price_times_a_million() -> None:
     assert costs["dynamodb_writes"] == pytest.approx(7 * per_unit["dynamodb_on_demand_write_request_unit"])
     assert costs["dynamodb_reads"] == pytest.approx(11 * per_unit["dynamodb_on_demand_read_request_unit"])
     assert costs["sqs"] == pytest.approx(13 * per_unit["sqs_standard_request"])
+    assert costs["logs_state_machine"] == pytest.approx(23 * per_unit["cloudwatch_logs_ingestion_gb"])
+    assert costs["logs_lambda"] == pytest.approx(29 * per_unit["cloudwatch_logs_ingestion_gb"])
+    assert costs["xray"] == pytest.approx(31 * per_unit["xray_trace_recorded"])
+    assert costs["secrets_manager"] == pytest.approx(37 * per_unit["secrets_manager_api_call"])
+    assert costs["eventbridge"] == pytest.approx(41 * per_unit["eventbridge_custom_event"])
     assert set(costs) == {*LINE_ITEMS, TOTAL}
     assert costs[TOTAL] == pytest.approx(sum(value for key, value in costs.items() if key != TOTAL))
 
@@ -157,17 +171,129 @@ def test_the_table_compares_designs_and_shows_the_figures_behind_them(prices: di
 
     lines = table.splitlines()
     assert "us-east-1" in lines[0]
-    assert prices["retrieved"] in lines[0]
-    assert "saga (counted)" in lines[2]
-    assert "single Lambda" in lines[2]
+    assert prices["retrieved"] in lines[1]
+    assert "saga (counted)" in lines[3]
+    assert "single Lambda" in lines[3]
     total = next(line for line in lines if line.startswith("Total"))
     assert total.split()[-2:] == [
         f"{cost_per_million(SAGA, prices)[TOTAL]:,.2f}",
         f"{cost_per_million(baseline, prices)[TOTAL]:,.2f}",
     ]
     assert "Express" not in table, "a line item that is zero everywhere is left out"
+    for item in ALWAYS_SHOWN:  # ... except what the design pays for even where nothing was counted
+        assert LINE_ITEMS[item][0] in table
     transitions = next(line for line in lines if line.startswith("state transitions / order"))
     assert transitions.split()[-2:] == ["8", "0"]
+
+
+#: What `saga cost` compares: four designs under short names, explained in a legend.
+LEGEND = {
+    "happy": "the saga, happy path (one delivery, charged)",
+    "duplicate": "the saga, a duplicate delivery (suppressed by the claim)",
+    "mix 10%": "the saga, 10% of orders delivered twice",
+    "1 Lambda": "one Lambda + Powertools idempotency, no Step Functions (what it would replace)",
+}
+EVERYTHING = Usage(
+    state_transitions=5.3,
+    lambda_invocations=4.2,
+    lambda_gb_seconds=0.0375,
+    dynamodb_wru=2.1,
+    dynamodb_rru=1,
+    sqs_requests=1.32,
+    state_machine_log_gb=7.3 / 1024 / 1024,
+    lambda_log_gb=4.4 / 1024 / 1024,
+    xray_traces=0.11,
+    secrets_manager_calls=0.01,
+    eventbridge_events=1.1,
+)
+MONTHLY = {"scheduler": (8640.0, "8,640 runs"), "secret": (1.0, "1 secret")}
+
+
+def test_the_default_table_fits_a_100_column_terminal(prices: dict[str, Any]) -> None:
+    rows = dict.fromkeys(LEGEND, EVERYTHING)
+
+    table = render_table(rows, prices, legend=LEGEND, monthly=MONTHLY, notes=["Assumed: something."])
+
+    widest = max(table.splitlines(), key=len)
+    assert len(widest) <= NARROW_COLUMNS, widest
+    assert "1 Lambda: one Lambda + Powertools idempotency" in table  # the legend explains short names
+
+
+def test_wide_shows_full_names_and_each_line_s_unit_price(prices: dict[str, Any]) -> None:
+    rows = dict.fromkeys(LEGEND, EVERYTHING)
+
+    table = render_table(rows, prices, legend=LEGEND, wide=True)
+
+    header = table.splitlines()[3]
+    assert "the saga, a duplicate delivery (suppressed by the claim)" in header
+    assert header.rstrip().endswith("unit price")
+    transitions = next(line for line in table.splitlines() if line.startswith("Step Functions Standard"))
+    assert transitions.endswith("$0.025 per 1,000 state transitions")
+    assert next(line for line in table.splitlines() if line.startswith("X-Ray")).endswith(
+        "$5.00 per 1M traces recorded"
+    )
+
+
+def test_logs_traces_secrets_and_events_are_each_a_priced_line(prices: dict[str, Any]) -> None:
+    """$0.50 per GB, $5 per million traces, $0.05 per 10,000 calls, $1 per million events."""
+    costs = cost_per_million(EVERYTHING, prices)
+
+    assert costs["logs_state_machine"] == pytest.approx(7.3 / 1024 / 1024 * 0.5 * 1_000_000)
+    assert costs["logs_lambda"] == pytest.approx(4.4 / 1024 / 1024 * 0.5 * 1_000_000)
+    assert costs["xray"] == pytest.approx(0.11 * 5)
+    assert costs["secrets_manager"] == pytest.approx(0.01 * 5)
+    assert costs["eventbridge"] == pytest.approx(1.1)
+    table = render_table({"saga": EVERYTHING}, prices)
+    for label in (
+        "CloudWatch Logs: state machine",
+        "CloudWatch Logs: function logs",
+        "X-Ray",
+        "Secrets Manager",
+    ):
+        assert label in table
+    assert "EventBridge custom events" in table
+
+
+def test_what_does_not_scale_with_orders_is_priced_per_month(prices: dict[str, Any]) -> None:
+    amounts = monthly_costs({"scheduler": sweeps_per_month("rate(5 minutes)"), "secret": 1}, prices)
+
+    assert amounts["scheduler"] == pytest.approx(8640 * 0.000001)
+    assert amounts["secret"] == pytest.approx(0.40)
+    table = render_table({"saga": EVERYTHING}, prices, monthly=MONTHLY)
+    assert "EventBridge Scheduler (the sweeper's runs): 0.01" in table
+    assert "Secrets Manager (the provider key's secret): 0.40" in table
+
+
+@pytest.mark.parametrize(
+    ("expression", "runs"),
+    [("rate(5 minutes)", 8640), ("rate(1 hour)", 720), ("rate(2 days)", 15)],
+)
+def test_a_schedule_s_runs_per_month(expression: str, runs: float) -> None:
+    assert sweeps_per_month(expression) == runs
+
+
+def test_the_state_machine_log_leaves_execution_data_out() -> None:
+    """IncludeExecutionData is false: an input of any size adds nothing to the log."""
+    arn = "arn:aws:states:us-east-1:123456789012:execution:sm:e"
+
+    def history(payload: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": 1,
+                "type": "ExecutionStarted",
+                "previousEventId": 0,
+                "executionStartedEventDetails": {"input": payload, "roleArn": "arn:aws:iam::1:role/r"},
+            }
+        ]
+
+    small, large = (
+        state_machine_log_bytes(history("{}"), arn),
+        state_machine_log_bytes(history("x" * 5000), arn),
+    )
+
+    assert small == large
+    assert small > len(arn)  # each record names the execution
+    assert small < 400
 
 
 def test_the_table_needs_something_to_compare(prices: dict[str, Any]) -> None:
@@ -201,6 +327,8 @@ def test_every_price_has_a_unit_a_quote_and_a_source_page(prices: dict[str, Any]
         ("$1.00 per 1M requests", 0.000001),
         ("$0.625 per million write request units", 0.000000625),
         ("$0.0000133334 per GB-second, Arm", 0.0000133334),
+        ("$0.05 per 10,000 API calls", 0.000005),
+        ("$0.50 per GB ingested", 0.5),
         ("about twenty cents", None),
     ],
 )
