@@ -1,0 +1,391 @@
+"""The first deploy, and the second region (issue 10, point 3), checked offline.
+
+Each test is one way a real deploy failed or would fail, read against the CloudFormation, SAM and
+service documentation: a reservation a small account refuses, a dashboard name taken in another
+region, an orphaned table after a failed first create, a secret read in the wrong region or with a
+partial ARN, a partition hardcoded in the state machine, an alarm topic in another region, log
+groups nobody declared, a plain-http payment API, a CI deploy that waits for a prompt.
+
+The template is read as YAML (``template``) and, where SAM changes what CloudFormation receives,
+as SAM's own transform produces it (``deployed``, from ``test_security``).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from samtranslator.translator.transform import transform
+
+from payment_saga.orders import ORDER_ID_PATTERN
+from payment_saga.sweep_lock import SWEEP_LOCK_KEY
+from saga_local.stack import REGION, provision
+from saga_local.template import Resolver, state_machine_definition, validate_parameters
+
+if TYPE_CHECKING:
+    from tests.static.conftest import StateMachine, Template
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs" / "deploy.md"
+#: A new account's Lambda concurrency quota, and what Lambda keeps unreserved in it.
+SMALL_ACCOUNT_QUOTA = 10
+#: CloudWatch Logs' accepted retention periods (PutRetentionPolicy).
+LOG_RETENTION_DAYS = {1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731}
+LOG_RETENTION_DAYS |= {1096, 1827, 2192, 2557, 2922, 3288, 3653}
+SECRET_ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:payment-saga/stripe-AbCdEf"
+KEY_ARN = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+NO_VALUE = {"Ref": "AWS::NoValue"}
+
+
+class _NoManagedPolicies:
+    def load(self) -> dict[str, str]:
+        return {}
+
+
+@pytest.fixture(scope="module")
+def deployed(template: Template) -> dict[str, Any]:
+    """What ``sam deploy`` sends CloudFormation, with a customer managed key on the secret."""
+    sam = json.loads(json.dumps(template.data))
+    sam["Globals"]["Function"]["CodeUri"] = "s3://artifacts/functions.zip"
+    for resource in sam["Resources"].values():
+        if resource["Type"] == "AWS::Serverless::StateMachine":
+            resource["Properties"]["DefinitionUri"] = "s3://artifacts/definition.json"
+    parameters = {"PaymentApiKeySecretArn": SECRET_ARN, "PaymentApiKeySecretKmsKeyArn": KEY_ARN}
+    result: dict[str, Any] = transform(sam, parameters, _NoManagedPolicies())
+    return result
+
+
+def allowed(template: Template, parameter: str, value: str) -> bool:
+    """Whether CloudFormation would take ``value`` for ``parameter`` (the local stack's own check)."""
+    try:
+        validate_parameters(template.data, {parameter: value})
+    except ValueError:
+        return False
+    return True
+
+
+# -- concurrency: no reservation, the sweeper single-flight by a lease row ---------------------------
+
+
+def test_no_function_reserves_concurrency(template: Template, deployed: dict[str, Any]) -> None:
+    """An account whose quota is 10 refuses any reservation ("decreases account's
+    UnreservedConcurrentExecution below its minimum value of [10]")."""
+    for name in template.functions:
+        assert template.function_setting(name, "ReservedConcurrentExecutions") is None, name
+    for name, resource in deployed["Resources"].items():
+        if resource["Type"] == "AWS::Lambda::Function":
+            assert "ReservedConcurrentExecutions" not in resource["Properties"], name
+
+
+def test_the_sweeper_takes_the_lease_row_before_it_sweeps(template: Template) -> None:
+    """One sweep at a time: the handler takes the lease (one conditional write on the claims table, which
+    its role may update) before anything else, releases it, and skips when another sweep holds it."""
+    tree = ast.parse((ROOT / "functions" / "handlers" / "sweeper.py").read_text(encoding="utf-8"))
+    (handler,) = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "handler"]
+    calls = [
+        node.func.attr
+        for node in ast.walk(handler)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    ]
+    assert "acquire" in calls
+    assert "release" in calls
+    assert calls.index("acquire") < calls.index("release")
+    sweeper = template.function_by_handler("handlers.sweeper.handler")
+    grants = [
+        statement
+        for policy in template.functions[sweeper]["Policies"]
+        for statement in policy.get("Statement", [])
+        if statement["Action"] == "dynamodb:UpdateItem"
+    ]
+    table = template.functions[sweeper]["Environment"]["Variables"]["CLAIMS_TABLE_NAME"]
+    assert [g["Resource"] for g in grants] == [{"Fn::GetAtt": [table["Ref"], "Arn"]}]
+    # The row shares the claims table: no producer's order id can be its key.
+    assert not ORDER_ID_PATTERN.match(SWEEP_LOCK_KEY)
+
+
+def test_the_orders_queue_concurrency_is_a_parameter_sized_for_a_small_account(template: Template) -> None:
+    sources = [
+        event["Properties"]
+        for properties in template.functions.values()
+        for event in (properties.get("Events") or {}).values()
+        if event["Type"] == "SQS"
+    ]
+    assert sources
+    for source in sources:
+        reference = source["ScalingConfig"]["MaximumConcurrency"]
+        parameter = template.parameters[reference["Ref"]]
+        # The event source's own range (Lambda API ScalingConfig: 2 to 1000).
+        assert (parameter["MinValue"], parameter["MaxValue"]) == (2, 1000)
+        # At its default the start function takes at most half a new account's pool: the rest is for
+        # Claim, Charge and Complete (docs/deploy.md has the arithmetic, with this default in it).
+        default = int(parameter["Default"])
+        assert default * 2 <= SMALL_ACCOUNT_QUOTA
+        docs = DOCS.read_text(encoding="utf-8")
+        assert f"| `{reference['Ref']}` | {default} |" in docs, "docs/deploy.md gives another default"
+
+
+# -- names that must not collide across regions -------------------------------------------------------
+
+
+def test_the_dashboard_name_differs_per_region(template: Template) -> None:
+    """Dashboards are global to the account: a second region's stack of the same name would fail
+    with "already exists"."""
+    for name, properties in template.of_type("AWS::CloudWatch::Dashboard").items():
+        if "DashboardName" not in properties:
+            continue  # CloudFormation makes a unique one
+        text = properties["DashboardName"]["Fn::Sub"]
+        assert "${AWS::Region}" in text, name
+        assert "${AWS::StackName}" in text, name
+
+
+def test_nothing_else_is_named_for_the_account_alone(template: Template) -> None:
+    """Global names (dashboards) carry the region; other named resources are regional by nature."""
+    global_types = {"AWS::CloudWatch::Dashboard", "AWS::IAM::Role", "AWS::IAM::ManagedPolicy"}
+    for name, resource in template.resources.items():
+        if resource["Type"] not in global_types:
+            continue
+        explicit = {key: value for key, value in resource["Properties"].items() if key.endswith("Name")}
+        for value in explicit.values():
+            assert "${AWS::Region}" in json.dumps(value), f"{name}: a global name without the region"
+
+
+# -- the claims table after a failed first create --------------------------------------------------
+
+
+def test_a_failed_first_create_leaves_no_claims_table_behind(deployed: dict[str, Any]) -> None:
+    tables = [r for r in deployed["Resources"].values() if r["Type"] == "AWS::DynamoDB::Table"]
+    assert tables
+    for table in tables:
+        assert table["DeletionPolicy"] == "RetainExceptOnCreate"
+        assert table["UpdateReplacePolicy"] == "Retain"
+
+
+# -- the provider's secret -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        (SECRET_ARN, True),
+        ("arn:aws-cn:secretsmanager:cn-north-1:123456789012:secret:stripe_key-a1B2c3", True),
+        ("arn:aws:secretsmanager:eu-west-1:123456789012:secret:payment-saga/stripe", False),  # partial
+        ("payment-saga/stripe", False),
+        ("arn:aws:ssm:eu-west-1:123456789012:parameter/stripe-AbCdEf", False),
+        ("", False),
+    ],
+)
+def test_the_secret_parameter_takes_only_a_full_secret_arn(template: Template, value: str, ok: bool) -> None:
+    """IAM matches a secret by its full ARN: a partial one deploys, then every read is denied."""
+    assert allowed(template, "PaymentApiKeySecretArn", value) is ok
+
+
+def kms_grants(deployed: dict[str, Any], role: str) -> list[tuple[str, dict[str, Any]]]:
+    """(condition, statement) for each kms statement of ``role`` (condition "" when unconditional)."""
+    found = []
+    for policy in deployed["Resources"][role]["Properties"].get("Policies") or []:
+        condition, document = "", policy
+        if set(policy) == {"Fn::If"}:
+            condition, document, otherwise = policy["Fn::If"]
+            assert otherwise == NO_VALUE
+        for statement in document["PolicyDocument"]["Statement"]:
+            if "kms" in json.dumps(statement["Action"]):
+                found.append((condition, statement))
+    return found
+
+
+def test_decrypt_is_granted_with_a_customer_key_only_through_secrets_manager_for_this_secret(
+    template: Template, deployed: dict[str, Any]
+) -> None:
+    readers = [
+        name
+        for name, properties in template.functions.items()
+        if "PAYMENT_API_KEY_SECRET_ARN" in json.dumps(properties.get("Environment") or {})
+    ]
+    assert sorted(readers) == ["ChargePaymentFunction", "SweeperFunction"]
+    for role in [f"{name}Role" for name in template.functions] + ["PaymentSagaStateMachineRole"]:
+        grants = kms_grants(deployed, role)
+        if role.removesuffix("Role") not in readers:
+            assert grants == [], role
+            continue
+        ((condition, statement),) = grants
+        assert template.data["Conditions"][condition] == {
+            "Fn::Not": [{"Fn::Equals": [{"Ref": "PaymentApiKeySecretKmsKeyArn"}, ""]}]
+        }
+        assert statement["Action"] == "kms:Decrypt"
+        assert statement["Resource"] == {"Ref": "PaymentApiKeySecretKmsKeyArn"}
+        equals = statement["Condition"]["StringEquals"]
+        assert equals["kms:EncryptionContext:SecretARN"] == {"Ref": "PaymentApiKeySecretArn"}
+        via, names = equals["kms:ViaService"]["Fn::Sub"]
+        assert via == "secretsmanager.${SecretRegion}.${AWS::URLSuffix}"
+        assert names["SecretRegion"] == {
+            "Fn::Select": [3, {"Fn::Split": [":", {"Ref": "PaymentApiKeySecretArn"}]}]
+        }
+        # The region Fn::Select picks is the secret's: field 3 of the ARN.
+        assert SECRET_ARN.split(":")[3] == "eu-west-1"
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("", True),
+        (KEY_ARN, True),
+        ("arn:aws:kms:eu-west-1:123456789012:alias/stripe", False),
+        ("alias/x", False),
+    ],
+)
+def test_the_key_parameter_takes_a_key_arn_not_an_alias(template: Template, value: str, ok: bool) -> None:
+    """An IAM policy grants kms:Decrypt on a key ARN; an alias ARN in Resource matches no key."""
+    assert allowed(template, "PaymentApiKeySecretKmsKeyArn", value) is ok
+
+
+# -- the partition -----------------------------------------------------------------------------------
+
+
+def test_the_state_machine_takes_its_partition_from_the_stack(
+    saga: StateMachine, deployed: dict[str, Any]
+) -> None:
+    """In aws-cn and aws-us-gov an arn:aws: resource fails every execution."""
+    assert "arn:aws:" not in saga.text, "a hardcoded partition in the definition"
+    partition_keys = [key for key, value in saga.substitutions.items() if value == {"Ref": "AWS::Partition"}]
+    assert partition_keys, "no DefinitionSubstitutions entry carries AWS::Partition"
+    for _, state in saga.tasks():
+        resource = state["Resource"]
+        if resource.startswith("arn:"):
+            assert resource.split(":")[1] in {f"${{{key}}}" for key in partition_keys}, resource
+    (machine,) = [
+        r for r in deployed["Resources"].values() if r["Type"] == "AWS::StepFunctions::StateMachine"
+    ]
+    substitutions = machine["Properties"]["DefinitionSubstitutions"]
+    assert all(substitutions[key] == {"Ref": "AWS::Partition"} for key in partition_keys)
+
+
+def test_the_local_stack_fills_the_partition_in_as_aws(template: Template, saga: StateMachine) -> None:
+    resolver = Resolver(
+        attrs={
+            (name, "Arn"): f"arn:aws:lambda:us-east-1:123456789012:function:{name}"
+            for name in template.functions
+        }
+    )
+    definition = json.loads(state_machine_definition(template.data, saga.logical_id, resolver))
+    resources = {state["Resource"] for state in definition["States"].values() if state["Type"] == "Task"}
+    assert resources, "no task"
+    assert all(resource.startswith("arn:aws:states:::") for resource in resources), resources
+
+
+# -- the alarm topic -----------------------------------------------------------------------------------
+
+
+def test_alarms_can_only_notify_a_topic_in_the_stacks_region(template: Template) -> None:
+    """CloudWatch refuses a topic in another region (every alarm fails and the stack rolls back), so the
+    operator names a topic and the template builds its ARN in the stack's region and account."""
+    for name, spec in template.parameters.items():
+        assert ":sns:" not in str(spec.get("AllowedPattern", "")), f"{name} takes an SNS ARN"
+    assert not allowed(template, "AlarmTopicName", "arn:aws:sns:eu-west-1:123456789012:oncall")
+    assert allowed(template, "AlarmTopicName", "oncall-payments")
+    assert allowed(template, "AlarmTopicName", "")
+    given = {"Fn::Sub": "arn:${AWS::Partition}:sns:${AWS::Region}:${AWS::AccountId}:${AlarmTopicName}"}
+    alarms = template.of_type("AWS::CloudWatch::Alarm")
+    assert alarms
+    for name, properties in alarms.items():
+        for actions in (properties["AlarmActions"], properties["OKActions"]):
+            ((condition, made_here, otherwise),) = [action["Fn::If"] for action in actions]
+            assert (condition, made_here, otherwise) == ("CreateAlarmTopic", {"Ref": "AlarmTopic"}, given), (
+                name
+            )
+
+
+# -- log groups ----------------------------------------------------------------------------------------
+
+
+def test_every_function_logs_to_a_declared_log_group_with_a_retention(
+    template: Template, deployed: dict[str, Any]
+) -> None:
+    """Lambda's own /aws/lambda/<name> group has no retention and outlives the stack."""
+    retention = template.parameters["LogRetentionDays"]
+    assert set(retention["AllowedValues"]) <= LOG_RETENTION_DAYS
+    groups = template.of_type("AWS::Logs::LogGroup")
+    used: list[str] = []
+    for name in template.functions:
+        config = template.function_setting(name, "LoggingConfig") or {}
+        group = template.referenced_resource(config.get("LogGroup"))
+        assert group in groups, f"{name} logs to no declared log group"
+        assert groups[group]["RetentionInDays"] == {"Ref": "LogRetentionDays"}, group
+        assert groups[group]["LogGroupName"]["Fn::Sub"].startswith("/aws/lambda/${AWS::StackName}-"), group
+        used.append(group)
+        assert deployed["Resources"][name]["Properties"]["LoggingConfig"] == {"LogGroup": {"Ref": group}}
+    assert len(set(used)) == len(used), "two functions share a log group"
+    for group, properties in groups.items():
+        assert "RetentionInDays" in properties, f"{group} keeps its events forever"
+        assert template.resources[group].get("DeletionPolicy", "Delete") == "Delete", group
+
+
+# -- the payment API's base URL -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("", True),
+        ("https://api.stripe.com", True),
+        ("https://payments.example:8443/v1/", True),
+        ("http://api.stripe.com", False),
+        ("http://127.0.0.1:12111", False),
+        ("ftp://api.stripe.com", False),
+        ("https://user@evil.example", False),
+        ("api.stripe.com", False),
+    ],
+)
+def test_the_payment_api_base_is_https_or_stripes_default(template: Template, value: str, ok: bool) -> None:
+    """A typo must not send the live key over plain http, or anywhere but an https endpoint."""
+    assert allowed(template, "PaymentApiBase", value) is ok
+
+
+def test_the_local_stack_refuses_http_through_the_parameter_and_takes_it_through_the_environment(
+    aws: None,
+) -> None:
+    """The embedded stack's emulator speaks http. The local stack validates parameters as CloudFormation
+    does, so that URL reaches the functions through their environment (``extra_environment``, what
+    ``saga_local.embedded`` passes), never through PaymentApiBase."""
+    clients = functools.partial(boto3.client, region_name=REGION)
+    emulator = "http://127.0.0.1:12111"
+    with pytest.raises(ValueError, match="PaymentApiBase"):
+        provision(clients, stack_name="refused", parameters={"PaymentApiBase": emulator})
+
+    stack = provision(clients, stack_name="local", extra_environment={"PAYMENT_API_BASE": emulator})
+
+    readers = [env for _, env in stack.functions.values() if "PAYMENT_API_KEY_SECRET_ARN" in env]
+    assert readers
+    assert all(env["PAYMENT_API_BASE"] == emulator for env in readers)
+
+
+# -- samconfig.toml ------------------------------------------------------------------------------------
+
+SAM_PYTHON = ROOT / ".venv-sam" / "bin" / "python"
+
+
+@pytest.mark.skipif(not SAM_PYTHON.exists(), reason="SAM CLI not installed (make tools installs it)")
+def test_a_ci_deploy_needs_no_answer() -> None:
+    """Read by SAM CLI's own reader: ``sam deploy --config-env ci`` deploys without the changeset prompt."""
+    script = (
+        "import json, sys\n"
+        "from samcli.lib.config.samconfig import SamConfig\n"
+        "config = SamConfig(sys.argv[1], 'samconfig.toml')\n"
+        "envs = ('default', 'ci')\n"
+        "print(json.dumps({env: config.get_all(['deploy'], 'parameters', env=env) for env in envs}))\n"
+    )
+    output = subprocess.run(  # noqa: S603 - our own interpreter, our own script
+        [str(SAM_PYTHON), "-c", script, str(ROOT)], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    deploy = json.loads(output)
+    assert deploy["ci"]["confirm_changeset"] is False  # = --no-confirm-changeset
+    assert deploy["ci"]["fail_on_empty_changeset"] is False
+    assert deploy["ci"]["capabilities"] == deploy["default"]["capabilities"]
+    assert deploy["ci"]["stack_name"] == deploy["default"]["stack_name"]
+    assert deploy["default"]["confirm_changeset"] is True, "people still confirm their own deploys"
+    assert "sam deploy --config-env ci" in DOCS.read_text(encoding="utf-8")
