@@ -33,6 +33,8 @@ Attributes beyond the obvious ones:
   of them is a duplicate, never a charge.
 * ``fencedTokens``: executions whose failed Claim step was fenced off by Release Claim; their claim
   writes, even ones still in flight, can never land.
+* ``order``: the order's canonical message, written by every claim write and the tombstone, so a
+  closed row holds what it takes to send the order again (see ``payment_saga.outcomes``).
 * ``expiresAt`` (TTL): set only once the claim is ``COMPLETED`` or ``RELEASED``. An open claim never
   expires: deleting it would let a duplicate claim the order afresh under a forgotten key.
 """
@@ -297,7 +299,7 @@ class ClaimsStore:
                     " paymentAttempt = :pa, attempt = if_not_exists(attempt, :one),"
                     " attemptStartedAt = if_not_exists(attemptStartedAt, :now),"
                     " attemptStartedBy = if_not_exists(attemptStartedBy, :token),"
-                    " claimedAt = :now_iso, openClaim = :open"
+                    " claimedAt = :now_iso, openClaim = :open, #order = :order"
                     " REMOVE expiresAt"
                 ),
                 "ConditionExpression": f"({no_claim_yet} OR {ours_already}) AND {_NOT_FENCED}",
@@ -319,7 +321,7 @@ class ClaimsStore:
             {
                 "UpdateExpression": (
                     "SET claimToken = :token, leaseExpiresAt = :lease, paymentAttempt = :pa,"
-                    " attemptStartedBy = :no_owner, claimedAt = :now_iso, openClaim = :open"
+                    " attemptStartedBy = :no_owner, claimedAt = :now_iso, openClaim = :open, #order = :order"
                     " REMOVE expiresAt"
                 ),
                 "ConditionExpression": (
@@ -330,7 +332,7 @@ class ClaimsStore:
                     **{
                         name: value
                         for name, value in self._claim_values(order, token, now).items()
-                        if name in (":claimed", ":token", ":lease", ":fp", ":pa", ":now", ":now_iso", ":open")
+                        if name in _TAKEOVER_VALUES
                     },
                     ":holder": {"S": holder.claim_token},
                     ":attempt": {"N": str(holder.attempt)},
@@ -356,7 +358,7 @@ class ClaimsStore:
                     " fingerprint = :fp, amount = :amount, currency = :currency, customerId = :customer,"
                     " paymentAttempt = :pa, attempt = :next, attemptStartedAt = :now,"
                     " attemptStartedBy = :token,"
-                    " claimedAt = :now_iso, openClaim = :open"
+                    " claimedAt = :now_iso, openClaim = :open, #order = :order"
                     " REMOVE releaseReason, releasedAt, expiresAt"
                 ),
                 "ConditionExpression": (
@@ -385,6 +387,7 @@ class ClaimsStore:
             ":now": {"N": str(now)},
             ":now_iso": {"S": iso_utc(now)},
             ":open": {"S": OPEN},
+            ":order": order_attribute(order),
         }
 
     def _won(
@@ -597,6 +600,7 @@ class ClaimsStore:
             "releasedAt": {"S": iso_utc(now)},
             "fencedTokens": {"SS": [token]},
             "expiresAt": {"N": str(now + self.retention_seconds)},
+            "order": order_attribute(order),
         }
         try:
             self._client.put_item(
@@ -652,7 +656,7 @@ class ClaimsStore:
             response = self._client.update_item(
                 TableName=self.table_name,
                 Key={"orderId": {"S": order_id}},
-                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeNames=_attribute_names(request),
                 ReturnValues="ALL_NEW" if return_new else "ALL_OLD",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 **request,
@@ -804,3 +808,32 @@ class ClaimsStore:
 
 #: Every claim write carries this: a token fenced off by ``fence_failed_claim`` never claims again.
 _NOT_FENCED = "NOT contains(fencedTokens, :token)"
+
+
+#: The claim values a takeover writes (it keeps the attempt and its start).
+_TAKEOVER_VALUES = frozenset(
+    (":claimed", ":token", ":lease", ":fp", ":pa", ":now", ":now_iso", ":open", ":order")
+)
+
+
+def order_attribute(order: Order) -> dict[str, Any]:
+    """The order's canonical message (``Order.to_message()``) as the row's ``order`` map attribute.
+
+    Written by every claim write and the tombstone, so that a closed row holds what is needed to
+    send the order again (the outcome relay re-queues an order proven never charged). No secret:
+    the payment method is a provider token.
+    """
+    return {
+        "M": {
+            key: {"N": str(value)} if isinstance(value, int) else {"S": str(value)}
+            for key, value in order.to_message().items()
+        }
+    }
+
+
+def _attribute_names(request: dict[str, Any]) -> dict[str, str]:
+    """``#status`` always; ``#order`` (``order`` is a DynamoDB reserved word) when the update sets it."""
+    names = {"#status": "status"}
+    if "#order" in request.get("UpdateExpression", ""):
+        names["#order"] = "order"
+    return names
