@@ -6,15 +6,30 @@ unchanged (``StripeClient(..., base_addresses={"api": emulator.url})``):
 * ``POST /v1/payment_intents`` (form-encoded, bracket notation), ``GET /v1/payment_intents/{id}``,
   ``POST /v1/payment_intents/{id}/cancel``, ``GET /v1/payment_intents/search`` (clauses
   ``metadata['k']:'v'``, ``status:``, ``currency:``, ``customer:``, ``amount``/``created`` with
-  ``: > < >= <=``, optional ``-`` negation, joined by ``AND`` or by ``OR``);
-* Bearer (or Basic) auth: any key starting with ``sk_test_`` is accepted, anything else is a 401
-  in Stripe's error shape;
+  ``: > < >= <=``, optional ``-`` negation, joined by ``AND`` or by ``OR``), and the list
+  ``GET /v1/payment_intents`` (``created`` as an integer or ``created[gt|gte|lt|lte]``, ``limit``
+  1-100, cursors ``starting_after`` / ``ending_before``, newest first, ``has_more``);
+* search is eventually consistent, the list is not: with ``search_lag_seconds`` the search sees each
+  PaymentIntent as it was that long ago (absent if it was created since, its older status if it
+  was updated since), while the list and retrieve always show it as it is;
+* Bearer (or Basic) auth with secret (``sk_test_``, ``sk_live_``) and restricted (``rk_test_``,
+  ``rk_live_``) keys; a revoked key (:meth:`ProviderEmulator.revoke_key`) or anything else is a
+  401 in Stripe's error shape; a restricted key without the permission an endpoint needs
+  (:meth:`ProviderEmulator.restrict_key`) is a 403 naming the missing ``rak_`` permission;
+* the order Stripe checks a request in: authentication (401), rate limiting (429 ``rate_limit``
+  or ``lock_timeout``, injected as faults), the key's permissions (403), parameter validation
+  (400), then the idempotency layer, then execution. Nothing answered before the idempotency layer
+  is saved under the key, so a retry is judged afresh;
 * idempotency as Stripe documents it for API v1: a POST's status and body are saved under
-  (API key, ``Idempotency-Key``) once the endpoint has begun executing, declines included, and
-  replayed for 24 hours (on the emulator's clock) with ``Idempotent-Replayed: true``; the same key
-  with other parameters or on another endpoint is a 400 ``idempotency_error``; the same key while
-  the first request is still executing is a 409 (``idempotency_key_in_use``); requests rejected
-  before execution (401, parameter validation) are not saved;
+  (API key, ``Idempotency-Key``) once the endpoint has begun executing, declines and the 400s raised
+  while executing (a PaymentMethod or Customer that does not exist, an amount below the currency's
+  minimum) included, and replayed for 24 hours (on the emulator's clock) with
+  ``Idempotent-Replayed: true``; the same key with other parameters or on another endpoint is a
+  400 ``idempotency_error``; the same key while the first request is still executing is a 409
+  (``idempotency_key_in_use``);
+* amounts as Stripe takes them: at most 99,999,999 minor units, at least the currency's documented
+  minimum (0.50 USD, 0.30 GBP, 175.00 HUF, ...), a multiple of 10 in the three-decimal currencies
+  (BHD, JOD, KWD, OMR, TND) and of 100 in ISK and UGX;
 * Stripe's test payment methods: ``pm_card_visa``, ``pm_card_mastercard``... succeed;
   ``pm_card_chargeDeclined``, ``pm_card_visa_chargeDeclinedInsufficientFunds``,
   ``pm_card_chargeDeclinedExpiredCard``... decline with a 402 ``card_error`` carrying the
@@ -65,12 +80,28 @@ logger = logging.getLogger(__name__)
 
 #: Stripe keeps an idempotency key at least this long; the emulator forgets it exactly then.
 IDEMPOTENCY_TTL_SECONDS = 24 * 60 * 60
-API_KEY_PREFIX = "sk_test_"
+#: Secret and restricted keys, test and live mode (the emulator has no live mode: both behave alike).
+API_KEY_PREFIXES = ("sk_test_", "sk_live_", "rk_test_", "rk_live_")
+API_KEY_PREFIX = API_KEY_PREFIXES[0]
+#: What a restricted key may do with PaymentIntents (Stripe's dashboard: None, Read, Write).
+Permission = Literal["none", "read", "write"]
 #: The version stripe==16.1.0 pins; the emulator behaves like it when a request names none.
 STRIPE_VERSION = "2026-10-28.endive"
 #: From this version on, ``payment_method_types`` is no longer a create parameter.
 _PAYMENT_METHOD_TYPES_REMOVED = "2026-09-30"
 MAX_AMOUNT = 99_999_999
+#: Stripe's documented minimum charge amounts, in minor units (https://docs.stripe.com/currencies,
+#: "Minimum and maximum charge amounts"). Other currencies: the equivalent of 0.50 USD in the
+#: settlement currency, which the emulator cannot convert; it enforces only these.
+MINIMUM_AMOUNTS: Mapping[str, int] = {
+    "usd": 50, "aed": 200, "aud": 50, "bgn": 100, "brl": 50, "cad": 50, "chf": 50, "czk": 1500,
+    "dkk": 250, "eur": 50, "gbp": 30, "hkd": 400, "huf": 17500, "inr": 50, "jpy": 50, "mxn": 1000,
+    "myr": 200, "nok": 300, "nzd": 50, "pln": 200, "ron": 200, "sek": 300, "sgd": 50, "thb": 1000,
+}  # fmt: skip
+#: Three-decimal currencies: Stripe takes them in thousandths whose last digit must be 0.
+THREE_DECIMAL_CURRENCIES = frozenset({"bhd", "jod", "kwd", "omr", "tnd"})
+#: Two-decimal on the wire, but only whole units may be charged (the decimals must be 00).
+WHOLE_UNIT_CURRENCIES = frozenset({"isk", "ugx"})
 
 FaultKind = Literal[
     "fail_before_apply",
@@ -78,6 +109,8 @@ FaultKind = Literal[
     "fail_after_apply_replayed",
     "reset_after_apply",
     "timeout_after_apply",
+    "rate_limit",
+    "lock_timeout",
 ]
 #: * ``fail_before_apply``: a 500 before the endpoint runs (an edge failure): nothing applied or
 #:   saved, so a retry with the same key is applied normally;
@@ -87,9 +120,15 @@ FaultKind = Literal[
 #:   Stripe documents for its own 500s: every retry with the key replays the 500 for 24 hours;
 #: * ``reset_after_apply``: applied and saved, then the connection is reset without a response;
 #: * ``timeout_after_apply``: applied and saved, then the connection is held open without a response
-#:   (``seconds``, default :attr:`ProviderEmulator.hang_seconds`) and finally reset.
+#:   (``seconds``, default :attr:`ProviderEmulator.hang_seconds`) and finally reset;
+#: * ``rate_limit``: a 429 ``rate_limit`` (too many requests) before the idempotency layer: nothing
+#:   applied or saved, a retry with the same key is applied normally;
+#: * ``lock_timeout``: a 429 ``lock_timeout`` (another request holds the object's lock), also
+#:   answered before the idempotency layer and not saved.
 FAULT_KINDS: frozenset[str] = frozenset(get_args(FaultKind))
-Endpoint = Literal["create", "retrieve", "search", "cancel"]
+#: Faults answered before the idempotency layer (and never saved under a key).
+_EDGE_FAULTS = frozenset({"rate_limit", "lock_timeout"})
+Endpoint = Literal["create", "retrieve", "search", "cancel", "list"]
 ENDPOINTS: frozenset[str] = frozenset(get_args(Endpoint))
 #: Outcomes a test can force on the next confirm (no Stripe test card produces them here).
 FORCEABLE_STATUSES = frozenset({"processing", "requires_action"})
@@ -283,9 +322,12 @@ class ProviderEmulator:
     ``dedupe=False`` ignores ``Idempotency-Key`` altogether (every request is applied).
     ``clock`` (seconds since the epoch) drives ``created`` and the 24-hour idempotency window;
     :meth:`advance_clock` moves it on. ``latency`` delays every API request before it is applied.
-    ``search_lag_seconds`` models the eventual consistency of Stripe's search: a PaymentIntent is
-    found only that long after it was created. ``hang_seconds`` is how long ``timeout_after_apply``
-    holds a connection (``stop()`` cuts it short). ``seed`` makes failure rates reproducible.
+    ``search_lag_seconds`` models the eventual consistency of Stripe's search: the search sees every
+    PaymentIntent as it was that long ago (not at all if it was created since, in its earlier status
+    if it was updated since); any lag is accepted, hours included (Stripe gives no bound during
+    incidents). The list, retrieve and the ledger are never behind. ``hang_seconds`` is how long
+    ``timeout_after_apply`` holds a connection (``stop()`` cuts it short). ``seed`` makes failure
+    rates reproducible.
     """
 
     def __init__(
@@ -314,11 +356,16 @@ class ProviderEmulator:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[socket.socket] = set()
+        #: Restricted keys' PaymentIntents permission (an ``rk_`` key not listed may write).
+        self._key_permissions: dict[str, Permission] = {}
+        self._revoked: set[str] = set()
         self._reset_state()
 
     def _reset_state(self) -> None:
         self._intents: dict[str, dict[str, Any]] = {}
         self._intent_info: dict[str, dict[str, Any]] = {}
+        #: Every state each PaymentIntent was in, with the time it took it: what search lags behind.
+        self._versions: dict[str, list[tuple[float, dict[str, Any]]]] = {}
         self._ledger: list[LedgerEntry] = []
         self._saved: dict[tuple[str, str], _Saved] = {}
         self._in_flight: set[tuple[str, str]] = set()
@@ -419,10 +466,31 @@ class ProviderEmulator:
         with self._lock:
             return self._requests[endpoint]
 
+    def restrict_key(self, api_key: str, *, payment_intents: Permission) -> None:
+        """Give the restricted key ``api_key`` (``rk_...``) this permission on PaymentIntents.
+
+        ``write`` allows every endpoint, ``read`` retrieve, search and list only, ``none`` nothing:
+        a request the key may not make is a 403, answered before parameters are validated or the
+        idempotency key is looked at (nothing is applied or saved). A restricted key never
+        configured here may write.
+        """
+        if not api_key.startswith(("rk_test_", "rk_live_")):
+            raise ValueError("only a restricted key (rk_test_... or rk_live_...) has permissions")
+        if payment_intents not in get_args(Permission):
+            raise ValueError(f"payment_intents must be one of {get_args(Permission)}")
+        with self._lock:
+            self._key_permissions[api_key] = payment_intents
+
+    def revoke_key(self, api_key: str) -> None:
+        """Make ``api_key`` invalid from now on (a rolled or deleted key): every request is a 401."""
+        with self._lock:
+            self._revoked.add(api_key)
+
     def reset(self) -> None:
         """Forget every PaymentIntent, charge, idempotency key, fault and forced outcome.
 
-        Settings (``dedupe``, ``latency``, ``search_lag_seconds``) and the clock are kept.
+        Settings (``dedupe``, ``latency``, ``search_lag_seconds``, key permissions and revoked keys)
+        and the clock are kept.
         """
         with self._lock:
             self._reset_state()
@@ -496,6 +564,7 @@ class ProviderEmulator:
             if intent is None:
                 raise KeyError(intent_id)
             self._transition(intent, status)
+            self._publish(intent)
             return copy.deepcopy(intent)
 
     # -- request handling --------------------------------------------------------------------
@@ -524,6 +593,10 @@ class ProviderEmulator:
         api_key = _authenticate(headers.get("Authorization"))
         if isinstance(api_key, _Reply):
             return api_key
+        with self._lock:
+            revoked = api_key in self._revoked
+        if revoked:
+            return _error(401, f"Expired API Key provided: {_mask_key(api_key)}")
         route = _route(method, path)
         if route is None:
             return _error(
@@ -536,9 +609,20 @@ class ProviderEmulator:
             params = _decode_form(body if method == "POST" else query.encode())
         except _BadRequest as exc:
             return _error(400, exc.message, param=exc.param, code=exc.code)
-
         header_key = headers.get("Idempotency-Key") if method == "POST" else None
         echo = {"Idempotency-Key": header_key} if header_key else {}
+        # Before the idempotency layer: nothing answered here is saved under the key.
+        edge = self._take_fault(endpoint, params, intent_id, edge=True)
+        if edge is not None:
+            return _too_many_requests(edge.kind, echo)
+        denied = self._permission_denied(api_key, endpoint)
+        if denied is not None:
+            return denied
+        try:
+            checked = self._validate(endpoint, params, version)
+        except _BadRequest as exc:
+            return _error(400, exc.message, param=exc.param, code=exc.code, headers=echo)
+
         slot = (api_key, header_key) if header_key and self.dedupe else None
         if slot is not None:
             if len(slot[1]) > 255:
@@ -579,10 +663,10 @@ class ProviderEmulator:
                 self._requests[endpoint] += 1
             if self.latency > 0:
                 self._stopping.wait(self.latency)
-            fault = self._take_fault(endpoint, params, intent_id)
+            fault = self._take_fault(endpoint, params, intent_id, edge=False)
             if fault is not None and fault.kind == "fail_before_apply":
                 return _server_error(echo)
-            reply = self._execute(endpoint, intent_id, params, header_key, request_id, version)
+            reply = self._execute(endpoint, intent_id, params, checked, header_key, request_id)
             reply.headers.update(echo)
             if slot is not None and reply.saved:
                 kept = (
@@ -611,20 +695,53 @@ class ProviderEmulator:
                 with self._lock:
                     self._in_flight.discard(slot)
 
+    def _permission_denied(self, api_key: str, endpoint: str) -> _Reply | None:
+        """The 403 Stripe answers a restricted key that lacks the endpoint's permission, if it does."""
+        if not api_key.startswith("rk_"):
+            return None
+        with self._lock:
+            granted = self._key_permissions.get(api_key, "write")
+        needed: Permission = "write" if endpoint in ("create", "cancel") else "read"
+        if granted == "write" or granted == needed:
+            return None
+        return _error(
+            403,
+            f"The provided key '{_mask_key(api_key)}' does not have the required permissions for this "
+            f"endpoint on account 'acct_emulator'. Having the 'rak_payment_intent_{needed}' permission "
+            "would allow this request to continue.",
+        )
+
+    def _validate(self, endpoint: str, params: dict[str, Any], version: str) -> dict[str, Any]:
+        """Parameter validation, before the idempotency layer: what it refuses is never saved."""
+        if endpoint == "create":
+            return _validate_create(params, version)
+        if endpoint == "cancel":
+            unknown = sorted(set(params) - {"cancellation_reason", "expand"})
+            if unknown:
+                raise _BadRequest(
+                    f"Received unknown parameter: {unknown[0]}", param=unknown[0], code="parameter_unknown"
+                )
+            reason = params.get("cancellation_reason")
+            if reason is not None and reason not in _CANCELLATION_REASONS:
+                raise _BadRequest(f"Invalid cancellation_reason: {reason}", param="cancellation_reason")
+        return params
+
     def _execute(
         self,
         endpoint: str,
         intent_id: str | None,
         params: dict[str, Any],
+        checked: dict[str, Any],
         key: str | None,
         request_id: str,
-        version: str,
     ) -> _Reply:
         try:
             if endpoint == "create":
-                return self._create(params, key, request_id, version)
+                return self._create(checked, params, key, request_id)
             if endpoint == "search":
                 return self._search(params)
+            if endpoint == "list":
+                return self._list(params)
             assert intent_id is not None
             with self._lock:
                 intent = self._intents.get(intent_id)
@@ -636,99 +753,34 @@ class ProviderEmulator:
                     return _Reply(200, copy.deepcopy(intent))
                 return self._cancel(intent, params)
         except _BadRequest as exc:
-            reply = _error(400, exc.message, param=exc.param, code=exc.code)
-            # Rejected while validating, before the endpoint acted: Stripe saves nothing for it.
-            reply.saved = False
-            return reply
+            # Raised while executing (an object that does not exist, an amount the currency does not
+            # allow): the endpoint had begun, so Stripe saves this 400 under the key and replays it.
+            return _error(400, exc.message, param=exc.param, code=exc.code)
 
-    def _create(self, params: dict[str, Any], key: str | None, request_id: str, version: str) -> _Reply:
-        unknown = sorted(set(params) - _CREATE_PARAMS)
-        if unknown:
+    def _create(
+        self, checked: dict[str, Any], params: dict[str, Any], key: str | None, request_id: str
+    ) -> _Reply:
+        amount: int = checked["amount"]
+        currency: str = checked["currency"]
+        confirm: bool = checked["confirm"]
+        off_session_set: bool = checked["off_session_set"]
+        metadata: dict[str, str] = checked["metadata"]
+        types_param: str | None = checked["types_param"]
+        types: Any = checked["types"]
+        automatic: Any = checked["automatic"]
+        error_on_requires_action: bool = checked["error_on_requires_action"]
+        method: str | None = checked["method"]
+        minimum = MINIMUM_AMOUNTS.get(currency, 1)
+        if amount < minimum:
             raise _BadRequest(
-                f"Received unknown parameter: {unknown[0]}", param=unknown[0], code="parameter_unknown"
+                f"Amount must be at least {minimum} minor units of {currency} (Stripe's minimum charge"
+                " amount for the currency).",
+                param="amount",
+                code="amount_too_small",
             )
-        amount = _integer(params, "amount")
-        if amount < 1:
-            raise _BadRequest(
-                "Amount must be at least 1 minor unit.", param="amount", code="amount_too_small"
-            )
-        if amount > MAX_AMOUNT:
-            raise _BadRequest(
-                "Amount must be no more than 99,999,999.", param="amount", code="amount_too_large"
-            )
-        currency = _string(params, "currency").lower()
-        if not re.fullmatch(r"[a-z]{3}", currency):
-            raise _BadRequest(
-                f"Invalid currency: {currency}.", param="currency", code="parameter_invalid_string"
-            )
-        confirm = _boolean(params, "confirm", default=False)
-        off_session = params.get("off_session", "false")
-        if off_session not in ("true", "false", "one_off", "recurring"):
-            raise _BadRequest(f"Invalid off_session: {off_session}", param="off_session")
-        off_session_set = off_session != "false"
-        if off_session_set and not confirm:
-            raise _BadRequest("You may only specify off_session when confirm=true.", param="off_session")
         customer = params.get("customer")
         if customer is not None and (not isinstance(customer, str) or customer not in _CUSTOMERS):
             raise _BadRequest(f"No such customer: '{customer}'", param="customer", code="resource_missing")
-        metadata = params.get("metadata", {})
-        if metadata == "":
-            metadata = {}
-        if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-            raise _BadRequest("Invalid hash", param="metadata", code="parameter_invalid_hash")
-        if len(metadata) > 50 or any(len(k) > 40 or len(v) > 500 for k, v in metadata.items()):
-            raise _BadRequest(
-                "Metadata can have up to 50 keys of at most 40 characters, with values of at most 500 "
-                "characters.",
-                param="metadata",
-            )
-        if "payment_method_types" in params and version[:10] >= _PAYMENT_METHOD_TYPES_REMOVED:
-            raise _BadRequest(
-                "The `payment_method_types` parameter is no longer supported on this API version. Use "
-                "`allowed_payment_method_types`, `excluded_payment_method_types` or dynamic payment methods.",
-                param="payment_method_types",
-                code="payment_method_types_no_longer_supported",
-            )
-        exclusive = [
-            name
-            for name in ("payment_method_types", "allowed_payment_method_types", "automatic_payment_methods")
-            if name in params
-        ]
-        if len(exclusive) > 1:
-            raise _BadRequest(
-                f"You may only specify one of these parameters: {', '.join(exclusive)}.", param=exclusive[1]
-            )
-        types_param = next((n for n in exclusive if n.endswith("payment_method_types")), None)
-        types = params.get(types_param) if types_param else None
-        automatic = params.get("automatic_payment_methods")
-        if types_param and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
-            raise _BadRequest("Invalid array", param=types_param, code="parameter_invalid_array")
-        # Assumption for allowed_payment_method_types: an explicit list of types needs no
-        # return_url, as payment_method_types did.
-        redirects_allowed = types is None and not (
-            isinstance(automatic, dict)
-            and automatic.get("enabled") == "true"
-            and automatic.get("allow_redirects") == "never"
-        )
-        error_on_requires_action = _boolean(params, "error_on_requires_action", default=False)
-        method = params.get("payment_method")
-        if method is not None and not isinstance(method, str):
-            raise _BadRequest("Invalid string", param="payment_method", code="parameter_invalid_string")
-        if confirm and not method:
-            raise _BadRequest(
-                "You cannot confirm this PaymentIntent because it's missing a payment method. To confirm the "
-                "PaymentIntent with a payment method, provide a `payment_method`.",
-                code="payment_intent_unexpected_state",
-            )
-        if confirm and redirects_allowed and not params.get("return_url"):
-            raise _BadRequest(
-                "This PaymentIntent is configured to accept payment methods enabled in your Dashboard. "
-                "Because some of these payment methods might redirect your customer off of your page, you "
-                "must provide a `return_url`. If you don't want to accept redirect-based payment methods, "
-                "set `automatic_payment_methods[enabled]` to `true` and "
-                "`automatic_payment_methods[allow_redirects]` to `never` when creating Setup Intents and "
-                "Payment Intents.",
-            )
         _check_saved_method(method, customer)
         if method and not _known_method(method):
             raise _BadRequest(
@@ -797,7 +849,6 @@ class ProviderEmulator:
             self._intent_info[intent_id] = {
                 "payment_method": method,
                 "idempotency_key": key,
-                "searchable_at": now + self.search_lag_seconds,
                 "request_id": request_id,
             }
             if confirm:
@@ -820,6 +871,7 @@ class ProviderEmulator:
                 else:
                     self._transition(intent, "succeeded")
             if decline is None:
+                self._publish(intent)
                 return _Reply(200, copy.deepcopy(intent))
             code, decline_code, message = decline
             charge_id = _new_id("ch_3", 24)
@@ -838,6 +890,7 @@ class ProviderEmulator:
                 latest_charge=charge_id,
                 payment_method=None,
             )
+            self._publish(intent)
             return _Reply(
                 402,
                 {
@@ -870,6 +923,7 @@ class ProviderEmulator:
             )
         self._transition(intent, "canceled")
         intent["cancellation_reason"] = reason
+        self._publish(intent)
         return _Reply(200, copy.deepcopy(intent))
 
     def _search(self, params: dict[str, Any]) -> _Reply:
@@ -881,12 +935,14 @@ class ProviderEmulator:
         if not 1 <= limit <= 100:
             raise _BadRequest("Limit must be between 1 and 100.", param="limit")
         offset = _page_offset(params.get("page"))
-        now = self.now()
+        # The search index is search_lag_seconds behind: it holds each PaymentIntent as it was then.
+        horizon = self.now() - self.search_lag_seconds
         with self._lock:
+            indexed = [self._indexed(intent_id, horizon) for intent_id in self._intents]
             found = [
                 copy.deepcopy(intent)
-                for intent_id, intent in self._intents.items()
-                if self._intent_info[intent_id]["searchable_at"] <= now and _matches(intent, clauses)
+                for intent in indexed
+                if intent is not None and _matches(intent, clauses)
             ]
         # Newest first, like Stripe's search results.
         found.reverse()
@@ -902,6 +958,69 @@ class ProviderEmulator:
                 "url": "/v1/payment_intents/search",
             },
         )
+
+    def _list(self, params: dict[str, Any]) -> _Reply:
+        """``GET /v1/payment_intents``: every PaymentIntent as it is now (never behind), newest first."""
+        unknown = sorted(
+            set(params) - {"created", "customer", "limit", "starting_after", "ending_before", "expand"}
+        )
+        if unknown:
+            raise _BadRequest(
+                f"Received unknown parameter: {unknown[0]}", param=unknown[0], code="parameter_unknown"
+            )
+        limit = _integer(params, "limit", default=10)
+        if not 1 <= limit <= 100:
+            raise _BadRequest("Limit must be between 1 and 100.", param="limit")
+        created = _created_filter(params.get("created"))
+        customer = params.get("customer")
+        after, before = params.get("starting_after"), params.get("ending_before")
+        if after is not None and before is not None:
+            raise _BadRequest("You may only specify one of these parameters: starting_after, ending_before.")
+        with self._lock:
+            ordered = sorted(
+                (
+                    (intent["created"], position, intent)
+                    for position, intent in enumerate(self._intents.values())
+                ),
+                key=lambda entry: (entry[0], entry[1]),
+                reverse=True,
+            )
+            for cursor, name in ((after, "starting_after"), (before, "ending_before")):
+                if cursor is not None and cursor not in self._intents:
+                    raise _BadRequest(
+                        f"No such payment_intent: '{cursor}'", param=name, code="resource_missing"
+                    )
+            matching = [
+                intent
+                for created_at, _, intent in ordered
+                if created(created_at) and (customer is None or intent.get("customer") == customer)
+            ]
+            ids = [intent["id"] for intent in matching]
+            if after is not None:
+                start = ids.index(after) + 1 if after in ids else _first_older(matching, self._intents[after])
+                page, has_more = matching[start : start + limit], start + limit < len(matching)
+            elif before is not None:
+                end = ids.index(before) if before in ids else _first_older(matching, self._intents[before])
+                page, has_more = matching[max(0, end - limit) : end], end - limit > 0
+            else:
+                page, has_more = matching[:limit], limit < len(matching)
+            data = copy.deepcopy(page)
+        return _Reply(
+            200, {"object": "list", "data": data, "has_more": has_more, "url": "/v1/payment_intents"}
+        )
+
+    def _publish(self, intent: dict[str, Any]) -> None:
+        # Called with the lock held: record the state the search index will catch up with.
+        self._versions.setdefault(intent["id"], []).append((self.now(), copy.deepcopy(intent)))
+
+    def _indexed(self, intent_id: str, horizon: float) -> dict[str, Any] | None:
+        # Called with the lock held: the latest state published at or before ``horizon``.
+        found = None
+        for published, state in self._versions.get(intent_id, []):
+            if published > horizon:
+                break
+            found = state
+        return found
 
     def _transition(self, intent: dict[str, Any], status: str) -> None:
         # Called with the lock held.
@@ -949,13 +1068,16 @@ class ProviderEmulator:
         return None
 
     def _take_fault(
-        self, endpoint: str, params: dict[str, Any], intent_id: str | None
+        self, endpoint: str, params: dict[str, Any], intent_id: str | None, *, edge: bool
     ) -> ProviderFault | None:
+        """The next fault for this request: of the kinds answered before the idempotency layer
+        (``edge``) or of those that fire once it has let the request through."""
         order_id = self._order_of(endpoint, params, intent_id)
         with self._lock:
             for fault in self._faults:
                 if (
                     fault.endpoint == endpoint
+                    and (fault.kind in _EDGE_FAULTS) == edge
                     and fault.order_id in (None, order_id)
                     and fault.fired < fault.times
                 ):
@@ -964,6 +1086,7 @@ class ProviderEmulator:
             for rate in self._rates:
                 if (
                     rate.endpoint == endpoint
+                    and (rate.kind in _EDGE_FAULTS) == edge
                     and rate.order_id in (None, order_id)
                     and self._random.random() < rate.probability
                 ):
@@ -981,6 +1104,8 @@ class ProviderEmulator:
             except _BadRequest:
                 return None
             return next((c.value for c in clauses if c.field == "metadata[orderId]" and not c.negated), None)
+        if endpoint == "list":
+            return None  # a list is not about one order
         with self._lock:
             intent = self._intents.get(intent_id or "")
             return intent["metadata"].get("orderId") if intent is not None else None
@@ -1155,6 +1280,26 @@ def _error(
     return _Reply(status, {"error": error}, dict(headers or {}))
 
 
+def _too_many_requests(kind: str, headers: dict[str, str]) -> _Reply:
+    """A 429 as Stripe sends it: the rate limiter's, or an object lock that could not be taken."""
+    if kind == "lock_timeout":
+        return _error(
+            429,
+            "This object cannot be accessed right now because another API request or Stripe process is "
+            "currently accessing it. If you see this error intermittently, retry the request. If you see "
+            "this error frequently and are making multiple concurrent requests to a single object, make "
+            "your requests serially or at a lower rate.",
+            code="lock_timeout",
+            headers=headers,
+        )
+    return _error(
+        429,
+        "Request rate limit exceeded. Learn more about rate limits here https://stripe.com/docs/rate-limits.",
+        code="rate_limit",
+        headers={**headers, "Stripe-Rate-Limited-Reason": "endpoint-rate"},
+    )
+
+
 def _server_error(headers: dict[str, str]) -> _Reply:
     return _error(
         500,
@@ -1182,7 +1327,8 @@ def _authenticate(authorization: str | None) -> str | _Reply:
             key = ""
     elif scheme.lower() != "bearer":
         key = ""
-    if not key.startswith(API_KEY_PREFIX) or len(key) == len(API_KEY_PREFIX):
+    prefix = next((p for p in API_KEY_PREFIXES if key.startswith(p)), None)
+    if prefix is None or len(key) == len(prefix):
         return _error(401, f"Invalid API Key provided: {_mask_key(key)}")
     return key
 
@@ -1200,6 +1346,8 @@ def _mask_key(key: str) -> str:
 def _route(method: str, path: str) -> tuple[str, str | None] | None:
     if path == "/v1/payment_intents" and method == "POST":
         return "create", None
+    if path == "/v1/payment_intents" and method == "GET":
+        return "list", None
     if path == "/v1/payment_intents/search" and method == "GET":
         return "search", None
     match = re.fullmatch(r"/v1/payment_intents/([^/]+)(/cancel)?", path)
@@ -1273,6 +1421,112 @@ def _boolean(params: dict[str, Any], name: str, *, default: bool) -> bool:
     return bool(value == "true")
 
 
+def _validate_create(params: dict[str, Any], version: str) -> dict[str, Any]:
+    """Validate a create's parameters (Stripe does this before its idempotency layer).
+
+    Only what the parameters alone decide; whatever needs an object or the account (does the
+    PaymentMethod exist, is the amount above the currency's minimum) is checked while executing.
+    """
+    unknown = sorted(set(params) - _CREATE_PARAMS)
+    if unknown:
+        raise _BadRequest(
+            f"Received unknown parameter: {unknown[0]}", param=unknown[0], code="parameter_unknown"
+        )
+    amount = _integer(params, "amount")
+    if amount < 1:
+        raise _BadRequest("Amount must be at least 1 minor unit.", param="amount", code="amount_too_small")
+    if amount > MAX_AMOUNT:
+        raise _BadRequest("Amount must be no more than 99,999,999.", param="amount", code="amount_too_large")
+    currency = _string(params, "currency").lower()
+    if not re.fullmatch(r"[a-z]{3}", currency):
+        raise _BadRequest(f"Invalid currency: {currency}.", param="currency", code="parameter_invalid_string")
+    step = 10 if currency in THREE_DECIMAL_CURRENCIES else 100 if currency in WHOLE_UNIT_CURRENCIES else 1
+    if amount % step:
+        raise _BadRequest(
+            f"Invalid amount: {currency} amounts must be a multiple of {step} minor units (the last"
+            f" {'digit' if step == 10 else 'two digits'} must be 0); round to the nearest {step}.",
+            param="amount",
+            code="invalid_charge_amount",
+        )
+    confirm = _boolean(params, "confirm", default=False)
+    off_session = params.get("off_session", "false")
+    if off_session not in ("true", "false", "one_off", "recurring"):
+        raise _BadRequest(f"Invalid off_session: {off_session}", param="off_session")
+    off_session_set = off_session != "false"
+    if off_session_set and not confirm:
+        raise _BadRequest("You may only specify off_session when confirm=true.", param="off_session")
+    metadata = params.get("metadata", {})
+    if metadata == "":
+        metadata = {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise _BadRequest("Invalid hash", param="metadata", code="parameter_invalid_hash")
+    if len(metadata) > 50 or any(len(k) > 40 or len(v) > 500 for k, v in metadata.items()):
+        raise _BadRequest(
+            "Metadata can have up to 50 keys of at most 40 characters, with values of at most 500 "
+            "characters.",
+            param="metadata",
+        )
+    if "payment_method_types" in params and version[:10] >= _PAYMENT_METHOD_TYPES_REMOVED:
+        raise _BadRequest(
+            "The `payment_method_types` parameter is no longer supported on this API version. Use "
+            "`allowed_payment_method_types`, `excluded_payment_method_types` or dynamic payment methods.",
+            param="payment_method_types",
+            code="payment_method_types_no_longer_supported",
+        )
+    exclusive = [
+        name
+        for name in ("payment_method_types", "allowed_payment_method_types", "automatic_payment_methods")
+        if name in params
+    ]
+    if len(exclusive) > 1:
+        raise _BadRequest(
+            f"You may only specify one of these parameters: {', '.join(exclusive)}.", param=exclusive[1]
+        )
+    types_param = next((n for n in exclusive if n.endswith("payment_method_types")), None)
+    types = params.get(types_param) if types_param else None
+    automatic = params.get("automatic_payment_methods")
+    if types_param and (not isinstance(types, list) or not all(isinstance(t, str) for t in types)):
+        raise _BadRequest("Invalid array", param=types_param, code="parameter_invalid_array")
+    # Assumption for allowed_payment_method_types: an explicit list of types needs no
+    # return_url, as payment_method_types did.
+    redirects_allowed = types is None and not (
+        isinstance(automatic, dict)
+        and automatic.get("enabled") == "true"
+        and automatic.get("allow_redirects") == "never"
+    )
+    error_on_requires_action = _boolean(params, "error_on_requires_action", default=False)
+    method = params.get("payment_method")
+    if method is not None and not isinstance(method, str):
+        raise _BadRequest("Invalid string", param="payment_method", code="parameter_invalid_string")
+    if confirm and not method:
+        raise _BadRequest(
+            "You cannot confirm this PaymentIntent because it's missing a payment method. To confirm the "
+            "PaymentIntent with a payment method, provide a `payment_method`.",
+            code="payment_intent_unexpected_state",
+        )
+    if confirm and redirects_allowed and not params.get("return_url"):
+        raise _BadRequest(
+            "This PaymentIntent is configured to accept payment methods enabled in your Dashboard. "
+            "Because some of these payment methods might redirect your customer off of your page, you "
+            "must provide a `return_url`. If you don't want to accept redirect-based payment methods, "
+            "set `automatic_payment_methods[enabled]` to `true` and "
+            "`automatic_payment_methods[allow_redirects]` to `never` when creating Setup Intents and "
+            "Payment Intents.",
+        )
+    return {
+        "amount": amount,
+        "currency": currency,
+        "confirm": confirm,
+        "off_session_set": off_session_set,
+        "metadata": metadata,
+        "types_param": types_param,
+        "types": types,
+        "automatic": automatic,
+        "error_on_requires_action": error_on_requires_action,
+        "method": method,
+    }
+
+
 def _check_saved_method(method: str | None, customer: str | None) -> None:
     """A payment method attached to a Customer is used only with that Customer, as on Stripe."""
     owner = _SAVED_METHODS.get(method) if method else None
@@ -1337,6 +1591,40 @@ def _new_id(prefix: str, length: int) -> str:
         number, digit = divmod(number, len(alphabet))
         chars.append(alphabet[digit])
     return prefix + "".join(chars)
+
+
+def _created_filter(value: Any) -> Callable[[int], bool]:
+    """The list's ``created`` filter: a timestamp, or a hash of ``gt``/``gte``/``lt``/``lte`` bounds."""
+    if value is None:
+        return lambda _: True
+    if isinstance(value, str):
+        if not re.fullmatch(r"[0-9]+", value):
+            raise _BadRequest(f"Invalid integer: {value}", param="created", code="parameter_invalid_integer")
+        return lambda created: created == int(value)
+    if not isinstance(value, dict) or not value or set(value) - {"gt", "gte", "lt", "lte"}:
+        raise _BadRequest("Invalid created: a timestamp or a hash of gt, gte, lt, lte.", param="created")
+    bounds: dict[str, int] = {}
+    for name, bound in value.items():
+        if not isinstance(bound, str) or not re.fullmatch(r"[0-9]+", bound):
+            raise _BadRequest(
+                f"Invalid integer: {bound}", param=f"created[{name}]", code="parameter_invalid_integer"
+            )
+        bounds[name] = int(bound)
+    checks: dict[str, Callable[[int, int], bool]] = {
+        "gt": lambda c, b: c > b,
+        "gte": lambda c, b: c >= b,
+        "lt": lambda c, b: c < b,
+        "lte": lambda c, b: c <= b,
+    }
+    return lambda created: all(checks[name](created, bound) for name, bound in bounds.items())
+
+
+def _first_older(newest_first: list[dict[str, Any]], cursor: dict[str, Any]) -> int:
+    # A cursor filtered out of the list: continue from the first PaymentIntent created before it.
+    return next(
+        (i for i, intent in enumerate(newest_first) if intent["created"] < cursor["created"]),
+        len(newest_first),
+    )
 
 
 def _page_token(offset: int) -> str:
@@ -1469,7 +1757,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--latency", type=float, default=0.0, help="seconds to delay every API request")
     parser.add_argument(
-        "--search-lag", type=float, default=0.0, help="seconds before a new PaymentIntent is searchable"
+        "--search-lag",
+        type=float,
+        default=0.0,
+        help="seconds the search lags behind creations and updates (any length; the list never lags)",
     )
     parser.add_argument("--seed", type=int, default=None, help="seed for failure rates")
     args = parser.parse_args(argv)

@@ -6,10 +6,20 @@ function that may read the ``OpenClaimsByLease`` index (discovery only, allowed 
 it makes is a conditional write on the base table, fenced on what it saw. It never charges.
 
 Every decision is a structured log event with ``orderId`` (``reconciliation_completed``,
-``reconciliation_released``, ``reconciliation_pending``, ``reconciliation_changed``,
-``reconciliation_failed``) and a metric: ``ReconciliationResolved`` by ``Outcome``,
-``ReconciliationPending`` (a claim that stays pending sweep after sweep needs a person) and
-``ReconciliationFailed``.
+``reconciliation_released`` with its ``releaseReason`` NOT_CHARGED or DECLINED,
+``reconciliation_pending``, ``reconciliation_changed``, ``reconciliation_failed``) and a metric:
+``ReconciliationResolved`` by ``Outcome``, ``ReconciliationPending`` (a claim that stays pending
+sweep after sweep needs a person) and ``ReconciliationFailed``.
+
+Two findings are money taken wrongly, logged at ERROR and counted for an alarm each (runbook:
+docs/runbook.md):
+
+* ``charge_on_released_claim`` / ``ChargeOnReleasedClaim``: the provider shows a succeeded charge
+  for an attempt whose claim was released (or re-claimed under a later attempt) since; the claim
+  is now COMPLETED with that charge so nothing charges the order again, but a later attempt may
+  already have: check for a second charge and refund it.
+* ``duplicate_charge`` / ``DuplicateCharge`` (one per extra charge): more than one succeeded
+  PaymentIntent for one attempt; the oldest is the order's charge, refund the others.
 """
 
 from __future__ import annotations
@@ -40,10 +50,28 @@ def record_decision(decision: ReconcileDecision) -> None:
         "reason": decision.reason,
     }
     outcome = decision.outcome
-    if outcome in (ReconcileOutcome.COMPLETED, ReconcileOutcome.RELEASED):
-        extra = {"chargeId": decision.charge_id} if decision.charge_id else {"releaseReason": "NOT_CHARGED"}
-        log_event(f"reconciliation_{outcome.value}", **fields, **extra)
+    if decision.extra_charge_ids:
+        record_duplicate_charges(decision)
+    if outcome is ReconcileOutcome.COMPLETED:
+        log_event("reconciliation_completed", **fields, chargeId=decision.charge_id)
         count("ReconciliationResolved", Outcome=outcome.value)
+    elif outcome is ReconcileOutcome.RELEASED:
+        reason = decision.release_reason.value if decision.release_reason else None
+        log_event("reconciliation_released", **fields, releaseReason=reason)
+        count("ReconciliationResolved", Outcome=outcome.value)
+    elif outcome is ReconcileOutcome.CHARGE_ON_RELEASED:
+        # A release (or a later attempt) rested on "nothing was charged", and the provider shows
+        # otherwise: a double charge in the making, or made. A person must look now.
+        logger.error(
+            "charge_on_released_claim",
+            extra={
+                "event": "charge_on_released_claim",
+                **fields,
+                "chargeId": decision.charge_id,
+                "applied": decision.applied,
+            },
+        )
+        count("ChargeOnReleasedClaim")
     elif outcome is ReconcileOutcome.PENDING:
         log_event("reconciliation_pending", **fields)
         count("ReconciliationPending")
@@ -53,6 +81,22 @@ def record_decision(decision: ReconcileDecision) -> None:
     else:
         logger.error("reconciliation_failed", extra={"event": "reconciliation_failed", **fields})
         count("ReconciliationFailed")
+
+
+def record_duplicate_charges(decision: ReconcileDecision) -> None:
+    """More than one succeeded PaymentIntent for one attempt: invariant 1 broken, refund the extras."""
+    logger.error(
+        "duplicate_charge",
+        extra={
+            "event": "duplicate_charge",
+            "orderId": decision.order_id,
+            "attempt": decision.attempt,
+            "chargeId": decision.charge_id,
+            "duplicateChargeIds": list(decision.extra_charge_ids),
+        },
+    )
+    for _ in decision.extra_charge_ids:
+        count("DuplicateCharge")
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -14,11 +14,14 @@ PaymentIntent ``succeeded``                                 :class:`Charge`
 required`` because we confirm ``off_session``)
 ``requires_payment_method`` / ``canceled`` after confirm     :class:`PaymentDeclined`
 ``requires_action`` that we then provably cancel             :class:`PaymentDeclined`
-401 (bad key), 403 (key lacks permission)                   :class:`ChargeNotAttempted`
+401 (bad, revoked key), 403 (restricted key without the     :class:`ChargeNotAttempted`
+``rak_payment_intent_write`` permission)
 400/404 ``invalid_request_error`` with no PaymentIntent      :class:`ChargeNotAttempted`
+(parameter validation, or a saved 400 from execution)
 400 ``idempotency_error`` (key reused, other parameters)     :class:`PaymentOutcomeUnknown`
+429 ``rate_limit`` / ``lock_timeout``                         :class:`PaymentOutcomeUnknown`
 400 carrying a PaymentIntent, 409 (same key in flight),      :class:`PaymentOutcomeUnknown`
-429, 5xx, connection errors, timeouts, ``processing``,
+5xx, connection errors, timeouts, ``processing``,
 ``requires_capture``, anything unexpected
 ==========================================================  ==============================
 
@@ -26,26 +29,34 @@ Why the "not attempted" rows are safe: Stripe authenticates and authorises a req
 validates its parameters, before the endpoint begins executing; Stripe only saves an idempotent
 result once execution has begun, and nothing is created or charged before that. So a 401, a 403
 or a parameter error that carries no PaymentIntent proves the create was never applied. A 400
-``idempotency_error`` is the opposite: it proves an earlier request with the same key *did*
-execute (with other parameters), and that one may have charged.
+raised once execution had begun (a PaymentMethod or Customer that does not exist, an amount under
+the currency's minimum) is saved under the key and replayed to every retry: the create failed
+before creating anything, and it carries no PaymentIntent either. A 400 ``idempotency_error`` is
+the opposite: it proves an earlier request with the same key *did* execute (with other
+parameters), and that one may have charged.
+
+Why a 429 is *not* in those rows, although Stripe answers ``rate_limit`` before its idempotency
+layer: it is a request to slow down, not a verdict, and ``lock_timeout`` means another request or
+Stripe process holds the PaymentIntent, possibly one of ours with this key. The charge is retried
+with the same key (which Stripe then applies at most once), never released on a 429.
 
 What :class:`ChargeNotAttempted` does *not* prove: it is about this request only. Authentication
 and rate limiting run before Stripe's idempotency layer, so if an earlier request of the same
 attempt may have reached Stripe (a retry after :class:`PaymentOutcomeUnknown`, or a lease takeover
 that kept the attempt), a 401 after a key rotation says nothing about that earlier request. The
 caller may release the claim on it only when this was the attempt's first charge request;
-otherwise the claim is kept and the attempt reconciled with :meth:`StripeProvider.find_charge`.
+otherwise the claim is kept and the attempt reconciled (:meth:`StripeProvider.search_attempt`, and
+:meth:`StripeProvider.list_attempt` before anything is released).
 
 The 24-hour window: Stripe keeps an idempotency key for at least 24 hours and may forget it after
 that, when a request with the same key is applied anew. Retrying :meth:`StripeProvider.charge` is
 therefore only safe within 24 hours of the first request with that key; after that the caller
-must learn the outcome with :meth:`StripeProvider.find_charge` (reconciliation), never re-charge.
+must learn the outcome by reconciliation (search and list), never re-charge.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -59,8 +70,6 @@ if TYPE_CHECKING:
     from stripe.params import PaymentIntentCreateParams
 
     from payment_saga.orders import Order
-
-logger = logging.getLogger(__name__)
 
 #: How long Stripe replays a saved response for an idempotency key (at least; it may keep longer).
 IDEMPOTENCY_WINDOW_SECONDS = 24 * 60 * 60
@@ -106,6 +115,28 @@ class Charge:
     replayed: bool
 
 
+@dataclass(frozen=True)
+class AttemptRecord:
+    """What the provider shows for one attempt of an order, for reconciliation.
+
+    ``charge`` is the attempt's succeeded PaymentIntent (the oldest, if there are several);
+    ``extra_charge_ids`` the other succeeded ones, oldest first: each is a double charge (invariant 1
+    broken) that someone must refund. ``failed_ids`` are the attempt's PaymentIntents that failed
+    for good (declined after the confirm, or canceled): they charged nothing and never will.
+    ``source`` is ``"search"`` (eventually consistent) or ``"list"`` (not).
+    """
+
+    source: str
+    charge: Charge | None = None
+    extra_charge_ids: tuple[str, ...] = ()
+    failed_ids: tuple[str, ...] = ()
+
+    @property
+    def declined(self) -> bool:
+        """No charge, and at least one PaymentIntent of the attempt failed: the provider declined it."""
+        return self.charge is None and bool(self.failed_ids)
+
+
 class PaymentProvider(Protocol):
     """What the saga needs from a payment provider."""
 
@@ -115,6 +146,16 @@ class PaymentProvider(Protocol):
 
     def find_charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge | None:
         """The landed charge of this attempt, None if there is none, or raise PaymentOutcomeUnknown."""
+        ...
+
+    def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:
+        """The attempt's PaymentIntents as the provider's search shows them (fast, may lag)."""
+        ...
+
+    def list_attempt(
+        self, order: Order, *, attempt: int, idempotency_key: str, created_from: int, created_to: int
+    ) -> AttemptRecord:
+        """The attempt's PaymentIntents created in [created_from, created_to], from the list (never lags)."""
         ...
 
 
@@ -212,20 +253,28 @@ class StripeProvider:
         return self._outcome(intent, order, idempotency_key, replayed=_was_replayed(intent))
 
     def find_charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge | None:
-        """What happened to an attempt whose outcome is unknown, without risking a charge.
+        """The attempt's succeeded charge as the search shows it (see :meth:`search_attempt`).
+
+        A ``None`` here is *not* proof that nothing was charged (the search may lag); releasing a
+        claim needs :meth:`list_attempt`.
+        """
+        return self.search_attempt(order, attempt=attempt, idempotency_key=idempotency_key).charge
+
+    def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:
+        """What happened to an attempt whose outcome is unknown, from the search, without risking a charge.
 
         Replaying the create with the same key would answer too, but it would *apply* the charge if
         the first request never landed (or if its key is older than 24 hours), so this searches
-        instead, on the metadata every charge carries. Returns the succeeded PaymentIntent's
-        :class:`Charge` (``replayed=False``), None when no PaymentIntent of the attempt succeeded or
-        may still succeed, and raises :class:`PaymentOutcomeUnknown` when one is still in flight
+        instead, on the metadata every charge carries. Returns the :class:`AttemptRecord`, and raises
+        :class:`PaymentOutcomeUnknown` when a PaymentIntent of the attempt is still in flight
         (``processing``, ``requires_action``, ...) or the search itself failed.
 
         Stripe's search is eventually consistent: a PaymentIntent usually becomes searchable within
-        a minute of being created or updated, and during incidents up to an hour later. A ``None``
-        is therefore only evidence that nothing was charged once the attempt's last charge request
-        is older than that grace period; the sweeper must not release a claim on a younger ``None``.
-        ``idempotency_key`` identifies the attempt in error messages; Stripe cannot search by it.
+        a minute of being created or updated, "up to an hour" behind during incidents, and Stripe's
+        current guide gives no bound at all. So a charge found here is proof, but a record without
+        one is only a hint: the fast path. Proof that nothing was charged comes from
+        :meth:`list_attempt`. ``idempotency_key`` identifies the attempt in error messages; Stripe
+        cannot search by it.
         """
         query = (
             f"metadata['orderId']:'{_search_literal(order.order_id)}'"
@@ -233,35 +282,61 @@ class StripeProvider:
         )
         try:
             result = self._client.v1.payment_intents.search({"query": query, "limit": 100})
-            intents = [
-                intent
-                for intent in result.auto_paging_iter()
-                # Search matching is the provider's; check the exact values ourselves too.
-                if _metadata(intent).get("orderId") == order.order_id
-                and _metadata(intent).get("attempt") == str(attempt)
-            ]
+            # Search matching is the provider's; check the exact values ourselves too.
+            intents = [i for i in result.auto_paging_iter() if _of_attempt(i, order, attempt)]
         except stripe.StripeError as exc:
             raise PaymentOutcomeUnknown(
                 f"could not search the provider for order {order.order_id} ({idempotency_key}): "
                 f"{self._describe(exc)}"
             ) from exc
+        return self._record(intents, order, idempotency_key, source="search")
 
-        succeeded = sorted((i for i in intents if i.status == "succeeded"), key=lambda i: (i.created, i.id))
-        if len(succeeded) > 1:
-            # Invariant 1 is broken for this order: someone must refund all but one.
-            logger.error(
-                "more than one succeeded PaymentIntent for one order attempt",
-                extra={"orderId": order.order_id, "attempt": attempt, "chargeIds": [i.id for i in succeeded]},
+    def list_attempt(
+        self, order: Order, *, attempt: int, idempotency_key: str, created_from: int, created_to: int
+    ) -> AttemptRecord:
+        """What happened to an attempt, from ``GET /v1/payment_intents``: the proof search cannot give.
+
+        Stripe's list endpoints are not subject to the search's indexing delay: a PaymentIntent is
+        listed as soon as it exists, in its current state. The list cannot filter on metadata, so
+        this pages through every PaymentIntent of the account created in ``[created_from,
+        created_to]`` (Unix seconds, Stripe's clock: give the caller's window a margin for clock
+        skew) and keeps those whose ``metadata`` names this order and attempt. Returns the
+        :class:`AttemptRecord`; raises :class:`PaymentOutcomeUnknown` when a PaymentIntent of the
+        attempt is still in flight or the list failed part way (nothing is concluded from a part).
+        """
+        if created_from > created_to:
+            raise ValueError("created_from must not be after created_to")
+        try:
+            page = self._client.v1.payment_intents.list(
+                {"created": {"gte": created_from, "lte": created_to}, "limit": 100}
             )
+            intents = [i for i in page.auto_paging_iter() if _of_attempt(i, order, attempt)]
+        except stripe.StripeError as exc:
+            raise PaymentOutcomeUnknown(
+                f"could not list the provider's PaymentIntents for order {order.order_id}"
+                f" ({idempotency_key}): {self._describe(exc)}"
+            ) from exc
+        return self._record(intents, order, idempotency_key, source="list")
+
+    def _record(
+        self, intents: list[stripe.PaymentIntent], order: Order, key: str, *, source: str
+    ) -> AttemptRecord:
+        succeeded = sorted((i for i in intents if i.status == "succeeded"), key=lambda i: (i.created, i.id))
         if succeeded:
-            return self._charge_from(succeeded[0], order, idempotency_key, replayed=False)
+            # More than one is a double charge: the caller reports the others (it alone can log
+            # and count them with the order's id; this module has no logger of its own).
+            return AttemptRecord(
+                source=source,
+                charge=self._charge_from(succeeded[0], order, key, replayed=False),
+                extra_charge_ids=tuple(i.id for i in succeeded[1:]),
+            )
         pending = [i for i in intents if i.status not in _FAILED_STATUSES]
         if pending:
             raise PaymentOutcomeUnknown(
-                f"order {order.order_id} ({idempotency_key}) has a PaymentIntent still in flight: "
+                f"order {order.order_id} ({key}) has a PaymentIntent still in flight: "
                 + ", ".join(f"{i.id} is {i.status}" for i in pending)
             )
-        return None
+        return AttemptRecord(source=source, failed_ids=tuple(sorted(i.id for i in intents)))
 
     # -- outcome mapping -----------------------------------------------------------------------
 
@@ -433,6 +508,11 @@ def _was_replayed(obj: stripe.StripeObject) -> bool:
 def _metadata(intent: stripe.PaymentIntent) -> dict[str, Any]:
     # A StripeObject is not a dict (no .get): convert it.
     return intent.metadata.to_dict() if intent.metadata is not None else {}
+
+
+def _of_attempt(intent: stripe.PaymentIntent, order: Order, attempt: int) -> bool:
+    metadata = _metadata(intent)
+    return metadata.get("orderId") == order.order_id and metadata.get("attempt") == str(attempt)
 
 
 def _error_payment_intent(exc: stripe.StripeError) -> stripe.PaymentIntent | None:

@@ -9,13 +9,17 @@ it blind. The sweeper asks the provider instead, and never charges:
 =========================================================  ======================================
 What the provider shows for the claim's attempt             What the sweeper does
 =========================================================  ======================================
-a succeeded charge                                          ``complete_stale``: COMPLETED with it
-no charge (none, or only failed ones), and the last charge  ``release_stale``: RELEASED,
-request of the attempt is older than the search grace       ``NOT_CHARGED`` (a new attempt may
+a succeeded charge (search or list)                         ``complete_stale``: COMPLETED with it
+the same, but the claim was released (or re-claimed        ``complete_released``: COMPLETED with
+under a later attempt) since discovery                      it; *charge_on_released*, an alarm
+no charge in the search, the grace has passed, and the      ``release_stale``: RELEASED,
+list confirms: no PaymentIntent of the attempt at all       ``NOT_CHARGED`` (a new attempt may
                                                             charge later)
-no charge, but the search may still lag                     nothing: *pending*
-a charge still in flight, a failed search, an answer that   nothing: *pending*
-does not match the order
+... the list shows only failed ones (declined, canceled)    ``release_stale``: RELEASED,
+                                                            ``DECLINED``
+no charge in the search within the grace                    nothing: *pending*
+a charge still in flight, a failed search or list, an       nothing: *pending*
+answer that does not match the order
 =========================================================  ======================================
 
 Why each branch is safe:
@@ -23,12 +27,26 @@ Why each branch is safe:
 * **Complete.** The provider's own record of a succeeded PaymentIntent with this order's
   ``metadata[orderId]`` and attempt number is proof that the money moved. Completing only stops
   further attempts; it charges nothing.
-* **Release.** Stripe's search is eventually consistent (searchable within a minute normally, up
-  to an hour behind during incidents), so "no charge" is evidence only once every charge request
-  of the attempt is older than ``search_grace_seconds``. Those requests all happened before the
-  lease ran out (the lease outlasts every execution that could act on the claim, retries
-  included), so the grace is counted from the end of the lease, not from the start of the attempt:
-  a takeover continues an attempt, and its requests can be much younger than the attempt.
+* **Release.** "No charge" must be proven, not inferred from a search: Stripe's search is
+  eventually consistent (usually a minute behind, "up to an hour" during incidents, and no bound
+  in its current guide). So the search is only the fast path. Before any release the sweeper pages
+  through ``GET /v1/payment_intents`` (the list, which Stripe does not index lazily) over every
+  PaymentIntent created from the start of the attempt (less :data:`CLOCK_MARGIN_SECONDS`) to now
+  (plus the margin), and matches the metadata itself. Only when the list shows no succeeded and no
+  in-flight PaymentIntent of the attempt is the claim released. The grace
+  (``search_grace_seconds`` after the end of the lease) is kept as a second line: every charge
+  request of the attempt was sent while a lease on it was live, and the grace gives the provider
+  time to finish executing the last of them. It is counted from the end of the lease, not the
+  start of the attempt: a takeover continues an attempt, and its requests can be much younger.
+* **Declined.** When the list shows the attempt's PaymentIntents and every one of them failed for
+  good, the provider declined the attempt: the release says ``DECLINED`` and the claims store
+  remembers the payment attempt as declined, so no redelivery of it reaches the provider again.
+* **Charge on a released claim.** Discovery saw the claim open, the provider shows its attempt
+  charged, and by the time of the write the claim was released (a release whose proof was wrong)
+  or re-claimed under a later attempt, which may charge again or already has. The claim is marked
+  COMPLETED with the charge (``complete_released``) so no further attempt charges, and the decision
+  is reported as *charge_on_released* for the sweeper to alarm on: a person checks for a second
+  charge and refunds it.
 * **Pending.** Doing nothing is always safe: the claim keeps every other execution from charging,
   and the next sweep asks again. A claim pending for long needs a person (the metric says so).
 * **Races.** Discovery reads the ``OpenClaimsByLease`` index, which lags (allowed: DESIGN.md).
@@ -36,6 +54,10 @@ Why each branch is safe:
   ``CLAIMED``, the same claim token, attempt and lease, and the lease run out -- so a claim taken
   over, completed or renewed since is left alone (*changed*). Two sweeps at once are therefore safe
   too: the second one's writes lose.
+
+More than one succeeded PaymentIntent for one attempt (the provider applied two creates of the
+attempt: a key forgotten after 24 hours, or a provider fault) is reported in the decision's
+``extra_charge_ids``, for the sweeper to log and count: someone must refund them.
 """
 
 from __future__ import annotations
@@ -44,6 +66,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from payment_saga.claims import ClaimStatus, ReleaseReason
 from payment_saga.errors import ClaimLost, PaymentOutcomeUnknown
 from payment_saga.orders import Order
 from payment_saga.payments import idempotency_key
@@ -52,20 +75,25 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from payment_saga.claims import Claim, ClaimsStore
-    from payment_saga.payments import PaymentProvider
+    from payment_saga.payments import AttemptRecord, PaymentProvider
 
 #: Stripe: "Occasionally, propagation of new or updated data can be up to an hour behind during
-#: outages." A search that finds nothing is trusted only once the attempt has been quiet this long.
+#: outages." Since the list confirms every release, this is no longer what makes a release safe;
+#: it is how long after the lease the provider is given to finish the attempt's last request.
 DEFAULT_SEARCH_GRACE_SECONDS = 3600
+#: The list's ``created`` window is widened by this on both sides: the claim's times are ours, a
+#: PaymentIntent's ``created`` is Stripe's, and the two clocks may disagree by a few seconds.
+CLOCK_MARGIN_SECONDS = 600
 
 
 class ReconcileOutcome(enum.StrEnum):
     """What the sweeper did (or, in a dry run, would do) with one stale claim."""
 
     COMPLETED = "completed"  # the attempt's charge was found: the claim is COMPLETED with it
-    RELEASED = "released"  # no charge, long enough after the last request: RELEASED (NOT_CHARGED)
+    RELEASED = "released"  # proven not charged (list): RELEASED, NOT_CHARGED or DECLINED
     PENDING = "pending"  # not decidable yet; left CLAIMED for the next sweep
     CHANGED = "changed"  # the claim changed since discovery (taken over, completed, renewed): left alone
+    CHARGE_ON_RELEASED = "charge_on_released"  # charged, but released or re-claimed since: alarm
     FAILED = "failed"  # an unexpected error on this claim; left CLAIMED for the next sweep
 
 
@@ -81,6 +109,10 @@ class ReconcileDecision:
     reason: str
     charge_id: str | None = None
     applied: bool = False
+    #: RELEASED only: why (``NOT_CHARGED`` or ``DECLINED``).
+    release_reason: ReleaseReason | None = None
+    #: Further succeeded PaymentIntents of the same attempt: double charges to refund.
+    extra_charge_ids: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +124,8 @@ class ReconcileDecision:
             "reason": self.reason,
             "chargeId": self.charge_id,
             "applied": self.applied,
+            "releaseReason": self.release_reason.value if self.release_reason else None,
+            "extraChargeIds": list(self.extra_charge_ids),
         }
 
 
@@ -142,11 +176,12 @@ def reconcile(
 
     Args:
         store: the claims store (its clock re-checks the lease at the moment of each write).
-        provider: asked with ``find_charge`` only; nothing here can charge.
-        now: the sweep's time (seconds since the epoch): discovery and the search grace use it.
+        provider: asked with ``search_attempt`` and ``list_attempt`` only; nothing here can charge.
+        now: the sweep's time (seconds since the epoch): discovery, the grace and the list's window
+            use it.
         apply: write the decisions; ``False`` is a dry run that only reports them.
-        search_grace_seconds: how long after the lease ran out a search that finds nothing is
-            trusted as proof that nothing was charged.
+        search_grace_seconds: how long after the lease ran out the attempt may be released (once the
+            list confirms that nothing was charged).
         on_decision: called with each decision as soon as it is made (logs and metrics).
         keep_going: asked before each claim; ``False`` ends the sweep there (a time budget).
     """
@@ -164,50 +199,74 @@ def reconcile(
     return report
 
 
-def _settle(
-    store: ClaimsStore, provider: PaymentProvider, seen: Claim, *, now: float, apply: bool, grace: int
-) -> ReconcileDecision:
-    def decided(outcome: ReconcileOutcome, reason: str, **extra: Any) -> ReconcileDecision:
+class _Decide:
+    """Builds the decisions about one seen claim."""
+
+    def __init__(self, seen: Claim) -> None:
+        self.seen = seen
+
+    def __call__(self, outcome: ReconcileOutcome, reason: str, **extra: Any) -> ReconcileDecision:
         return ReconcileDecision(
-            order_id=seen.order_id,
-            attempt=seen.attempt,
-            claim_token=seen.claim_token,
-            lease_expires_at=seen.lease_expires_at,
+            order_id=self.seen.order_id,
+            attempt=self.seen.attempt,
+            claim_token=self.seen.claim_token,
+            lease_expires_at=self.seen.lease_expires_at,
             outcome=outcome,
             reason=reason,
             **extra,
         )
 
+
+def _settle(
+    store: ClaimsStore, provider: PaymentProvider, seen: Claim, *, now: float, apply: bool, grace: int
+) -> ReconcileDecision:
+    decided = _Decide(seen)
     try:
         key = idempotency_key(seen.order_id, seen.attempt)
+        order = searchable_order(seen)
         try:
-            charge = provider.find_charge(searchable_order(seen), attempt=seen.attempt, idempotency_key=key)
+            found = provider.search_attempt(order, attempt=seen.attempt, idempotency_key=key)
         except PaymentOutcomeUnknown as exc:
             return decided(ReconcileOutcome.PENDING, f"the provider cannot tell yet: {exc}")
-        if charge is not None:
-            if apply:
-                store.complete_stale(seen, charge_id=charge.charge_id)
-            return decided(
-                ReconcileOutcome.COMPLETED,
-                f"the provider shows {charge.charge_id} ({charge.status}) for {key}",
-                charge_id=charge.charge_id,
-                applied=apply,
-            )
-        # Every charge request of the attempt was made while a lease on it was live: the attempt
-        # has been quiet since the later of its start and the end of the lease seen.
+        # Every charge request of the attempt was made while a lease on it was live: the attempt has
+        # been quiet since the later of its start and the end of the lease seen.
         quiet_since = max(seen.attempt_started_at, seen.lease_expires_at)
-        if now - quiet_since < grace:
-            return decided(
-                ReconcileOutcome.PENDING,
-                f"no charge found for {key} yet, but the provider's search may lag: trusted after"
-                f" {grace} s without a request, {int(quiet_since + grace - now)} s from now",
-            )
+        if found.charge is None:
+            if now - quiet_since < grace:
+                return decided(
+                    ReconcileOutcome.PENDING,
+                    f"no charge found for {key} yet, but the provider's search may lag: the list is"
+                    f" asked {grace} s after the attempt's last request, {int(quiet_since + grace - now)} s"
+                    " from now",
+                )
+            try:
+                found = provider.list_attempt(
+                    order,
+                    attempt=seen.attempt,
+                    idempotency_key=key,
+                    created_from=seen.attempt_started_at - CLOCK_MARGIN_SECONDS,
+                    created_to=int(now) + CLOCK_MARGIN_SECONDS,
+                )
+            except PaymentOutcomeUnknown as exc:
+                return decided(
+                    ReconcileOutcome.PENDING, f"the search found nothing; the list cannot tell yet: {exc}"
+                )
+        if found.charge is not None:
+            return _complete(store, seen, found, apply=apply, decided=decided)
+        reason = ReleaseReason.DECLINED if found.declined else ReleaseReason.NOT_CHARGED
         if apply:
-            store.release_stale(seen)
+            store.release_stale(seen, reason=reason)
+        shown = (
+            f"only failed PaymentIntents ({', '.join(found.failed_ids)})"
+            if found.declined
+            else "no PaymentIntent"
+        )
         return decided(
             ReconcileOutcome.RELEASED,
-            f"no charge for {key}, {int(now - quiet_since)} s after its last possible request",
+            f"the provider's list shows {shown} for {key}, {int(now - quiet_since)} s"
+            " after its last possible request",
             applied=apply,
+            release_reason=reason,
         )
     except ClaimLost as exc:
         return decided(ReconcileOutcome.CHANGED, str(exc))
@@ -215,11 +274,59 @@ def _settle(
         return decided(ReconcileOutcome.FAILED, f"{type(exc).__name__}: {exc}")
 
 
+def _complete(
+    store: ClaimsStore, seen: Claim, found: AttemptRecord, *, apply: bool, decided: _Decide
+) -> ReconcileDecision:
+    """The attempt charged: complete the claim with the charge, or alarm if it was released since."""
+    charge = found.charge
+    assert charge is not None
+    key = idempotency_key(seen.order_id, seen.attempt)
+    facts = {"charge_id": charge.charge_id, "extra_charge_ids": found.extra_charge_ids}
+    shown = f"the provider's {found.source} shows {charge.charge_id} ({charge.status}) for {key}"
+    if not apply:
+        return decided(ReconcileOutcome.COMPLETED, shown, **facts)
+    try:
+        store.complete_stale(seen, charge_id=charge.charge_id)
+    except ClaimLost as lost:
+        current = store.get(seen.order_id)
+        if current is not None and current.status is ClaimStatus.COMPLETED:
+            if current.charge_id == charge.charge_id:
+                return decided(ReconcileOutcome.CHANGED, f"{lost}; completed with the same charge", **facts)
+            return decided(
+                ReconcileOutcome.CHARGE_ON_RELEASED,
+                f"{shown}, but the order was completed since with {current.charge_id} (attempt"
+                f" {current.attempt}): two charges for one order, refund one",
+                **facts,
+            )
+        if current is not None and current.status is ClaimStatus.CLAIMED and current.attempt == seen.attempt:
+            # Taken over (or renewed) under the same attempt: the holder's retry replays this charge.
+            raise
+        # Released since (the release's proof was wrong), or re-claimed under a later attempt that
+        # may charge again: mark it completed with this charge so nothing charges it again, and alarm.
+        moved = "gone" if current is None else f"{current.status.value} at attempt {current.attempt}"
+        try:
+            store.complete_released(seen.order_id, attempt=seen.attempt, charge_id=charge.charge_id)
+        except ClaimLost as refused:
+            return decided(
+                ReconcileOutcome.CHARGE_ON_RELEASED,
+                f"{shown}, but the claim is {moved} and could not be completed with it ({refused})",
+                **facts,
+            )
+        return decided(
+            ReconcileOutcome.CHARGE_ON_RELEASED,
+            f"{shown}, but the claim was {moved}: completed with the charge; a later attempt may have"
+            " charged too",
+            applied=True,
+            **facts,
+        )
+    return decided(ReconcileOutcome.COMPLETED, shown, applied=True, **facts)
+
+
 def searchable_order(claim: Claim) -> Order:
     """The order a claim was taken for, as far as the provider's search needs it.
 
     The claim keeps the order's amount, currency and customer (its fingerprint, ``Order.fingerprint``)
-    but not the payment method, which the sweeper never needs: ``find_charge`` reads the order id,
+    but not the payment method, which the sweeper never needs: the provider reads the order id,
     amount and currency. The payment method is left empty rather than invented: there is nothing
     this order could be charged to, should it ever reach a charge by mistake.
     """

@@ -15,7 +15,7 @@ from handlers import sweeper
 from payment_saga.claims import Claim, ClaimResult, ClaimsStore, ClaimStatus, ReleaseReason
 from payment_saga.errors import ClaimLost, PaymentOutcomeUnknown
 from payment_saga.orders import Order
-from payment_saga.payments import Charge, StripeProvider, idempotency_key
+from payment_saga.payments import AttemptRecord, Charge, StripeProvider, idempotency_key
 from payment_saga.reconcile import ReconcileOutcome, ReconcileReport, reconcile, searchable_order
 from saga_local.lambda_api import LambdaContext
 from saga_local.provider_emulator import ProviderEmulator
@@ -134,7 +134,7 @@ def test_stale_claim_with_no_charge_past_the_grace_is_released_and_a_redelivery_
     assert sweep(store, provider, clock).decisions == []
 
 
-def test_a_declined_attempt_whose_release_failed_is_released(
+def test_a_declined_attempt_whose_release_failed_is_released_as_declined_and_never_charged_again(
     store: ClaimsStore,
     provider: StripeProvider,
     emulator: ProviderEmulator,
@@ -148,8 +148,30 @@ def test_a_declined_attempt_whose_release_failed_is_released(
 
     (decision,) = sweep(store, provider, clock).decisions
 
-    assert decision.outcome is ReconcileOutcome.RELEASED
+    assert (decision.outcome, decision.release_reason) == (ReconcileOutcome.RELEASED, ReleaseReason.DECLINED)
+    claim = store.get("ORDER-D")
+    assert claim is not None
+    assert (claim.status, claim.release_reason) == (ClaimStatus.RELEASED, ReleaseReason.DECLINED)
     assert emulator.charges_for("ORDER-D") == []
+    # A late redelivery of the declined attempt never reaches the provider again.
+    assert store.claim(declined, token=B).result is ClaimResult.DUPLICATE
+
+
+def test_an_attempt_the_provider_never_saw_is_released_as_not_charged_once_the_list_confirms(
+    store: ClaimsStore, provider: StripeProvider, emulator: ProviderEmulator, clock: FakeClock
+) -> None:
+    store.claim(ORDER, token=A)
+    clock.advance(LEASE + GRACE + 1)
+    lists = emulator.request_count("list")
+
+    (decision,) = sweep(store, provider, clock).decisions
+
+    assert (decision.outcome, decision.release_reason) == (
+        ReconcileOutcome.RELEASED,
+        ReleaseReason.NOT_CHARGED,
+    )
+    assert "list" in decision.reason
+    assert emulator.request_count("list") == lists + 1  # the release rests on the list, not the search
 
 
 # -- pending ------------------------------------------------------------------------------------
@@ -166,6 +188,51 @@ def test_no_charge_found_within_the_grace_is_pending_and_the_claim_is_untouched(
 
     assert decision.outcome is ReconcileOutcome.PENDING
     assert "may lag" in decision.reason
+    assert row(dynamodb, claims_table) == before
+
+
+def test_with_a_two_hour_search_lag_the_sweeper_never_releases_a_claim_whose_charge_landed(
+    store: ClaimsStore, provider: StripeProvider, emulator: ProviderEmulator, clock: FakeClock
+) -> None:
+    """The search lags two hours, longer than the grace: only the list shows the charge."""
+    emulator.search_lag_seconds = 2 * 3600
+    store.claim(ORDER, token=A)
+    landed = charge(provider)  # the holder charged, then died before Mark Complete
+
+    decisions = []
+    for _ in range((LEASE + 3 * 3600) // 300):  # a sweep every 5 minutes for three hours and more
+        clock.advance(300)
+        decisions += sweep(store, provider, clock).decisions
+
+    assert ReconcileOutcome.RELEASED not in {d.outcome for d in decisions}
+    completed = [d for d in decisions if d.outcome is ReconcileOutcome.COMPLETED]
+    assert [d.charge_id for d in completed] == [landed.charge_id]
+    # It was completed as soon as the grace ended, by the list, long before the search caught up.
+    assert "list" in completed[0].reason
+    claim = store.get(ORDER.order_id)
+    assert claim is not None
+    assert (claim.status, claim.charge_id) == (ClaimStatus.COMPLETED, landed.charge_id)
+    assert store.claim(ORDER, token=B).result is ClaimResult.DUPLICATE
+    assert len(emulator.charges_for(ORDER.order_id)) == 1
+
+
+def test_a_list_that_fails_leaves_the_claim_pending(
+    store: ClaimsStore,
+    provider: StripeProvider,
+    emulator: ProviderEmulator,
+    clock: FakeClock,
+    dynamodb: Any,
+    claims_table: str,
+) -> None:
+    store.claim(ORDER, token=A)
+    clock.advance(LEASE + GRACE + 1)
+    before = row(dynamodb, claims_table)
+    emulator.inject("rate_limit", endpoint="list")
+
+    (decision,) = sweep(store, provider, clock).decisions
+
+    assert decision.outcome is ReconcileOutcome.PENDING
+    assert "list" in decision.reason
     assert row(dynamodb, claims_table) == before
 
 
@@ -250,8 +317,22 @@ class RacingProvider:
         raise AssertionError("the sweeper must never charge")
 
     def find_charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge | None:
+        raise AssertionError("the sweeper searches with search_attempt")
+
+    def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:
         self.race()
-        return self.provider.find_charge(order, attempt=attempt, idempotency_key=idempotency_key)
+        return self.provider.search_attempt(order, attempt=attempt, idempotency_key=idempotency_key)
+
+    def list_attempt(
+        self, order: Order, *, attempt: int, idempotency_key: str, created_from: int, created_to: int
+    ) -> AttemptRecord:
+        return self.provider.list_attempt(
+            order,
+            attempt=attempt,
+            idempotency_key=idempotency_key,
+            created_from=created_from,
+            created_to=created_to,
+        )
 
 
 @pytest.mark.parametrize("charged", [True, False], ids=["would-complete", "would-release"])
@@ -298,6 +379,89 @@ def test_a_late_mark_complete_racing_the_sweeper_is_left_as_it_wrote(
     item = row(dynamodb, claims_table)
     assert (item["status"]["S"], item["chargeId"]["S"]) == ("COMPLETED", landed.charge_id)
     assert "reconciledAt" not in item
+
+
+def release_as_not_charged(store: ClaimsStore, token: str = A) -> None:
+    """A release whose proof was wrong: the holder releases an attempt whose charge did land."""
+    store.release(ORDER.order_id, token=token, reason=ReleaseReason.NOT_CHARGED, payment_attempt="initial")
+
+
+@pytest.mark.parametrize("then", ["released", "re-claimed under attempt 2"])
+def test_a_charge_found_for_a_claim_released_since_completes_it_and_is_reported_for_the_alarm(
+    then: str,
+    store: ClaimsStore,
+    provider: StripeProvider,
+    emulator: ProviderEmulator,
+    clock: FakeClock,
+    dynamodb: Any,
+    claims_table: str,
+) -> None:
+    store.claim(ORDER, token=A)
+    landed = charge(provider)
+    clock.advance(LEASE + 1)
+
+    def race() -> None:
+        release_as_not_charged(store)
+        if then.startswith("re-claimed"):
+            assert store.claim(ORDER, token=B).claim.attempt == 2
+
+    (decision,) = sweep(store, RacingProvider(provider, race), clock).decisions
+
+    assert (decision.outcome, decision.charge_id, decision.applied) == (
+        ReconcileOutcome.CHARGE_ON_RELEASED,
+        landed.charge_id,
+        True,
+    )
+    # The claim now records the charge, so no further attempt charges the order.
+    item = row(dynamodb, claims_table)
+    assert (item["status"]["S"], item["chargeId"]["S"]) == ("COMPLETED", landed.charge_id)
+    assert store.claim(ORDER, token="arn:aws:states:us-east-1:123456789012:execution:saga:C").result is (
+        ClaimResult.DUPLICATE
+    )
+    assert len(emulator.charges_for(ORDER.order_id)) == 1
+
+
+def test_a_charge_found_for_an_order_completed_with_another_charge_is_reported_as_two_charges(
+    store: ClaimsStore, provider: StripeProvider, emulator: ProviderEmulator, clock: FakeClock
+) -> None:
+    # Attempt 1 charged but was released on a wrong proof; attempt 2 charged and completed.
+    store.claim(ORDER, token=A)
+    landed = charge(provider)
+    clock.advance(LEASE + 1)
+
+    def race() -> None:
+        release_as_not_charged(store)
+        store.claim(ORDER, token=B)
+        store.complete(ORDER.order_id, token=B, charge_id=charge(provider, attempt=2).charge_id)
+
+    (decision,) = sweep(store, RacingProvider(provider, race), clock).decisions
+
+    assert (decision.outcome, decision.charge_id) == (ReconcileOutcome.CHARGE_ON_RELEASED, landed.charge_id)
+    assert "two charges" in decision.reason
+    assert len(emulator.charges_for(ORDER.order_id)) == 2  # what the alarm's runbook refunds
+
+
+def test_more_than_one_succeeded_payment_intent_for_an_attempt_is_reported_with_the_extras(
+    store: ClaimsStore, clock: FakeClock, dynamodb: Any, claims_table: str
+) -> None:
+    # A provider that applied the same key twice (here: deduplication off).
+    with ProviderEmulator(clock=clock, dedupe=False) as careless:
+        provider = StripeProvider(LOCAL_API_KEY, api_base=careless.url)
+        store.claim(ORDER, token=A)
+        first = charge(provider)
+        clock.advance(5)
+        second = charge(provider)
+        clock.advance(LEASE + 1)
+
+        (decision,) = sweep(store, provider, clock).decisions
+        provider.close()
+
+    assert (decision.outcome, decision.charge_id, decision.extra_charge_ids) == (
+        ReconcileOutcome.COMPLETED,
+        first.charge_id,
+        (second.charge_id,),
+    )
+    assert row(dynamodb, claims_table)["chargeId"]["S"] == first.charge_id
 
 
 def test_the_write_rechecks_the_lease_whatever_discovery_believed(
@@ -390,10 +554,10 @@ def test_one_claim_failing_does_not_stop_the_others(
     clock.advance(LEASE + 1)
 
     class Broken(RacingProvider):
-        def find_charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge | None:
+        def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:
             if order.order_id == "ORDER-004":
                 raise RuntimeError("boom")
-            return super().find_charge(order, attempt=attempt, idempotency_key=idempotency_key)
+            return super().search_attempt(order, attempt=attempt, idempotency_key=idempotency_key)
 
     report = sweep(store, Broken(provider, lambda: None), clock)
 
@@ -458,7 +622,14 @@ def test_the_sweeper_lambda_completes_and_releases_and_logs_each_decision(
 
     result = sweeper.handler(event, LambdaContext("payment-saga-SweeperFunction", 256, 300))
 
-    assert result["counts"] == {"completed": 1, "released": 1, "pending": 0, "changed": 0, "failed": 0}
+    assert result["counts"] == {
+        "completed": 1,
+        "released": 1,
+        "pending": 0,
+        "changed": 0,
+        "charge_on_released": 0,
+        "failed": 0,
+    }
     store = ClaimsStore(claims_table, client=dynamodb)
     assert store.get(ORDER.order_id).charge_id == landed.charge_id  # type: ignore[union-attr]
     assert store.get("ORDER-004").status is ClaimStatus.RELEASED  # type: ignore[union-attr]
@@ -476,13 +647,106 @@ def test_the_sweeper_lambda_completes_and_releases_and_logs_each_decision(
     assert ("ReconciliationResolved", ("Outcome",)) in metrics
 
 
+def emitted_metrics(out: str) -> dict[str, float]:
+    """Metric name -> total over the embedded metric format lines Powertools printed (no dimensions)."""
+    totals: dict[str, float] = {}
+    for line in out.splitlines():
+        if not line.startswith("{"):
+            continue
+        record = json.loads(line)
+        for directive in (record.get("_aws") or {}).get("CloudWatchMetrics", []):
+            if directive["Dimensions"] != [["service"]]:
+                continue
+            for metric in directive["Metrics"]:
+                value = record[metric["Name"]]
+                totals[metric["Name"]] = totals.get(metric["Name"], 0) + sum(
+                    value if isinstance(value, list) else [value]
+                )
+    return totals
+
+
+def test_the_sweeper_lambda_alarms_on_a_charge_for_a_released_claim_and_on_duplicate_charges(
+    sweeper_env: None,
+    dynamodb: Any,
+    claims_table: str,
+    emulator: ProviderEmulator,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    past = ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000)
+    holder = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
+    # ORDER-003: charged, then released on a wrong proof while the sweeper looked.
+    past.claim(ORDER, token=A)
+    landed = charge(holder)
+    # ORDER-004: charged twice under one attempt (the provider applied the key twice).
+    double = Order("ORDER-004", 2500, "USD", "cus_9", "pm_card_visa")
+    past.claim(double, token=A)
+    emulator.dedupe = False
+    both = {charge(holder, double).charge_id, charge(holder, double).charge_id}
+    emulator.dedupe = True
+    holder.close()
+
+    def racing() -> RacingProvider:
+        released: list[bool] = []
+
+        def race() -> None:
+            if not released:
+                released.append(True)
+                release_as_not_charged(ClaimsStore(claims_table, client=dynamodb))
+
+        return RacingProvider(StripeProvider(LOCAL_API_KEY, api_base=emulator.url), race)
+
+    monkeypatch.setattr(sweeper, "provider", racing)
+
+    result = sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert (result["counts"]["charge_on_released"], result["counts"]["completed"]) == (1, 1)
+    assert ClaimsStore(claims_table, client=dynamodb).get(ORDER.order_id).charge_id == landed.charge_id  # type: ignore[union-attr]
+    errors = {
+        (getattr(r, "event", None), getattr(r, "orderId", None)): r
+        for r in caplog.records
+        if r.levelname == "ERROR"
+    }
+    assert ("charge_on_released_claim", ORDER.order_id) in errors
+    duplicate = errors[("duplicate_charge", "ORDER-004")]
+    kept, extras = duplicate.chargeId, duplicate.duplicateChargeIds  # type: ignore[attr-defined]
+    assert (len(extras), {kept, *extras}) == (1, both)
+    totals = emitted_metrics(capfd.readouterr().out)
+    assert (totals.get("ChargeOnReleasedClaim"), totals.get("DuplicateCharge")) == (1, 1)
+
+
+def test_the_sweeper_lambda_logs_a_decline_as_declined(
+    sweeper_env: None,
+    dynamodb: Any,
+    claims_table: str,
+    emulator: ProviderEmulator,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Claim and charge on the emulator's clock (weeks before the Lambda's): the list's window is
+    # the claim's, and the PaymentIntent must fall in it.
+    assert clock.now < time.time() - 5000
+    declined = Order("ORDER-D", 15000, "BRL", "cus_123", "pm_card_chargeDeclined")
+    ClaimsStore(claims_table, client=dynamodb, clock=clock).claim(declined, token=A)
+    holder = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
+    with pytest.raises(Exception, match="declined"):
+        charge(holder, declined)
+    holder.close()
+
+    sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    (released,) = [r for r in caplog.records if getattr(r, "event", None) == "reconciliation_released"]
+    assert (released.orderId, released.releaseReason) == ("ORDER-D", "DECLINED")  # type: ignore[attr-defined]
+
+
 def test_the_sweeper_lambda_fails_visibly_when_a_claim_could_not_be_reconciled(
     sweeper_env: None, dynamodb: Any, claims_table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000).claim(ORDER, token=A)
 
     class Unreachable:
-        def find_charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge | None:
+        def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:
             raise OSError("network unreachable")
 
     monkeypatch.setattr(sweeper, "provider", Unreachable)

@@ -372,8 +372,10 @@ def test_idempotent_replays_expire_after_24_hours(
 # -- requests rejected before anything was applied ----------------------------------------------
 
 
-def test_a_rejected_api_key_is_charge_not_attempted(emulator: ProviderEmulator) -> None:
-    wrong = StripeProvider("sk_live_fake_not_test", api_base=emulator.url)
+@pytest.mark.parametrize("key", ["sk_test_fake_rolled_key", "not_a_stripe_key"], ids=["revoked", "malformed"])
+def test_a_rejected_api_key_is_charge_not_attempted(emulator: ProviderEmulator, key: str) -> None:
+    emulator.revoke_key("sk_test_fake_rolled_key")
+    wrong = StripeProvider(key, api_base=emulator.url)
 
     with pytest.raises(ChargeNotAttempted, match="HTTP 401"):
         charge(wrong, make_order())
@@ -394,6 +396,7 @@ def test_a_request_stripe_refuses_while_validating_is_charge_not_attempted(
 )
 def test_the_api_key_never_appears_in_an_exception(emulator: ProviderEmulator, scenario: str) -> None:
     key = "sk_live_fake_secret_value" if scenario == "unauthorised" else API_KEY
+    emulator.revoke_key("sk_live_fake_secret_value")
     provider = StripeProvider(key, api_base=emulator.url, timeout_seconds=2.0)
     order = make_order(payment_method="pm_card_chargeDeclined" if scenario == "declined" else "pm_card_visa")
     if scenario == "invalid":
