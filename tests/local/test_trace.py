@@ -6,6 +6,11 @@ what Step Functions writes, not what we think it writes.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import itertools
+import json
+import re
 import shutil
 import struct
 import subprocess
@@ -369,3 +374,131 @@ def test_decline_page_renders_in_chromium_with_the_path_coloured(saga: Saga, tmp
     png = read_png(screenshot)
     assert (png.width, png.height) == (1400, 1000)
     assert png.size > 30_000  # a drawn page, not a blank one
+
+
+# -- the graph's layout, measured in a real browser -----------------------------------------------
+
+GEOMETRY_JS = Path(__file__).with_name("trace_geometry.js")
+#: Room a label's text must keep inside its box, and between two shapes (SVG user units).
+INSET = 1.0
+
+
+def with_geometry_probe(page_html: str) -> str:
+    """The page, plus the probe script (allowed by adding its hash to the page's own CSP)."""
+    probe = GEOMETRY_JS.read_text(encoding="utf-8")
+    digest = base64.b64encode(hashlib.sha256(probe.encode("utf-8")).digest()).decode("ascii")
+    # In the meta tag's attribute the quotes are escaped: script-src &#x27;sha256-...&#x27;
+    csp = re.search(r"script-src (&#x27;|')sha256-[^&']+(&#x27;|')", page_html)
+    assert csp, "the page has no script-src hash to extend"
+    quote = csp.group(1)
+    page_html = page_html.replace(csp.group(0), f"{csp.group(0)} {quote}sha256-{digest}{quote}", 1)
+    return page_html.replace("</body>", f"<script>{probe}</script></body>", 1)
+
+
+Box = tuple[float, float, float, float]
+
+
+def overlap(a: Box, b: Box) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def union(a: Box, b: Box) -> Box:
+    return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
+
+
+def inside(inner: Box, outer: Box, inset: float) -> bool:
+    return (
+        inner[0] >= outer[0] + inset
+        and inner[2] <= outer[2] - inset
+        and inner[1] >= outer[1] - inset
+        and inner[3] <= outer[3] + inset
+    )
+
+
+def layout_problems(geometry: dict[str, Any]) -> list[str]:
+    """Every label that spills out of its box, covers another label or a node, or sits on a
+    highlighted edge other than its own; every node name wider than its node."""
+    problems: list[str] = []
+    labels = [(label, union(tuple(label["rect"]), tuple(label["ink"]))) for label in geometry["labels"]]
+    for label, _ in labels:
+        if not inside(tuple(label["ink"]), tuple(label["rect"]), INSET):
+            problems.append(f"label {label['text']!r} (weight {label['weight']}) spills out of its box")
+    for (a, box_a), (b, box_b) in itertools.combinations(labels, 2):
+        if overlap(box_a, box_b):
+            problems.append(f"labels {a['text']!r} and {b['text']!r} overlap")
+    for label, box in labels:
+        for node in geometry["nodes"]:
+            if overlap(box, tuple(node["shape"])):
+                problems.append(f"label {label['text']!r} covers node {node['name']!r}")
+        for path in geometry["taken"]:
+            if path["edge"] == label["edge"]:
+                continue  # a label sits on its own edge
+            reach = path["width"] / 2
+            grown = (box[0] - reach, box[1] - reach, box[2] + reach, box[3] + reach)
+            if any(grown[0] < x < grown[2] and grown[1] < y < grown[3] for x, y in path["points"]):
+                problems.append(f"label {label['text']!r} sits on highlighted edge {path['edge']}")
+    for node in geometry["nodes"]:
+        if "ink" in node and not inside(tuple(node["ink"]), tuple(node["shape"]), INSET):
+            problems.append(f"the name of {node['name']!r} spills out of its node")
+    return problems
+
+
+def rendered_geometry(page_html: str, tmp_path: Path, name: str) -> dict[str, Any]:
+    page_file = tmp_path / f"{name}.html"
+    page_file.write_text(with_geometry_probe(page_html), encoding="utf-8")
+    dom = parse(chromium(tmp_path / f"profile-{name}", "--dump-dom", page_file.as_uri()).stdout)
+    assert dom.body.get("data-rendered") == "true", "the page's own script did not finish"
+    assert "data-geometry" in dom.body, "the probe did not run"
+    geometry: dict[str, Any] = json.loads(dom.body["data-geometry"])
+    return geometry
+
+
+@pytest.mark.chromium
+@pytest.mark.skipif(
+    not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None,
+    reason="needs Debian's chromium at /usr/bin/chromium (apt-get install -y chromium)",
+)
+def test_labels_fit_their_boxes_and_keep_off_nodes_labels_and_the_path(saga: Saga, tmp_path: Path) -> None:
+    """Issue 10.6: in the duplicate and decline traces, bold Choice labels spilled out of their boxes and
+    a Catch label sat on the highlighted edge. Geometry read from what Chromium laid out, for whatever
+    graph the definition draws: every label, every node, every highlighted edge."""
+    first = run(saga, order("ORDER-LAYOUT"), "layout-charged")
+    traces = {
+        "charged": first,
+        "duplicate": run(saga, order("ORDER-LAYOUT"), "layout-duplicate"),
+        "declined": run(
+            saga, order("ORDER-LAYOUT-D", paymentMethod="pm_card_chargeDeclined"), "layout-declined"
+        ),
+    }
+    problems: dict[str, list[str]] = {}
+    bold: set[str] = set()
+    for name, traced in traces.items():
+        page_html = render_html(traced.description, traced.history, traced.definition)
+        geometry = rendered_geometry(page_html, tmp_path, name)
+        assert geometry["labels"], f"{name}: no edge label drawn: the check would pass on anything"
+        assert geometry["taken"], f"{name}: no highlighted edge"
+        bold.update(
+            label["text"] for label in geometry["labels"] if label["weight"] in {"600", "700", "bold"}
+        )
+        problems[name] = layout_problems(geometry)
+    assert problems == {name: [] for name in traces}
+    assert bold, "no label on the path (bold): the spill check never saw one"
+
+
+def test_the_overlap_check_catches_what_it_is_meant_to_catch() -> None:
+    """The rule itself, on hand-made geometry: each of these is a finding."""
+    label = {"edge": "1", "text": "x", "rect": [0, 0, 40, 17], "ink": [5, 3, 35, 14], "weight": "600"}
+    clean = {"labels": [label], "nodes": [{"name": "N", "shape": [0, 40, 100, 90]}], "taken": []}
+    assert layout_problems(clean) == []
+    spill = {**clean, "labels": [{**label, "ink": [5, 3, 45, 14]}]}
+    on_node = {**clean, "nodes": [{"name": "N", "shape": [30, 10, 100, 60]}]}
+    twice = {
+        **clean,
+        "labels": [label, {**label, "edge": "2", "rect": [30, 5, 70, 22], "ink": [35, 8, 65, 19]}],
+    }
+    on_path = {**clean, "taken": [{"edge": "2", "width": 2.6, "points": [[20, -5], [20, 8], [20, 30]]}]}
+    own_path = {**clean, "taken": [{"edge": "1", "width": 2.6, "points": [[20, -5], [20, 8], [20, 30]]}]}
+    name_spill = {**clean, "nodes": [{"name": "N", "shape": [0, 40, 100, 90], "ink": [-3, 50, 90, 70]}]}
+    for geometry in (spill, on_node, twice, on_path, name_spill):
+        assert layout_problems(geometry), geometry
+    assert layout_problems(own_path) == []
