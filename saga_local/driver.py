@@ -40,8 +40,23 @@ class ExecutionResult:
     def outcome(self) -> str:
         """``CHARGED``, ``DUPLICATE``, or the Fail state's error (``PaymentDeclined``...)."""
         if self.status == "SUCCEEDED" and self.output:
+            if "duplicate" in self.output:  # Claim Order's DuplicateOrder, caught into Duplicate Suppressed
+                return "DUPLICATE"
             return str(self.output.get("status"))
         return self.error or self.status
+
+    @property
+    def holder_status(self) -> str | None:
+        """For a duplicate, the status of the claim that stopped it (``CLAIMED``, ``COMPLETED``...)."""
+        if self.outcome != "DUPLICATE" or not self.output:
+            return None
+        try:
+            cause = json.loads(self.output["duplicate"]["Cause"])
+            detail = json.loads(cause["errorMessage"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        status = detail.get("holderStatus") if isinstance(detail, dict) else None
+        return str(status) if status else None
 
 
 class Driver:

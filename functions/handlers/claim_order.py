@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from handlers.runtime import claims_store, count, log_event, logger, metrics, tracer
-from payment_saga.errors import OrderConflict
+from payment_saga.errors import DuplicateOrder, OrderConflict
 from payment_saga.orders import order_from_message
 from payment_saga.payments import idempotency_key
 
@@ -19,11 +20,15 @@ if TYPE_CHECKING:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Input ``{"order": {...}, "claimToken": "<execution id>"}``.
 
-    Output (always the same keys, so the state machine's ``ResultSelector`` never misses one):
-    ``outcome`` (``WON`` or ``DUPLICATE``), ``how``, ``attempt``, ``idempotencyKey``, ``holderStatus``,
-    and ``attemptOwner``: whether this execution started the attempt (false after a takeover, even
-    when a retried Claim step then finds the claim its own), which the release and the charge's
-    "nothing was charged" proofs require.
+    Output when the claim is won (always the same keys, so the state machine's ``ResultSelector``
+    never misses one): ``outcome`` (``WON``), ``how``, ``attempt``, ``idempotencyKey``,
+    ``holderStatus``, and ``attemptOwner``: whether this execution started the attempt (false after
+    a takeover, even when a retried Claim step then finds the claim its own), which the release and
+    the charge's "nothing was charged" proofs require.
+
+    Raises:
+        DuplicateOrder: the claim was not won (someone else holds or finished the order); its
+            message is JSON ``{"orderId", "holderStatus", "how"}``.
     """
     order = order_from_message(event["order"])
     token = event["claimToken"]
@@ -36,19 +41,19 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         raise
     claim = outcome.claim
     logger.append_keys(attempt=claim.attempt)
-    if outcome.result.won:
-        log_event("claim_won", how=outcome.result.value)
-        count("ClaimWon")
-        outcome_name = "WON"
-    else:
+    if not outcome.result.won:
         log_event("skip_duplicate", holderStatus=claim.status.value, holder=claim.claim_token)
         count("DuplicateSuppressed", Layer="claim")
-        outcome_name = "DUPLICATE"
+        raise DuplicateOrder(
+            json.dumps({"orderId": order.order_id, "holderStatus": claim.status.value, "how": "DUPLICATE"})
+        )
+    log_event("claim_won", how=outcome.result.value)
+    count("ClaimWon")
     return {
-        "outcome": outcome_name,
+        "outcome": "WON",
         "how": outcome.result.value,
         "attempt": claim.attempt,
         "idempotencyKey": idempotency_key(order.order_id, claim.attempt),
         "holderStatus": claim.status.value,
-        "attemptOwner": outcome.result.won and claim.attempt_started_by == token,
+        "attemptOwner": claim.attempt_started_by == token,
     }

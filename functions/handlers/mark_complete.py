@@ -15,15 +15,27 @@ if TYPE_CHECKING:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Input ``{"orderId", "claimToken", "chargeId"}``; output the completed claim."""
+    """Input ``{"orderId", "claimToken", "charge": {"chargeId", "amount", "currency"}, "attempt"}``.
+
+    Output: the execution's result, ``{"orderId", "status": "CHARGED", "chargeId", "attempt",
+    "amount", "currency"}`` (Mark Complete is the last state: no Pass state after it).
+    """
     order_id = event["orderId"]
     token = event["claimToken"]
+    charge = event["charge"]
     logger.append_keys(orderId=order_id, execution=token)
     try:
-        claim = claims_store().complete(order_id, token=token, charge_id=event["chargeId"])
+        claim = claims_store().complete(order_id, token=token, charge_id=charge["chargeId"])
     except ClaimLost as exc:
         logger.error("complete_refused", extra={"event": "complete_refused", "reason": str(exc)})
         raise
     log_event("claim_completed", chargeId=claim.charge_id, attempt=claim.attempt)
     count("ClaimCompleted")
-    return {"status": claim.status.value, "chargeId": claim.charge_id, "attempt": claim.attempt}
+    return {
+        "orderId": order_id,
+        "status": "CHARGED",
+        "chargeId": claim.charge_id,
+        "attempt": claim.attempt,
+        "amount": charge["amount"],
+        "currency": charge["currency"],
+    }

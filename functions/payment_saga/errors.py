@@ -13,6 +13,17 @@ class SagaError(Exception):
     """Base class of every error the saga raises on purpose."""
 
 
+class DuplicateOrder(SagaError):
+    """Another execution holds or finished this order, or this payment attempt was declined: no charge.
+
+    Not a failure: the claim did its job. It is an error only so that the state machine can branch on
+    it without a Choice state (Claim Order catches it into the Succeed state "Duplicate Suppressed":
+    two state transitions per duplicate instead of three). Its message is JSON naming the holder's
+    status, which the execution's output carries in ``duplicate.Cause``. It does count in the Claim
+    function's ``Errors`` metric; the ``DuplicateSuppressed`` metric is the one to read and alarm on.
+    """
+
+
 class InvalidOrder(SagaError):
     """The order message is malformed or breaks the message contract. Never retried."""
 
@@ -59,4 +70,11 @@ class ReleaseRefused(SagaError):
 
 
 #: Names the state machine must treat as final (never retried), in ASL ``ErrorEquals`` form.
-NON_RETRYABLE = ("InvalidOrder", "OrderConflict", "PaymentDeclined", "ClaimLost", "ReleaseRefused")
+NON_RETRYABLE = (
+    "DuplicateOrder",
+    "InvalidOrder",
+    "OrderConflict",
+    "PaymentDeclined",
+    "ClaimLost",
+    "ReleaseRefused",
+)
