@@ -201,11 +201,12 @@ def test_functions_declare_their_own_statements_not_sam_policy_templates(templat
     table and its indexes: each function states the actions it needs instead."""
     for name, properties in template.functions.items():
         if "Role" in properties:
-            # Only the start function has its own role (SAM's generated one would carry the SQS
-            # execution policy on every queue); it must be a role of this template, checked below.
-            assert name == "StartExecutionFunction", f"{name}: an external Role escapes these checks"
-            role = properties["Role"]["Fn::GetAtt"][0]
-            assert template.resources[role]["Type"] == "AWS::IAM::Role"
+            # A function with its own role (the start function: SAM's generated one would carry the
+            # SQS execution policy on every queue) must use a role of this template, whose inline
+            # statements the other checks read (allowed_statements); an external one escapes them.
+            role = template.referenced_resource(properties["Role"])
+            assert role in template.resources, f"{name}: an external Role escapes these checks"
+            assert template.resources[role]["Type"] == "AWS::IAM::Role", name
             continue
         for policy in unconditional(properties.get("Policies") or []):
             assert isinstance(policy, dict), f"{name}: managed policy {policy}"
