@@ -23,10 +23,23 @@ A fault names a function (its logical id in template.yaml), a point in its invoc
   - ``stop``: ``StopExecution`` on the execution that invoked the function (its claim token), and
     the invocation goes on, as a Lambda already running goes on when its execution is stopped:
     the execution ends ``ABORTED`` half-way, which is how a ``CLAIMED`` row is left for the
-    sweeper (seed 000's stuck claim).
+    sweeper (seed 000's stuck claim);
+  - ``lost_answer`` (only at ``after:<call>``): *applied, answer lost, sent again*. The request
+    reaches the service and is applied, its answer is lost (botocore's ``ReadTimeoutError``), and
+    botocore's own standard retry sends the identical request again; the handler sees only the
+    answer to that second send. For ``provider.charge`` the HTTP client sends the create again
+    with the same ``Idempotency-Key`` after losing the first answer (a connection reset), as the
+    Stripe SDK does when it retries a network error. See :func:`lost_answer_error`;
+  - ``late_write`` (only at ``after:<write>``): *killed in flight*. The request is sent, the Lambda
+    dies before any answer (``dies_as``: ``die`` is ``Runtime.ExitError``, ``timeout`` is
+    ``Sandbox.Timedout``), and the request lands later: after the invocation of ``lands_after``
+    for the same order ends (say ``ReleaseClaimFunction``: the state machine has moved on), or
+    ``seconds`` after it was sent, whichever comes first. See :class:`LateWrites`.
 
 ``after:`` faults are the interesting ones: the write or the charge *landed*, then the invocation
-died, so the state machine retries a step whose side effect already happened.
+died, so the state machine retries a step whose side effect already happened. ``lost_answer`` and
+``late_write`` go one level down, to the HTTP request: they fire once per API call, on its first
+send (botocore's ``before-send``), never on botocore's own resend.
 
 Targeting: ``order_id`` limits a fault to invocations whose event carries that order; ``attempt``
 limits it to the Nth invocation of the function for that order (1-based, counted per function and
@@ -47,20 +60,52 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
     from saga_local.driver import Driver
 
-FaultKind = Literal["die", "timeout", "oom", "throttle", "throttle_call", "error_call", "delay", "stop"]
+FaultKind = Literal[
+    "die",
+    "timeout",
+    "oom",
+    "throttle",
+    "throttle_call",
+    "error_call",
+    "delay",
+    "stop",
+    "lost_answer",
+    "late_write",
+]
 KINDS: frozenset[str] = frozenset(get_args(FaultKind))
 #: Kinds that end the invocation where they fire.
 FATAL_KINDS = frozenset({"die", "timeout", "oom"})
 #: Kinds that raise an AWS SDK error from a ``before:<AWS call>`` point.
 CALL_KINDS = frozenset({"throttle_call", "error_call"})
+#: Kinds that fire at the HTTP request of an ``after:<call>`` point, on the call's first send.
+SEND_KINDS = frozenset({"lost_answer", "late_write"})
+#: How a ``late_write`` invocation dies.
+DEATHS = frozenset({"die", "timeout"})
+#: Calls that change something: a ``late_write`` needs one (a read landing late changes nothing).
+WRITE_CALLS = frozenset(
+    {
+        "dynamodb.UpdateItem",
+        "dynamodb.PutItem",
+        "dynamodb.DeleteItem",
+        "sfn.StartExecution",
+        "sfn.StopExecution",
+        "sqs.SendMessage",
+        "provider.charge",
+    }
+)
+#: How long a ``late_write`` is held at most when its ``lands_after`` never comes (seconds).
+LATE_WRITE_SECONDS = 2.0
 
 #: How each fatal kind reaches the state machine (``errorType`` of the failed invocation).
 ERROR_TYPES: dict[str, str] = {
@@ -91,15 +136,31 @@ START_FUNCTION = "StartExecutionFunction"
 POINTS: dict[str, tuple[str, ...]] = {
     START_FUNCTION: ("start", "before:sfn.StartExecution", "after:sfn.StartExecution", "end"),
     "ClaimOrderFunction": ("start", "before:dynamodb.UpdateItem", "after:dynamodb.UpdateItem", "end"),
-    "ChargePaymentFunction": ("start", "before:provider.charge", "after:provider.charge", "end"),
+    "ChargePaymentFunction": (
+        "start",
+        "before:dynamodb.GetItem",
+        "after:dynamodb.GetItem",
+        "before:provider.charge",
+        "after:provider.charge",
+        "end",
+    ),
     "MarkCompleteFunction": ("start", "before:dynamodb.UpdateItem", "after:dynamodb.UpdateItem", "end"),
     "ReleaseClaimFunction": (
         "start",
         "before:dynamodb.GetItem",
+        "after:dynamodb.GetItem",
         "before:dynamodb.UpdateItem",
         "after:dynamodb.UpdateItem",
         "end",
     ),
+}
+#: The function whose end lets a late write of each function land (the step after it has run).
+LANDS_AFTER: dict[str, str] = {
+    START_FUNCTION: "ClaimOrderFunction",
+    "ClaimOrderFunction": "ReleaseClaimFunction",
+    "ChargePaymentFunction": "ReleaseClaimFunction",
+    "MarkCompleteFunction": "ReleaseClaimFunction",
+    "ReleaseClaimFunction": "ClaimOrderFunction",
 }
 #: The functions the state machine invokes (every one but the start function).
 STEP_FUNCTIONS: tuple[str, ...] = tuple(f for f in POINTS if f != START_FUNCTION)
@@ -114,6 +175,10 @@ def kinds_at(function: str, point: str) -> list[str]:
         kinds += ["throttle_call", "error_call"]
     if function != START_FUNCTION:
         kinds.append("stop")
+    if point.startswith("after:"):
+        kinds.append("lost_answer")
+        if point.partition(":")[2] in WRITE_CALLS:
+            kinds.append("late_write")
     return kinds
 
 
@@ -129,7 +194,9 @@ class Fault:
     """Fire ``kind`` at ``point`` in ``function``, at most ``times`` times.
 
     ``order_id`` limits the fault to invocations whose event carries that order; ``attempt`` to the
-    Nth invocation of ``function`` for the order; ``seconds`` is how long a ``delay`` stalls.
+    Nth invocation of ``function`` for the order; ``seconds`` is how long a ``delay`` stalls, or how
+    long a ``late_write`` is held at most. A ``late_write`` lands when the invocation of
+    ``lands_after`` (a function's logical id) for the same order ends, and dies as ``dies_as``.
     """
 
     function: str
@@ -139,6 +206,8 @@ class Fault:
     order_id: str | None = None
     attempt: int | None = None
     seconds: float = 0.0
+    lands_after: str | None = None
+    dies_as: str = "die"
     fired: int = 0
 
     def __post_init__(self) -> None:
@@ -154,6 +223,12 @@ class Fault:
             raise ValueError(f"{self.kind} is an AWS call failing: only at 'before:<service>.<Operation>'")
         if self.kind == "delay" and self.seconds <= 0:
             raise ValueError("a delay needs seconds > 0")
+        if self.kind in SEND_KINDS and not self.point.startswith("after:"):
+            raise ValueError(f"{self.kind} is a request that was sent: only at 'after:<call>'")
+        if self.kind == "late_write" and self.point.partition(":")[2] not in WRITE_CALLS:
+            raise ValueError(f"late_write needs a write; one of {sorted(WRITE_CALLS)}")
+        if self.dies_as not in DEATHS:
+            raise ValueError(f"dies_as must be one of {sorted(DEATHS)}")
         if self.kind == "stop" and self.function == START_FUNCTION:
             raise ValueError("the start function runs before any execution exists: nothing to stop")
         if self.times < 1 or (self.attempt is not None and self.attempt < 1):
@@ -170,6 +245,9 @@ class Fault:
 
     def __str__(self) -> str:
         what = f"{self.kind} {self.seconds:g}s" if self.kind == "delay" else self.kind
+        if self.kind == "late_write":
+            lands = f"after {self.lands_after} ends" if self.lands_after else f"{self._held():g}s later"
+            what = f"late_write (dies as {ERROR_TYPES[self.dies_as]}, lands {lands})"
         where = [f"order {self.order_id}"] if self.order_id else []
         if self.attempt is not None:
             where.append(f"invocation #{self.attempt}")
@@ -177,6 +255,9 @@ class Fault:
             where.append(f"x{self.times}")
         suffix = f" ({', '.join(where)})" if where else ""
         return f"{self.function}: {what} at {self.point}{suffix}"
+
+    def _held(self) -> float:
+        return self.seconds or LATE_WRITE_SECONDS
 
 
 class InvocationKilled(BaseException):
@@ -228,6 +309,8 @@ class FaultPlan:
     """
 
     faults: list[Fault] = field(default_factory=list)
+    #: Requests of ``late_write`` faults, held until they land.
+    late: LateWrites = field(default_factory=lambda: LateWrites())
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _invocations: Counter[tuple[str, str | None]] = field(default_factory=Counter)
 
@@ -241,7 +324,9 @@ class FaultPlan:
             self.faults.extend(faults)
 
     def clear(self) -> None:
-        """Forget every fault and every invocation count (between two runs on one stack)."""
+        """Forget every fault and every invocation count (between two runs on one stack), once every
+        late write still held has landed."""
+        self.late.land_all()
         with self._lock:
             self.faults.clear()
             self._invocations.clear()
@@ -253,12 +338,26 @@ class FaultPlan:
             return self._invocations[(function, order_id)]
 
     def take(
-        self, function: str, point: str, order_id: str | None, invocation: int | None = None
+        self,
+        function: str,
+        point: str,
+        order_id: str | None,
+        invocation: int | None = None,
+        *,
+        send: bool = False,
     ) -> Fault | None:
-        """The fault to fire here, if any (and count it as fired)."""
+        """The fault to fire here, if any (and count it as fired).
+
+        ``send`` picks the kinds that fire at a call's HTTP request (:data:`SEND_KINDS`), otherwise
+        the others: one ``after:`` point is taken twice, at the send and after the call.
+        """
         with self._lock:
             for fault in self.faults:
-                if fault.fired < fault.times and fault.matches(function, point, order_id, invocation):
+                if (
+                    fault.fired < fault.times
+                    and (fault.kind in SEND_KINDS) == send
+                    and fault.matches(function, point, order_id, invocation)
+                ):
                     fault.fired += 1
                     return fault
         return None
@@ -302,6 +401,219 @@ class FaultPlan:
             for fault in self.faults:
                 counts[fault.kind] += fault.fired
             return {kind: n for kind, n in sorted(counts.items()) if n}
+
+
+# -- the request itself: lost answers and late writes -----------------------------------------
+
+_thread = threading.local()
+
+
+def lost_answer_error(url: str) -> Exception:
+    """What botocore raises when a request was sent and its answer never came: a read timeout.
+
+    Botocore's standard retry mode treats it as transient and sends the identical request again
+    (same body, re-signed): that resend is the point of the fault. Its backoff sleep (up to a
+    second of jitter) is skipped for this one retry, see :func:`install_retry_sleep_skip`.
+    """
+    from botocore.exceptions import ReadTimeoutError
+
+    _thread.skip_retry_sleep = True
+    return ReadTimeoutError(endpoint_url=url)
+
+
+class _RetrySleep:
+    """Stands in for ``time`` in ``botocore.endpoint``, whose only use of it is the retry sleep."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def sleep(self, seconds: float) -> None:
+        if getattr(_thread, "skip_retry_sleep", False):
+            _thread.skip_retry_sleep = False
+            return
+        self._real.sleep(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def install_retry_sleep_skip() -> None:
+    """Let a ``lost_answer``'s retry go without botocore's jittered backoff (once per process)."""
+    from botocore import endpoint
+
+    module: Any = endpoint
+    if not isinstance(module.time, _RetrySleep):
+        module.time = _RetrySleep(module.time)
+
+
+def apply_request(request: Any) -> None:
+    """Let a botocore request reach the service: moto's in-process stubber when it is on (the
+    in-process runtime), else the request's endpoint over HTTP (a worker and its moto server)."""
+    from moto.core.models import botocore_stubber
+
+    if botocore_stubber.enabled and botocore_stubber(event_name="before-send", request=request) is not None:
+        return
+    from botocore.httpsession import URLLib3Session
+
+    session = URLLib3Session()
+    try:
+        _ = session.send(request).content
+    finally:
+        session.close()
+
+
+@dataclass
+class _Held:
+    apply: Callable[[], Any]
+    what: str
+    order_id: str | None
+    lands_after: str | None
+    landed: bool = False
+
+
+class LateWrites:
+    """Requests sent by an invocation that died before the answer, landing later (``late_write``).
+
+    A held request lands once: when an invocation of its ``lands_after`` function for the same
+    order ends (:meth:`invocation_ended`), when its timer runs out, or on :meth:`land_all`
+    (before a run is judged, so that no write is still in the air).
+    """
+
+    def __init__(self) -> None:
+        self._held: list[_Held] = []
+        self._lock = threading.Condition()
+        self._landing = 0
+        self.landed: list[str] = []
+        self.failed: list[str] = []
+        #: (what, time.monotonic()) of every landing, in order.
+        self.landings: list[tuple[str, float]] = []
+
+    def hold(
+        self,
+        apply: Callable[[], Any],
+        *,
+        what: str,
+        order_id: str | None,
+        lands_after: str | None,
+        seconds: float,
+    ) -> None:
+        held = _Held(apply, what, order_id, lands_after)
+        with self._lock:
+            self._held.append(held)
+        timer = threading.Timer(seconds, self._land, args=(held,))
+        timer.daemon = True
+        timer.start()
+
+    def invocation_ended(self, function: str, order_id: str | None) -> None:
+        """Land the writes waiting for this invocation (the state machine has moved on)."""
+        with self._lock:
+            due = [h for h in self._held if h.lands_after == function and h.order_id == order_id]
+        for held in due:
+            self._land(held)
+
+    def land_all(self) -> None:
+        """Land every write still held, and wait for those landing right now."""
+        with self._lock:
+            held = list(self._held)
+        for each in held:
+            self._land(each)
+        with self._lock:
+            self._lock.wait_for(lambda: self._landing == 0, timeout=30)
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    def _land(self, held: _Held) -> None:
+        with self._lock:
+            if held.landed:
+                return
+            held.landed = True
+            self._held.remove(held)
+            self._landing += 1
+        landed_at = time.monotonic()
+        try:
+            held.apply()
+            outcome = self.landed
+        except Exception:  # noqa: BLE001 - a late write may fail (the service refuses it): counted
+            outcome = self.failed
+        with self._lock:
+            outcome.append(held.what)
+            self.landings.append((held.what, landed_at))
+            self._landing -= 1
+            self._lock.notify_all()
+
+
+# -- what reached the provider -----------------------------------------------------------------
+
+
+@dataclass
+class ChargeRequest:
+    """One charge the saga sent to the provider, and what came back (``declined``, ``charged``...)."""
+
+    sent: int  # sequence number when sent
+    order_id: str
+    payment_attempt: str
+    idempotency_key: str
+    token: str | None  # the execution that sent it
+    answered: int | None = None  # sequence number when the answer came back
+    outcome: str = "no answer"
+
+
+class ChargeRequests:
+    """Every charge request the handlers sent, in order (recorded by the runtime around the SDK)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clock = 0
+        self.requests: list[ChargeRequest] = []
+
+    def sent(self, order_id: str, payment_attempt: str, key: str, token: str | None) -> ChargeRequest:
+        with self._lock:
+            self._clock += 1
+            request = ChargeRequest(self._clock, order_id, payment_attempt, key, token)
+            self.requests.append(request)
+            return request
+
+    def answered(self, request: ChargeRequest, outcome: str) -> None:
+        with self._lock:
+            self._clock += 1
+            request.answered, request.outcome = self._clock, outcome
+
+    def clear(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+
+def declined_attempts_sent_again(requests: Iterable[ChargeRequest]) -> list[str]:
+    """Charges sent for a payment attempt the provider had already declined (``(orderId,
+    paymentAttempt)``), by another execution or under another idempotency key.
+
+    The same execution resending the same key (its Charge step retried after the decline's answer
+    was lost) replays the decline and is not counted: the customer was told nothing yet.
+    """
+    problems: list[str] = []
+    declined: dict[tuple[str, str], ChargeRequest] = {}
+    events = sorted(
+        [(r.sent, "sent", r) for r in requests]
+        + [(r.answered, "answered", r) for r in requests if r.answered is not None]
+    )
+    for _, what, request in events:
+        pair = (request.order_id, request.payment_attempt)
+        if what == "answered":
+            if request.outcome == "declined":
+                declined.setdefault(pair, request)
+            continue
+        first = declined.get(pair)
+        if first is not None and (
+            first.token != request.token or first.idempotency_key != request.idempotency_key
+        ):
+            problems.append(
+                f"declined attempt sent again: {request.order_id} paymentAttempt"
+                f" {request.payment_attempt!r} was declined under {first.idempotency_key} and sent"
+                f" again under {request.idempotency_key}"
+            )
+    return problems
 
 
 # -- SQS redelivery ---------------------------------------------------------------------------

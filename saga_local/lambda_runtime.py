@@ -12,6 +12,7 @@ from the same hooks; :mod:`saga_local.faults` describes every kind.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import importlib
 import json
@@ -28,13 +29,25 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from saga_local.faults import CALL_KINDS, ERROR_TYPES, FATAL_KINDS, FaultPlan, InvocationKilled, call_error
+from saga_local.faults import (
+    CALL_KINDS,
+    ERROR_TYPES,
+    FATAL_KINDS,
+    LATE_WRITE_SECONDS,
+    ChargeRequests,
+    FaultPlan,
+    InvocationKilled,
+    apply_request,
+    call_error,
+    install_retry_sleep_skip,
+    lost_answer_error,
+)
 from saga_local.lambda_api import LambdaContext, death_error, lambda_error, order_id_of
 from saga_local.moto_adapter import Invocation, Throttled
 from saga_local.template import ROOT
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
     from saga_local.faults import Fault
@@ -51,6 +64,7 @@ class InvocationRecord:
     order_id: str | None
     duration_ms: float
     error_type: str | None
+    ended_at: float = 0.0  # time.monotonic() when it ended
 
 
 class _Current(threading.local):
@@ -59,6 +73,8 @@ class _Current(threading.local):
     invocation: int | None = None  # the Nth invocation of this function for this order
     token: str | None = None  # the invoking execution (claim token), for ``stop`` faults
     deadline: float = 0.0  # monotonic time at which Lambda would end this invocation
+    call: str | None = None  # the AWS or provider call being made ("dynamodb.UpdateItem")
+    sends: int = 0  # HTTP requests of that call so far (botocore's retries resend)
 
 
 class InProcessRuntime:
@@ -77,6 +93,10 @@ class InProcessRuntime:
         self.records: list[InvocationRecord] = []
         #: AWS and provider calls made by handlers: (function logical id, call name) -> count.
         self.calls: Counter[tuple[str, str]] = Counter()
+        #: Every charge request the handlers sent, and its answer.
+        self.charge_requests = ChargeRequests()
+        #: HTTP requests the handlers' calls sent, botocore's and the SDK's resends included.
+        self.sends: Counter[tuple[str, str]] = Counter()
         self._records_lock = threading.Lock()
         self._current = _Current()
         self._handlers: dict[str, Callable[[Any, Any], Any]] = {}
@@ -112,19 +132,123 @@ class InProcessRuntime:
         events = boto3._get_default_session().events
         events.register("before-call", _before_call, unique_id="saga-runtime-before")
         events.register("after-call", _after_call, unique_id="saga-runtime-after")
+        # First: ahead of moto's stubber, which answers (and applies) the request in-process.
+        events.register_first("before-send", _before_send, unique_id="saga-runtime-send")
+        install_retry_sleep_skip()
         from payment_saga.payments import StripeProvider
 
         if not getattr(StripeProvider.charge, "__saga_hooked__", False):
             original = StripeProvider.charge
 
-            def charge(provider: Any, *args: Any, **kwargs: Any) -> Any:
-                _point("before:provider.charge")
-                result = original(provider, *args, **kwargs)
-                _point("after:provider.charge")
-                return result
+            def charge(provider: Any, order: Any, *args: Any, **kwargs: Any) -> Any:
+                if _ACTIVE is None:
+                    return original(provider, order, *args, **kwargs)
+                return _ACTIVE.charge(original, provider, order, *args, **kwargs)
 
             charge.__saga_hooked__ = True  # type: ignore[attr-defined]
             StripeProvider.charge = charge  # type: ignore[method-assign,assignment]
+        import stripe
+
+        if not getattr(stripe.RequestsClient.request, "__saga_hooked__", False):
+            send = stripe.RequestsClient.request
+
+            def request(client: Any, method: str, url: str, headers: Any, post_data: Any = None) -> Any:
+                def again() -> Any:
+                    return send(client, method, url, headers, post_data)
+
+                if _ACTIVE is None:
+                    return again()
+                return _ACTIVE.provider_send(again, method, url)
+
+            request.__saga_hooked__ = True  # type: ignore[attr-defined]
+            stripe.RequestsClient.request = request  # type: ignore[method-assign,assignment]
+
+    def charge(self, original: Any, provider: Any, order: Any, *args: Any, **kwargs: Any) -> Any:
+        """``StripeProvider.charge``, with its fault points, recorded in :attr:`charge_requests`."""
+        current = self._current
+        self.point("before:provider.charge")
+        sent = self.charge_requests.sent(
+            order.order_id, order.payment_attempt, str(kwargs.get("idempotency_key")), current.token
+        )
+        current.call, current.sends = "provider.charge", 0
+        try:
+            result = original(provider, order, *args, **kwargs)
+        except BaseException as exc:
+            self.charge_requests.answered(sent, _charge_outcome(exc))
+            raise
+        finally:
+            current.call = None
+        self.charge_requests.answered(sent, "charged")
+        self.point("after:provider.charge")
+        return result
+
+    def provider_send(self, send: Callable[[], Any], method: str, url: str) -> Any:
+        """One HTTP request of the Stripe SDK; a charge's create may lose its answer or land late."""
+        current = self._current
+        if current.function is None or current.call != "provider.charge" or method.lower() != "post":
+            return send()
+        self._count_send("provider.charge")
+        current.sends += 1
+        if current.sends > 1:
+            return send()
+        fault = self.faults.take(
+            current.function, "after:provider.charge", current.order_id, current.invocation, send=True
+        )
+        if fault is None:
+            return send()
+        if fault.kind == "lost_answer":
+            send()  # applied; its answer is lost (the connection was reset before it came back)
+            self._count_send("provider.charge")
+            return send()  # the same request, the same Idempotency-Key, sent again
+        self._hold(send, fault, f"provider charge {url}")
+        raise InvocationKilled(fault.dies_as, "after:provider.charge")
+
+    def on_send(self, call: str, request: Any) -> None:
+        """Botocore is about to send a request of the current call (its first, or a retry)."""
+        current = self._current
+        if current.function is None:
+            return
+        self._count_send(call)
+        current.sends += 1
+        if current.sends > 1:
+            return  # botocore's own resend: the fault fired on the first one
+        fault = self.faults.take(
+            current.function, "after:" + call, current.order_id, current.invocation, send=True
+        )
+        if fault is None:
+            return
+        if fault.kind == "lost_answer":
+            apply_request(request)
+            raise lost_answer_error(request.url)
+        self._hold(lambda: apply_request(request), fault, call)
+        raise InvocationKilled(fault.dies_as, "after:" + call)
+
+    def _count_send(self, call: str) -> None:
+        with self._records_lock:
+            self.sends[(str(self._current.function), call)] += 1
+
+    @contextlib.contextmanager
+    def acting_as(self, function: str, order_id: str | None = None) -> Iterator[None]:
+        """Make the block's AWS calls as an invocation of ``function`` would: counted, and hit by
+        the faults aimed at it (to exercise a fault on a call no handler makes here)."""
+        current = self._current
+        current.function, current.order_id = function, order_id
+        current.invocation = self.faults.begin(function, order_id)
+        try:
+            yield
+        finally:
+            current.function = current.order_id = current.call = None
+            current.invocation = None
+
+    def _hold(self, apply: Callable[[], Any], fault: Fault, what: str) -> None:
+        current = self._current
+        self.faults.late.hold(
+            apply,
+            what=f"{current.function} {what} (order {current.order_id})",
+            order_id=current.order_id,
+            lands_after=fault.lands_after,
+            seconds=fault.seconds or LATE_WRITE_SECONDS,
+        )
 
     def observe(self, call: str) -> None:
         if self._current.function is not None:
@@ -208,13 +332,18 @@ class InProcessRuntime:
             trace = traceback.format_exception(exc)
             return Invocation(lambda_error(error_type, str(exc), trace), "Unhandled")
         finally:
-            current.function = current.order_id = current.token = None
+            current.function = current.order_id = current.token = current.call = None
             current.invocation = None
             record = InvocationRecord(
-                spec.logical_id, order_id, (time.perf_counter() - started) * 1000, error_type
+                spec.logical_id,
+                order_id,
+                (time.perf_counter() - started) * 1000,
+                error_type,
+                time.monotonic(),
             )
             with self._records_lock:
                 self.records.append(record)
+            self.faults.late.invocation_ended(spec.logical_id, order_id)
 
 
 _ACTIVE: InProcessRuntime | None = None
@@ -226,7 +355,21 @@ def _point(point: str, model: Any = None) -> None:
 
 
 def _before_call(event_name: str, model: Any = None, **_: Any) -> None:
+    if _ACTIVE is not None:
+        current = _ACTIVE._current
+        current.call, current.sends = _call_name(event_name), 0
     _point("before:" + _call_name(event_name), model)
+
+
+def _before_send(event_name: str, request: Any = None, **_: Any) -> None:
+    if _ACTIVE is not None:
+        _ACTIVE.on_send(_call_name(event_name), request)
+
+
+def _charge_outcome(exc: BaseException) -> str:
+    """How a charge request ended, by the error the provider client raised."""
+    name = type(exc).__name__
+    return {"PaymentDeclined": "declined", "InvocationKilled": "no answer"}.get(name, name)
 
 
 def _after_call(event_name: str, **_: Any) -> None:
@@ -407,7 +550,11 @@ class WorkerRuntime:
             "payload": payload.decode(),
             "function_name": function_name,
             "timeout": spec.timeout,
-            "fault": {"point": armed.point, "kind": armed.kind, "seconds": armed.seconds} if armed else None,
+            "fault": (
+                {"point": armed.point, "kind": armed.kind, "seconds": armed.seconds, "dies_as": armed.dies_as}
+                if armed
+                else None
+            ),
         }
         try:
             os.write(worker.requests, json.dumps(request).encode() + b"\n")
@@ -431,20 +578,46 @@ class WorkerRuntime:
                 kind = "die"
             self._record(spec, order_id, started, ERROR_TYPES[kind])
             return Invocation(death_error(kind, spec.timeout), "Unhandled")
-        self._release(function_name, worker)
         response = json.loads(line)
+        if "late" in response and armed is not None:
+            # The worker sent a write and died before its answer: the write lands later.
+            self._hold_late(response["late"], armed, spec.logical_id, order_id)
+            worker.kill()
+            self._release(function_name, None)
+            kind = response["late"]["dies_as"]
+            self._record(spec, order_id, started, ERROR_TYPES[kind])
+            self.faults.late.invocation_ended(spec.logical_id, order_id)
+            return Invocation(death_error(kind, spec.timeout), "Unhandled")
+        self._release(function_name, worker)
         if armed is not None and not response.get("fired"):
             self.faults.refund(armed)  # it answered without reaching the fault's point
         with self._lock:
             for call, n in response.get("calls", {}).items():
                 self.calls[(spec.logical_id, call)] += n
         self._record(spec, order_id, started, response["error"])
+        self.faults.late.invocation_ended(spec.logical_id, order_id)
         if response["error"]:
             return Invocation(response["payload"].encode(), "Unhandled")
         return Invocation(response["payload"].encode())
 
+    def _hold_late(self, late: dict[str, Any], fault: Fault, function: str, order_id: str | None) -> None:
+        def send() -> None:
+            import urllib3
+
+            body = base64.b64decode(late["body"])
+            urllib3.PoolManager().request(late["method"], late["url"], body=body, headers=late["headers"])
+
+        self.faults.late.hold(
+            send,
+            what=f"{function} {late['what']} (order {order_id})",
+            order_id=order_id,
+            lands_after=fault.lands_after,
+            seconds=fault.seconds or LATE_WRITE_SECONDS,
+        )
+
     def _record(self, spec: FunctionSpec, order_id: str | None, started: float, error: str | None) -> None:
-        record = InvocationRecord(spec.logical_id, order_id, (time.perf_counter() - started) * 1000, error)
+        duration = (time.perf_counter() - started) * 1000
+        record = InvocationRecord(spec.logical_id, order_id, duration, error, time.monotonic())
         with self._lock:
             self.records.append(record)
 

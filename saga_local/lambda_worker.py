@@ -10,11 +10,15 @@ until the parent kills it at the function's timeout, ``oom`` allocates until the
 limit (the function's memory size over what the runtime already uses) raises MemoryError.
 ``throttle_call`` / ``error_call`` raise the AWS SDK's error from the call, ``delay`` sleeps (past
 the function's timeout the parent kills it, as Lambda would), ``stop`` stops the invoking
-execution and goes on (see :mod:`saga_local.faults`).
+execution and goes on (see :mod:`saga_local.faults`). ``lost_answer`` sends the request to the
+moto server, drops its answer and lets botocore send it again (or, for the provider, sends the
+create twice with one ``Idempotency-Key``); ``late_write`` hands the unsent request to the parent,
+which holds it and sends it later, and dies.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import resource
@@ -32,11 +36,18 @@ _armed: dict[str, Any] | None = None
 _token: str | None = None
 #: True while the worker makes its own AWS call (``stop``), which the hooks must ignore.
 _own_call = False
+#: HTTP requests of the call being made (botocore's retries resend; faults fire on the first).
+_sends = 0
+#: Where responses go (the parent), for a ``late_write`` handing over its request.
+_response_fd = -1
+_SEND_KINDS = frozenset({"lost_answer", "late_write"})
 
 
 def _fire(point: str, model: Any = None) -> None:
     global _armed
     if _armed is None or _armed["point"] != point:
+        return
+    if fault_kind_is_send():
         return
     fault, _armed = _armed, None
     kind = fault["kind"]
@@ -55,6 +66,35 @@ def _fire(point: str, model: Any = None) -> None:
         time.sleep(float(fault.get("seconds") or 0))  # past the timeout, the parent kills us
     if kind == "stop" and _token:
         _stop_execution(_token)
+
+
+def fault_kind_is_send() -> bool:
+    return _armed is not None and _armed["kind"] in _SEND_KINDS
+
+
+def _fire_send(point: str, method: str, url: str, headers: dict[str, Any], body: bytes) -> bool:
+    """A request of ``point``'s call is about to go out for the first time: fire a send fault.
+
+    Returns True for a ``lost_answer`` (the caller sends the request, drops the answer and lets it
+    be sent again); a ``late_write`` hands the request to the parent and dies here.
+    """
+    global _armed, _sends
+    _sends += 1
+    if _sends > 1 or _armed is None or _armed["point"] != point or not fault_kind_is_send():
+        return False
+    fault, _armed = _armed, None
+    if fault["kind"] == "lost_answer":
+        return True
+    late = {
+        "method": method,
+        "url": url,
+        "headers": {k: v.decode() if isinstance(v, bytes) else str(v) for k, v in headers.items()},
+        "body": base64.b64encode(body).decode(),
+        "what": point.partition(":")[2],
+        "dies_as": fault.get("dies_as") or "die",
+    }
+    os.write(_response_fd, json.dumps({"late": late}).encode() + b"\n")
+    os._exit(EXIT_DIED)
 
 
 def _stop_execution(execution_arn: str) -> None:
@@ -91,9 +131,13 @@ def _limit_memory(memory_mb: int) -> None:
 def _install_hooks(calls: dict[str, int]) -> None:
     import boto3
 
+    from saga_local.faults import apply_request, install_retry_sleep_skip, lost_answer_error
+
     def before(event_name: str, model: Any = None, **_: Any) -> None:
+        global _sends
         if _own_call:
             return
+        _sends = 0
         _fire("before:" + event_name.split(".", 1)[1], model)
 
     def after(event_name: str, **_: Any) -> None:
@@ -103,20 +147,52 @@ def _install_hooks(calls: dict[str, int]) -> None:
         calls[name] = calls.get(name, 0) + 1
         _fire("after:" + name)
 
+    def send(event_name: str, request: Any = None, **_: Any) -> None:
+        if _own_call or request is None:
+            return
+        body = request.body if isinstance(request.body, bytes) else (request.body or "").encode()
+        point = "after:" + event_name.split(".", 1)[1]
+        if _fire_send(point, request.method, request.url, dict(request.headers), body):
+            apply_request(request)
+            raise lost_answer_error(request.url)
+
     events = boto3._get_default_session().events
     events.register("before-call", before)
     events.register("after-call", after)
+    events.register_first("before-send", send)
+    install_retry_sleep_skip()
+    _install_provider_hooks()
+
+
+def _install_provider_hooks() -> None:
+    import stripe
+
     from payment_saga.payments import StripeProvider
 
     original = StripeProvider.charge
 
     def charge(provider: Any, *args: Any, **kwargs: Any) -> Any:
+        global _sends
         _fire("before:provider.charge")
-        result = original(provider, *args, **kwargs)
+        _sends = 0
+        try:
+            result = original(provider, *args, **kwargs)
+        finally:
+            _sends = -1_000_000  # no more charge requests until the next charge
         _fire("after:provider.charge")
         return result
 
     StripeProvider.charge = charge  # type: ignore[method-assign,assignment]
+    request = stripe.RequestsClient.request
+
+    def send(client: Any, method: str, url: str, headers: Any, post_data: Any = None) -> Any:
+        if method.lower() == "post" and _sends >= 0:
+            body = (post_data or "").encode() if isinstance(post_data, str) else (post_data or b"")
+            if _fire_send("after:provider.charge", method.upper(), url, dict(headers or {}), body):
+                request(client, method, url, headers, post_data)  # applied, its answer lost
+        return request(client, method, url, headers, post_data)
+
+    stripe.RequestsClient.request = send  # type: ignore[method-assign,assignment]
 
 
 def _read_line(fd: int, buffer: bytearray) -> bytes | None:
@@ -131,8 +207,9 @@ def _read_line(fd: int, buffer: bytearray) -> bytes | None:
 
 
 def main() -> None:
-    global _armed, _token
+    global _armed, _token, _response_fd
     request_fd, response_fd = int(sys.argv[1]), int(sys.argv[2])
+    _response_fd = response_fd
     functions_dir, handler_path, memory_mb = sys.argv[3], sys.argv[4], int(sys.argv[5])
     sys.path.insert(0, functions_dir)
     calls: dict[str, int] = {}

@@ -236,7 +236,7 @@ def test_execution_stopped_after_the_charge_leaves_a_claim_the_sweeper_completes
     assert "Mark Complete" not in result.path
     assert saga.driver.claim("ORDER-003")["status"] == "CLAIMED"  # type: ignore[index]
     assert saga.charges("ORDER-003") == 1
-    assert duplicate.output == {"orderId": "ORDER-003", "status": "DUPLICATE", "holderStatus": "CLAIMED"}
+    assert (duplicate.outcome, duplicate.holder_status) == ("DUPLICATE", "CLAIMED")
     sweep(saga)
     claim = saga.driver.claim("ORDER-003")
     assert claim is not None
@@ -267,7 +267,7 @@ def test_execution_stopped_after_the_claim_leaves_a_claim_the_sweeper_releases(s
 # -- the same kinds in worker processes (the local stack's runtime) ----------------------------
 
 
-def test_call_errors_delays_and_stops_fire_in_worker_processes_too() -> None:
+def test_call_errors_delays_stops_lost_answers_and_late_writes_fire_in_worker_processes_too() -> None:
     from saga_local.embedded import EmbeddedStack
 
     plan = FaultPlan(
@@ -278,24 +278,50 @@ def test_call_errors_delays_and_stops_fire_in_worker_processes_too() -> None:
             ),
             Fault("ChargePaymentFunction", "before:provider.charge", "delay", seconds=0.5, order_id="W-2"),
             Fault("ChargePaymentFunction", "after:provider.charge", "stop", order_id="W-3"),
+            Fault("ClaimOrderFunction", "after:dynamodb.UpdateItem", "lost_answer", order_id="W-4"),
+            Fault("ChargePaymentFunction", "after:provider.charge", "lost_answer", order_id="W-4"),
+            Fault(
+                "MarkCompleteFunction", "after:dynamodb.UpdateItem", "late_write", order_id="W-5", seconds=0.2
+            ),
         ]
     )
+    ids = [f"W-{i}" for i in range(1, 6)]
     with EmbeddedStack(runtime="workers", faults=plan, max_workers=1) as stack:
-        arns = [stack.driver.start(order(f"W-{i}"), name=f"w{i}") for i in (1, 2, 3)]
+        arns = [stack.driver.start(order(order_id), name=order_id.lower()) for order_id in ids]
         results = [stack.driver.wait(arn, timeout=120) for arn in arns]
-        claims = [stack.driver.claim(f"W-{i}") or {} for i in (1, 2, 3)]
-        charges = [len(stack.provider.charges_for(f"W-{i}")) for i in (1, 2, 3)]
+        plan.late.land_all()
+        claims = [stack.driver.claim(order_id) or {} for order_id in ids]
+        charges = [len(stack.provider.charges_for(order_id)) for order_id in ids]
+        intents = len(stack.provider.payment_intents("W-4"))
         errors = {(r.function, r.order_id, r.error_type) for r in stack.runtime.records if r.error_type}
         [slow] = [
             r for r in stack.runtime.records if r.function == "ChargePaymentFunction" and r.order_id == "W-2"
         ]
 
-    assert [r.status for r in results] == ["SUCCEEDED", "SUCCEEDED", "ABORTED"]
-    assert [c.get("status") for c in claims] == ["COMPLETED", "COMPLETED", "CLAIMED"]
-    assert charges == [1, 1, 1]
+    assert [r.status for r in results] == ["SUCCEEDED", "SUCCEEDED", "ABORTED", "SUCCEEDED", "SUCCEEDED"]
+    assert [c.get("status") for c in claims] == [
+        "COMPLETED",
+        "COMPLETED",
+        "CLAIMED",
+        "COMPLETED",
+        "COMPLETED",
+    ]
+    assert charges == [1, 1, 1, 1, 1]
+    assert intents == 1  # W-4's resent create was replayed under its idempotency key
+    # W-4's lost answers were absorbed by the resends; W-5's killed Mark Complete was retried.
     assert errors == {
         ("ClaimOrderFunction", "W-1", "ProvisionedThroughputExceededException"),
         ("MarkCompleteFunction", "W-1", "InternalServerError"),
+        ("MarkCompleteFunction", "W-5", "Runtime.ExitError"),
     }
     assert slow.duration_ms >= 500
-    assert plan.fired_by_kind() == {"delay": 1, "error_call": 1, "stop": 1, "throttle_call": 1}
+    assert plan.fired_by_kind() == {
+        "delay": 1,
+        "error_call": 1,
+        "late_write": 1,
+        "lost_answer": 2,
+        "stop": 1,
+        "throttle_call": 1,
+    }
+    assert len(plan.late.landings) == 1  # the parent held W-5's write and sent it later
+    assert plan.late.failed == []

@@ -56,3 +56,31 @@ def test_the_engine_makes_clients_with_boto3_client_and_parses_jsonpath_with_par
 def test_sqs_retention_check_computes_queue_attributes() -> None:
     source = inspect.getsource(SQSBackend.is_message_valid_based_on_retention_period)
     assert 'get_queue_attributes(\n            queue_name, ["MessageRetentionPeriod"]' in source
+
+
+# -- what saga_local.faults relies on for ``lost_answer`` and ``late_write`` -----------------------
+
+
+def test_moto_answers_requests_from_a_before_send_handler_we_can_call_ourselves() -> None:
+    # apply_request hands a held or lost request to moto's stubber directly.
+    from moto.core.botocore_stubber import BotocoreStubber
+    from moto.core.models import botocore_stubber
+
+    assert isinstance(botocore_stubber, BotocoreStubber)
+    assert list(inspect.signature(BotocoreStubber.__call__).parameters)[:3] == [
+        "self",
+        "event_name",
+        "request",
+    ]
+
+
+def test_botocore_resends_after_a_read_timeout_and_sleeps_with_its_endpoint_modules_time() -> None:
+    from botocore import endpoint
+    from botocore.exceptions import ReadTimeoutError
+    from botocore.retries.standard import TransientRetryableChecker
+
+    # A handler's exception at before-send is the send's failure, then needs-retry decides.
+    assert "except Exception as e:" in inspect.getsource(endpoint.Endpoint._do_get_response)
+    assert issubclass(ReadTimeoutError, TransientRetryableChecker._TRANSIENT_EXCEPTION_CLS)
+    # install_retry_sleep_skip replaces this module's ``time`` for the fault's one retry.
+    assert "time.sleep(handler_response)" in inspect.getsource(endpoint.Endpoint._needs_retry)
