@@ -1,4 +1,5 @@
-"""The three field reports in ../shared/seeds/, replayed through SQS, the start Lambda and the real ASL."""
+"""The three field reports of docs/field-reports.md (000, 001, 003), replayed through SQS, the start
+Lambda and the real ASL."""
 
 from __future__ import annotations
 
