@@ -2,7 +2,7 @@
 
 The same domain function the scheduled Lambda runs (``payment_saga.reconcile.reconcile``), so what
 an operator sees in a dry run is what the sweeper would do. Dry run by default; ``apply=True``
-writes. It never charges: it only searches the provider.
+writes. It never charges: it only searches and lists the provider's PaymentIntents.
 
 Against a deployed stack (``reconcile_deployed``) it runs with the caller's credentials, which need
 what the sweeper's role has: ``dynamodb:Query`` on the claims table's ``OpenClaimsByLease`` index,
@@ -120,10 +120,14 @@ def render(report: ReconcileReport) -> str:
     verb = "" if report.apply else "would be "
     lines = [
         f"stale claims at {iso_utc(report.now)} ({'applied' if report.apply else 'dry run: nothing written'},"
-        f" search trusted {report.search_grace_seconds} s after a lease ends)"
+        f" released only on the provider's list, {report.search_grace_seconds} s after a lease ends)"
     ]
     for decision in report.decisions:
         charge = f" {decision.charge_id}" if decision.charge_id else ""
+        if decision.release_reason is not None:
+            charge += f" ({decision.release_reason.value})"
+        if decision.extra_charge_ids:
+            charge += f" DUPLICATE CHARGES: {', '.join(decision.extra_charge_ids)}"
         outcome = decision.outcome.value
         shown = f"{verb}{outcome}" if outcome in ("completed", "released") else outcome
         lines.append(
