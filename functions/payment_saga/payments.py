@@ -19,7 +19,7 @@ required`` because we confirm ``off_session``)
 400/404 ``invalid_request_error`` with no PaymentIntent      :class:`ChargeNotAttempted`
 (parameter validation, or a saved 400 from execution)
 400 ``idempotency_error`` (key reused, other parameters)     :class:`PaymentOutcomeUnknown`
-429 ``rate_limit`` / ``lock_timeout``                         :class:`PaymentOutcomeUnknown`
+429 ``rate_limit`` / ``lock_timeout``                       :class:`PaymentOutcomeUnknown`
 400 carrying a PaymentIntent, 409 (same key in flight),      :class:`PaymentOutcomeUnknown`
 5xx, connection errors, timeouts, ``processing``,
 ``requires_capture``, anything unexpected
