@@ -122,6 +122,15 @@ chaos: install ## 1,000 orders x 4 deliveries, random faults at every step, then
 property-long: install ## The property-based test with 500 examples (SAGA_PROPERTY_EXAMPLES; 25 in make test)
 	SAGA_PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) $(BIN)/python -m pytest tests/local/test_properties.py -q
 
+# Deliberate bugs in the code that decides money (scripts/mutants/catalogue/), each run against the
+# tests meant to notice it, on a copy of the tree. Fails unless every mutant is killed or is declared
+# equivalent with its reason. MUTANTS=<globs> runs some; MUTANT_JOBS=2 runs two at once.
+.PHONY: mutants
+MUTANTS ?=
+MUTANT_JOBS ?= 1
+mutants: install ## Mutation testing of claims, payments, the handlers and the ASL: the kill rate
+	$(BIN)/python scripts/mutants/run.py --jobs $(MUTANT_JOBS) $(if $(MUTANTS),--only '$(MUTANTS)')
+
 # Best effort: a browser test skips itself without chromium, so a failed install must not fail CI.
 chromium: ## Install Debian's chromium when missing (only with CI=true, as root; never fails)
 	@if command -v chromium >/dev/null 2>&1; then \

@@ -1,0 +1,222 @@
+"""claims.py: the conditional writes that admit a charge, and what a lost write's returned row means.
+
+A wrong condition here lets a second execution charge (a takeover too early, a declined attempt
+claimed again, a fenced execution's late write landing), or leaves an order no one can charge."""
+
+from __future__ import annotations
+
+from model import Catalogue
+
+PROTOCOL = "tests/functional/test_claim_protocol.py"
+CLAIMS_TESTS = "tests/functional/test_claims.py"
+HOLES = "tests/statemachine/test_holes.py"
+TAKEOVER = "tests/statemachine/test_takeover.py"
+PATHS = "tests/statemachine/test_paths.py"
+SWEEPER = "tests/functional/test_sweeper.py"
+
+CLAIMS = Catalogue("functions/payment_saga/claims.py", (PROTOCOL, CLAIMS_TESTS, HOLES, TAKEOVER))
+m = CLAIMS
+
+# -- what a lost write's returned row says --
+m.text(
+    "claims-conflict-not-detected",
+    "if holder.fingerprint != order.fingerprint:\n            raise OrderConflict(",
+    "if False:\n            raise OrderConflict(",
+    "the same orderId with another amount is not reported as a conflict",
+)
+m.text(
+    "claims-own-resent-write-is-duplicate",
+    "if holder.held_by(token):\n            # Our own write",
+    "if False:\n            # Our own write",
+    "a claim write sent again after its answer was lost finds its own row and calls it a duplicate",
+)
+m.text(
+    "claims-fence-not-read",
+    "if token in holder.fenced_tokens:\n            raise ClaimLost(",
+    "if False:\n            raise ClaimLost(",
+    "a fenced execution's claim learns it was fenced only by losing every write",
+)
+m.text(
+    "claims-lease-expired-at-its-last-second",
+    "return self.lease_expires_at < now",
+    "return self.lease_expires_at <= now",
+    "a lease counts as run out during its last second (a live holder is taken over)",
+)
+m.text(
+    "claims-takeover-ignores-horizon",
+    "return holder.lease_expired(now) and holder.attempt_started_at > now - self.replay_horizon_seconds",
+    "return holder.lease_expired(now)",
+    "an attempt older than the provider's 24-hour key memory is taken over (its key may be forgotten)",
+)
+m.text(
+    "claims-declined-attempts-forgotten",
+    "return payment_attempt in self.declined_attempts or (",
+    "return False and payment_attempt in self.declined_attempts or (",
+    "only the latest declined payment attempt is remembered (hole 2: an earlier one is charged again)",
+)
+m.text(
+    "claims-reclaim-ignores-decline",
+    "if holder.status is ClaimStatus.RELEASED and not holder.declined(order.payment_attempt):",
+    "if holder.status is ClaimStatus.RELEASED:",
+    "a redelivery of a declined payment attempt tries to claim the order again",
+)
+m.text(
+    "claims-one-write-short",
+    "MAX_CLAIM_WRITES = 4",
+    "MAX_CLAIM_WRITES = 3",
+    "the claim gives up one write short: two lost re-claim races in a row fail the order",
+)
+# -- the writes --
+m.text(
+    "claims-not-fenced-anywhere",
+    '_NOT_FENCED = "NOT contains(fencedTokens, :token)"',
+    '_NOT_FENCED = "NOT contains(fencedTokens, :pa)"',
+    "no claim write checks the fence: a fenced execution's late write lands after the release",
+)
+m.text(
+    "claims-first-claim-takes-anyones-row",
+    'ours_already = "(#status = :claimed AND claimToken = :token AND fingerprint = :fp)"',
+    'ours_already = "(#status = :claimed AND fingerprint = :fp)"',
+    "the first-claim write takes a row CLAIMED by another execution",
+)
+m.text(
+    "claims-first-claim-without-fingerprint",
+    'ours_already = "(#status = :claimed AND claimToken = :token AND fingerprint = :fp)"',
+    'ours_already = "(#status = :claimed AND claimToken = :token)"',
+    "the re-entrant claim write does not check the order's fingerprint",
+    equivalent="the token is the execution id and an execution's input (the order) never changes, "
+    "redrives included, so a row CLAIMED under this token always carries this order's fingerprint",
+)
+m.text(
+    "claims-reentrant-resets-attempt",
+    "attempt = if_not_exists(attempt, :one),",
+    "attempt = :one,",
+    "a retried Claim step after a takeover of attempt 2 resets it to attempt 1 (another key: charged twice)",
+)
+m.text(
+    "claims-reentrant-restores-ownership",
+    "attemptStartedBy = if_not_exists(attemptStartedBy, :token),",
+    "attemptStartedBy = :token,",
+    "a retried Claim step of a takeover makes the taker the attempt's owner (hole 4a)",
+)
+m.text(
+    "claims-takeover-keeps-ownership",
+    '":no_owner": {"S": NO_OWNER},',
+    '":no_owner": {"S": token},',
+    "a takeover makes the taker the attempt's owner: its 401 or failed claim 'proves' nothing was charged",
+)
+m.text(
+    "claims-takeover-of-a-live-lease",
+    'lease_run_out = "leaseExpiresAt < :now"',
+    'lease_run_out = "leaseExpiresAt > :now"',
+    "the takeover write requires a live lease instead of an expired one",
+)
+m.text(
+    "claims-takeover-lease-le",
+    'lease_run_out = "leaseExpiresAt < :now"',
+    'lease_run_out = "leaseExpiresAt <= :now"',
+    "the takeover write accepts a lease in its last second",
+    equivalent="the write is only sent when Claim.lease_expired(now) held for the row it lost to, with "
+    "the same now; the write is fenced on that row's token, attempt and lease, so the row it lands on "
+    "has leaseExpiresAt < now and the <= can never make the difference",
+)
+m.text(
+    "claims-reclaim-any-attempt",
+    'released_at_seen_attempt = "#status = :released AND attempt = :seen"',
+    'released_at_seen_attempt = "#status = :released"',
+    "a re-claim after a release is not fenced on the attempt it saw: racing re-claims reuse an attempt",
+)
+m.text(
+    "claims-reclaim-declined-in-write",
+    '"NOT contains(declinedAttempts, :pa) AND (releaseReason',
+    '"(releaseReason',
+    "the re-claim write only checks the latest decline, not every declined payment attempt",
+)
+m.text(
+    "claims-reclaim-keeps-ttl",
+    '" REMOVE releaseReason, releasedAt, expiresAt"',
+    '" REMOVE releaseReason, releasedAt"',
+    "a re-claimed row keeps its release's TTL: DynamoDB deletes an open claim (hole 3)",
+)
+m.text(
+    "claims-reclaim-same-attempt",
+    '":next": {"N": str(seen_attempt + 1)},',
+    '":next": {"N": str(seen_attempt)},',
+    "a claim after a release keeps the attempt number (the key replays the declined or failed request)",
+)
+# -- the charge's re-check --
+m.text(
+    "claims-check-held-no-margin",
+    "or claim.lease_expires_at < self.now() + margin_seconds",
+    "or claim.lease_expires_at < self.now()",
+    "a charge is sent with seconds left on the lease (the sweeper may decide about it mid-request)",
+    tests=(PROTOCOL, "tests/statemachine/test_gate_edges.py"),
+)
+m.text(
+    "claims-check-held-any-attempt",
+    "or claim.attempt != attempt\n",
+    "\n",
+    "a charge for an attempt the claim no longer is at (a zombie of an attempt since released) is sent",
+    tests=("tests/statemachine/test_gate_edges.py", PROTOCOL, TAKEOVER),
+)
+# -- complete and release --
+m.text(
+    "claims-complete-not-fenced",
+    '"ConditionExpression": "claimToken = :token AND (#status = :claimed"\n'
+    '                " OR (#status = :completed AND chargeId = :charge))",',
+    '"ConditionExpression": "(#status = :claimed"\n'
+    '                " OR (#status = :completed AND chargeId = :charge))",',
+    "an execution that lost its claim still completes it",
+)
+m.text(
+    "claims-release-not-fenced",
+    '"ConditionExpression": "claimToken = :token AND paymentAttempt = :pa AND (#status = :claimed"',
+    '"ConditionExpression": "paymentAttempt = :pa AND (#status = :claimed"',
+    "an execution that lost its claim still releases it (another execution's charge is forgotten)",
+)
+m.text(
+    "claims-decline-not-remembered",
+    "declined = reason is ReleaseReason.DECLINED\n        won, item = self._update(",
+    "declined = False\n        won, item = self._update(",
+    "a declined release does not add the payment attempt to declinedAttempts",
+)
+m.text(
+    "claims-release-log-ignored",
+    'if not won and item and entry in _string_set(item, "releaseLog"):',
+    "if False:",
+    "a release whose answer was lost, then re-claimed by another execution, is taken as lost (hole 4f)",
+)
+m.text(
+    "claims-sweeper-decline-not-remembered",
+    "declined = reason is ReleaseReason.DECLINED\n        return self._resolve_stale(",
+    "declined = False\n        return self._resolve_stale(",
+    "a decline found by the sweeper is not remembered: a redelivery of it reaches the provider",
+    tests=(PROTOCOL, SWEEPER),
+)
+# -- the fence after a failed Claim step --
+m.text(
+    "claims-fence-over-own-claim",
+    '"ConditionExpression": "attribute_exists(orderId) AND NOT"\n'
+    '                    " (#status = :claimed AND claimToken = :token)",',
+    '"ConditionExpression": "attribute_exists(orderId)",',
+    "the fence lands over the execution's own landed claim: it is never released, the order waits",
+    tests=(PROTOCOL, HOLES, PATHS),
+)
+m.text(
+    "claims-fence-no-tombstone",
+    "if old is None:\n                won, old = self._put_tombstone(order, token, now)",
+    "if False:\n                won, old = self._put_tombstone(order, token, now)",
+    "a failed claim that never landed is not fenced by a tombstone: its late write can still land",
+    tests=(PROTOCOL, HOLES, PATHS),
+)
+m.text(
+    "claims-tombstone-resend-not-recognised",
+    'if old is not None and token in _string_set(old, "fencedTokens"):\n'
+    "                return True, None  # our own tombstone",
+    "if False:\n                return True, None  # our own tombstone",
+    "a tombstone put again after its answer was lost does not recognise itself",
+    tests=(PROTOCOL, HOLES),
+    equivalent="the resend then fails its condition and returns our tombstone; the next pass of "
+    "fence_failed_claim ADDs the token to fencedTokens (already there) and wins: one write more, "
+    "the same fence and the same answer (None)",
+)

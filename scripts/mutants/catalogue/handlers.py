@@ -1,0 +1,139 @@
+"""proof.py and the Claim, Charge and Release handlers: when a failure proves nothing was charged.
+
+A wrong rule here releases a claim whose charge may have landed (the next delivery charges again),
+or keeps one that provably charged nothing (the order is never charged)."""
+
+from __future__ import annotations
+
+from model import Catalogue
+
+EDGES = "tests/statemachine/test_gate_edges.py"
+PATHS = "tests/statemachine/test_paths.py"
+TAKEOVER = "tests/statemachine/test_takeover.py"
+HOLES = "tests/statemachine/test_holes.py"
+DEFAULT = (EDGES, PATHS, TAKEOVER, HOLES)
+
+PROOF = Catalogue("functions/payment_saga/proof.py", DEFAULT)
+PROOF.text(
+    "proof-redrive-ignored-by-charge",
+    "return retry_count == 0 and redrive_count == 0 and attempt_owner",
+    "return retry_count == 0 and attempt_owner",
+    "a redriven Charge step takes a 401 as proof nothing was charged (an earlier run may have charged)",
+)
+PROOF.text(
+    "proof-retry-ignored-by-charge",
+    "return retry_count == 0 and redrive_count == 0 and attempt_owner",
+    "return redrive_count == 0 and attempt_owner",
+    "a retried Charge step takes a 401 as proof (the first try's request may have landed)",
+)
+PROOF.text(
+    "proof-ownership-ignored-by-charge",
+    "return retry_count == 0 and redrive_count == 0 and attempt_owner",
+    "return retry_count == 0 and redrive_count == 0",
+    "a Charge step of a taken-over attempt takes a 401 as proof (the dead holder may have charged)",
+)
+PROOF.text(
+    "proof-redrive-ignored-by-release",
+    "return attempt_started_by == token and redrive_count == 0",
+    "return attempt_started_by == token",
+    "a redriven execution whose Claim step failed releases a claim its earlier run may have charged under",
+)
+PROOF.text(
+    "proof-ownership-ignored-by-release",
+    "return attempt_started_by == token and redrive_count == 0",
+    "return redrive_count == 0",
+    "a taker whose Claim step failed releases an attempt its dead holder may have charged",
+)
+PROOF.text(
+    "proof-decline-released-not-charged",
+    '"PaymentDeclined": ReleaseReason.DECLINED,',
+    '"PaymentDeclined": ReleaseReason.NOT_CHARGED,',
+    "a decline is released NOT_CHARGED: a redelivery of the declined attempt charges the card again",
+)
+PROOF.text(
+    "proof-any-error-releases",
+    "return PROOF_BY_ERROR.get(error_name)",
+    "return PROOF_BY_ERROR.get(error_name, ReleaseReason.NOT_CHARGED)",
+    "Release Claim releases on any error, an unknown charge outcome included",
+)
+
+CHARGE = Catalogue("functions/handlers/charge_payment.py", DEFAULT)
+CHARGE.text(
+    "charge-no-lease-margin",
+    "LEASE_MARGIN_SECONDS = 60",
+    "LEASE_MARGIN_SECONDS = 0",
+    "a charge is sent with seconds left on the lease",
+)
+CHARGE.text(
+    "charge-no-recheck",
+    "        claims_store().check_held(\n",
+    "        (lambda *_, **__: None)(\n",
+    "the Charge step does not re-check that it still holds its attempt (a zombie charges)",
+)
+CHARGE.text(
+    "charge-retry-401-is-proof",
+    '        raise PaymentOutcomeUnknown(\n            f"not attempted on retry',
+    '        raise exc\n        raise PaymentOutcomeUnknown(\n            f"not attempted on retry',
+    "a 401 on a retry is reported as ChargeNotAttempted: the claim is released",
+)
+CHARGE.text(
+    "charge-provider-unavailable-unknown",
+    'raise ChargeNotAttempted(f"payment provider unavailable',
+    'raise PaymentOutcomeUnknown(f"payment provider unavailable',
+    "a provider that cannot be built (no key) is an unknown outcome: the claim is never released",
+)
+CHARGE.text(
+    "charge-owner-by-default",
+    'attempt_owner=event["claim"].get("attemptOwner") is True,',
+    'attempt_owner=event["claim"].get("attemptOwner") is not False,',
+    "a claim without attemptOwner is taken as owned",
+    equivalent="Claim Order always returns attemptOwner (a bool) and the ASL's ResultSelector always "
+    "passes it on: no Charge input lacks it",
+)
+CHARGE.text(
+    "charge-key-from-input-attempt-plus-one",
+    "key = idempotency_key(order.order_id, attempt)",
+    "key = idempotency_key(order.order_id, attempt + 1)",
+    "the charge's key is not the attempt's (the sweeper and a takeover look for another key)",
+)
+
+RELEASE = Catalogue("functions/handlers/release_claim.py", DEFAULT)
+RELEASE.text(
+    "release-failed-claim-released-blind",
+    "    if not may_release_failed_claim(\n",
+    "    if False and may_release_failed_claim(\n",
+    "after a failed Claim step, a claim that landed is released whoever started its attempt",
+)
+RELEASE.text(
+    "release-fenced-claim-released",
+    "    if held is None:\n",
+    "    if held is None and False:\n",
+    "after a failed Claim step that never landed, Release Claim still tries to release",
+)
+RELEASE.text(
+    "release-refusal-dropped",
+    "    if reason is None:\n        raise ReleaseRefused(",
+    "    if reason is None:\n        reason = ReleaseReason.NOT_CHARGED\n"
+    "    if False:\n        raise ReleaseRefused(",
+    "Release Claim releases on an error that proves nothing",
+)
+RELEASE.text(
+    "release-wrong-payment-attempt",
+    "order.order_id, token=token, reason=reason, payment_attempt=order.payment_attempt",
+    'order.order_id, token=token, reason=reason, payment_attempt="initial"',
+    "a decline is recorded against the default payment attempt, not the order's",
+)
+
+CLAIM = Catalogue("functions/handlers/claim_order.py", DEFAULT)
+CLAIM.text(
+    "claim-always-owner",
+    '"attemptOwner": claim.attempt_started_by == token,',
+    '"attemptOwner": True,',
+    "Claim Order reports every winner as the attempt's owner, takers included",
+)
+CLAIM.text(
+    "claim-duplicate-charged",
+    "    if not outcome.result.won:\n",
+    "    if False:\n",
+    "a duplicate is not raised as DuplicateOrder: the second execution goes on to charge",
+)
