@@ -122,6 +122,12 @@ chaos: install ## 1,000 orders x 4 deliveries, random faults at every step, then
 property-long: install ## The property-based test with 500 examples (SAGA_PROPERTY_EXAMPLES; 25 in make test)
 	SAGA_PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) $(BIN)/python -m pytest tests/local/test_properties.py -q
 
+# Issue 8: every interleaving of a few deliveries, the sweeper and up to 2-3 faults, the real code in
+# every step (tests/model). `make test` explores the CI scopes; this explores the full ones.
+.PHONY: model
+model: install ## Model-check the claim protocol exhaustively on the full scopes (tests/model; CI runs small ones)
+	$(BIN)/python -m tests.model --scope full
+
 # Deliberate bugs in the code that decides money (scripts/mutants/catalogue/), each run against the
 # tests meant to notice it, on a copy of the tree. Fails unless every mutant is killed or is declared
 # equivalent with its reason. MUTANTS=<globs> runs some; MUTANT_JOBS=2 runs two at once.

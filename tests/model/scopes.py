@@ -1,0 +1,98 @@
+"""What the model explores: small scopes in CI, bigger ones with ``make model`` (``SAGA_MODEL_SCOPE=full``).
+
+Each scope is one order and a few deliveries of it. Which deliveries, and which faults, are chosen so
+that each hole issue 8 describes is within reach of some scope:
+
+* ``duplicates``: the same message delivered twice (a duplicate producer), any fault;
+* ``declined-then-retry``: the card is declined, the customer retries with another ``paymentAttempt``
+  (a lost answer on the re-claim made it a duplicate that kept the claim);
+* ``declined-twice-then-late-redelivery``: two declined attempts, then a late redelivery of the first
+  (it was charged again under a fresh key);
+* ``claim-in-flight``: a Claim Lambda killed with its write in flight, and the Claim step failing (the
+  release read the row before the write landed);
+* ``takeover-then-redrive``: a Claim Lambda that dies after its write, a takeover, and a redrive of
+  the first execution (it kept ownership of the attempt and released what the other had charged).
+
+The full scopes add a delivery, a fault, re-sends and redrives to the same shapes.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tests.model.protocol import DECLINED_CARD, Delivery, Scope
+
+D = Delivery
+
+CI_SCOPES: tuple[Scope, ...] = (
+    Scope("duplicates", (D("d1"), D("d2")), max_faults=1, requeues=0),
+    Scope(
+        "declined-then-retry",
+        (D("d1", "initial", DECLINED_CARD), D("d2", "retry-1")),
+        max_faults=1,
+        requeues=0,
+    ),
+    Scope(
+        "declined-twice-then-late-redelivery",
+        (
+            D("d1", "initial", DECLINED_CARD),
+            D("d2", "retry-1", DECLINED_CARD),
+            D("d3", "initial", DECLINED_CARD),
+        ),
+        max_faults=0,
+        requeues=0,
+    ),
+    Scope(
+        "claim-in-flight",
+        (D("d1"),),
+        max_faults=2,
+        requeues=0,
+        fault_kinds=frozenset({"late", "outage", "die_after", "lost_resend"}),
+    ),
+    Scope(
+        "takeover-then-redrive",
+        (D("d1"), D("d2")),
+        max_faults=3,
+        redrives=1,
+        requeues=0,
+        fault_kinds=frozenset({"die_after", "outage"}),
+    ),
+)
+
+FULL_SCOPES: tuple[Scope, ...] = (
+    Scope("duplicates", (D("d1"), D("d2")), max_faults=2, redrives=1, requeues=1),
+    Scope("three-duplicates", (D("d1"), D("d2"), D("d3")), max_faults=1, requeues=0),
+    Scope(
+        "declined-then-retry",
+        (D("d1", "initial", DECLINED_CARD), D("d2", "retry-1")),
+        max_faults=2,
+        requeues=1,
+    ),
+    Scope(
+        "declined-twice-then-late-redelivery",
+        (
+            D("d1", "initial", DECLINED_CARD),
+            D("d2", "retry-1", DECLINED_CARD),
+            D("d3", "initial", DECLINED_CARD),
+        ),
+        max_faults=1,
+        requeues=0,
+    ),
+    Scope("claim-in-flight", (D("d1"), D("d2")), max_faults=2, redrives=1, requeues=1),
+    Scope(
+        "takeover-then-redrive",
+        (D("d1"), D("d2")),
+        max_faults=3,
+        redrives=1,
+        requeues=1,
+        fault_kinds=frozenset({"die_after", "outage", "late", "lost_resend"}),
+    ),
+)
+
+
+def selected() -> tuple[Scope, ...]:
+    """``SAGA_MODEL_SCOPE``: ``ci`` (the default) or ``full``."""
+    name = os.environ.get("SAGA_MODEL_SCOPE", "ci")
+    if name not in ("ci", "full"):
+        raise ValueError(f"SAGA_MODEL_SCOPE must be ci or full, not {name!r}")
+    return CI_SCOPES if name == "ci" else FULL_SCOPES
