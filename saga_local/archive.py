@@ -2,8 +2,8 @@
 
 ``saga demo`` runs on stacks that stop when it ends; it records each execution it prints (the
 description, the history and the state machine's definition, exactly what ``saga trace`` reads
-from Step Functions) under ``.saga/executions/NAME.json``. ``saga trace`` looks there when no
-running stack knows the name.
+from Step Functions) under ``.saga/executions/NAME.json`` (see :mod:`saga_local.paths`).
+``saga trace`` looks there when no running stack knows the name.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from saga_local.template import ROOT
+from saga_local.paths import STATE_DIR
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-ARCHIVE_DIR = ROOT / ".saga" / "executions"
+ARCHIVE_DIR = STATE_DIR / "executions"
 #: Step Functions execution names: letters, digits, ``-`` and ``_`` (80 at most).
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
 
@@ -50,8 +50,9 @@ def read_execution(sfn: Any, execution_arn: str) -> RecordedExecution:
     return RecordedExecution(description, history, str(definition))
 
 
-def record(execution: RecordedExecution, directory: Path = ARCHIVE_DIR) -> Path:
-    """Write ``execution`` under ``directory`` by its name; returns the file."""
+def record(execution: RecordedExecution, directory: Path | None = None) -> Path:
+    """Write ``execution`` under ``directory`` (default :data:`ARCHIVE_DIR`) by its name; returns the file."""
+    directory = directory or ARCHIVE_DIR
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{execution.description['name']}.json"
     body = {
@@ -63,8 +64,9 @@ def record(execution: RecordedExecution, directory: Path = ARCHIVE_DIR) -> Path:
     return path
 
 
-def load(name: str, directory: Path = ARCHIVE_DIR) -> RecordedExecution | None:
+def load(name: str, directory: Path | None = None) -> RecordedExecution | None:
     """The recorded execution called ``name`` (or whose ARN ends in it), if there is one."""
+    directory = directory or ARCHIVE_DIR
     name = name.rsplit(":", 1)[-1]
     if not _NAME.fullmatch(name):
         return None
@@ -75,8 +77,9 @@ def load(name: str, directory: Path = ARCHIVE_DIR) -> RecordedExecution | None:
     return RecordedExecution(body["description"], body["history"], body["definition"])
 
 
-def names(directory: Path = ARCHIVE_DIR, limit: int = 5) -> list[str]:
+def names(directory: Path | None = None, limit: int = 5) -> list[str]:
     """The most recently recorded execution names, newest first."""
+    directory = directory or ARCHIVE_DIR
     if not directory.is_dir():
         return []
     files = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from saga_local.paths import STATE_DIR
 from saga_local.template import ROOT
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def describe_path(out: Out, result: ExecutionResult) -> str:
     if outcome == "CHARGED":
         tag = out.ok(f"CHARGED {result.output.get('chargeId')}" if result.output else "CHARGED")
     elif outcome == "DUPLICATE":
-        holder = (result.output or {}).get("holderStatus")
+        holder = result.holder_status
         tag = out.warn(f"DUPLICATE (holder {holder})")
     else:
         tag = out.bad(outcome)
@@ -155,7 +156,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out = Out()
     began = time.monotonic()
     order = seed_order()
-    out(out.bold("Payment saga demo: the lab of seed 000 on the embedded local stack"))
+    out(out.bold("Payment saga demo: the lab of field report 000 on the embedded local stack"))
     out(
         out.dim(
             "  moto (pinned) on 127.0.0.1, the real ASL from statemachine/, the real handlers from\n"
@@ -211,7 +212,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # -- targets: the local stack `saga up` runs, or a deployed one ------------------------------------
 
-STATE_FILE = ROOT / ".saga" / "stack.json"
+STATE_FILE = STATE_DIR / "stack.json"
 
 
 @dataclass
@@ -274,9 +275,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     from saga_local.stack import REGION
 
     out = Out()
-    log_dir = ROOT / ".saga" / "logs"
+    log_dir = STATE_DIR / "logs"
     with EmbeddedStack(port=args.port, runtime=args.runtime, log_dir=log_dir, visibility_timeout=30) as stack:
-        STATE_FILE.parent.mkdir(exist_ok=True)
+        STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
         sam_env = write_sam_env_file(stack.stack, stack.endpoint)
         state = {
             "endpoint": stack.endpoint,
@@ -653,7 +654,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="saga", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="the seed-000 lab: four charges without the claim, one with it")
+    demo = sub.add_parser(
+        "demo", help="the lab of field report 000: four charges without the claim, one with it"
+    )
     demo.add_argument(
         "--runtime",
         choices=["workers", "inprocess"],
@@ -689,6 +692,25 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--html", metavar="FILE", help="write a self-contained page with the graph")
     add_target_arguments(trace)
     trace.set_defaults(func=cmd_trace)
+
+    inv = sub.add_parser(
+        "invoke",
+        help="run one function on an event as `sam local invoke` does, without Docker",
+        description="Run one function's handler on an event, the way `sam local invoke` does (the template's"
+        " environment, SAM's env-vars file format), in a fresh process, against the embedded stack of"
+        " `saga up` (or the stack an --env-vars file points at). The result goes to stdout, logs to stderr.",
+    )
+    inv.add_argument("function", help="the function's logical id in template.yaml, e.g. ClaimOrderFunction")
+    inv.add_argument("-e", "--event", required=True, help="the event JSON file, e.g. events/claim_order.json")
+    inv.add_argument(
+        "-n",
+        "--env-vars",
+        help="SAM's env-vars file (default: the one `saga up` wrote, .saga/sam-env.json)",
+    )
+    inv.add_argument(
+        "--region", default=None, help="AWS region for the function (default: the shell's, else us-east-1)"
+    )
+    inv.set_defaults(func=cmd_invoke)
 
     sim = sub.add_parser("simulate", help="many orders with duplicates, then check the promise")
     sim.add_argument("--orders", type=int, default=100)
@@ -729,25 +751,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "chaos", help="simulate with faults at every step, then sweep (saga chaos --help)", add_help=False
     )
-
-    inv = sub.add_parser(
-        "invoke",
-        help="run one function on an event as `sam local invoke` does, without Docker",
-        description="Run one function's handler on an event, the way `sam local invoke` does (the template's"
-        " environment, SAM's env-vars file format), in a fresh process, against the embedded stack of"
-        " `saga up` (or the stack an --env-vars file points at). The result goes to stdout, logs to stderr.",
-    )
-    inv.add_argument("function", help="the function's logical id in template.yaml, e.g. ClaimOrderFunction")
-    inv.add_argument("-e", "--event", required=True, help="the event JSON file, e.g. events/claim_order.json")
-    inv.add_argument(
-        "-n",
-        "--env-vars",
-        help="SAM's env-vars file (default: the one `saga up` wrote, .saga/sam-env.json)",
-    )
-    inv.add_argument(
-        "--region", default=None, help="AWS region for the function (default: the shell's, else us-east-1)"
-    )
-    inv.set_defaults(func=cmd_invoke)
 
     costs = sub.add_parser("cost", help="AWS cost per million orders, from figures counted in a local run")
     costs.add_argument(

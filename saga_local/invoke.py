@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from saga_local.paths import STATE_DIR
 from saga_local.template import ROOT, functions, load_template, parameter_defaults
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from saga_local.template import FunctionSpec
 
 #: The env-vars file ``saga up`` writes (SAM CLI's ``--env-vars`` format).
-SAM_ENV_FILE = ROOT / ".saga" / "sam-env.json"
+SAM_ENV_FILE = STATE_DIR / "sam-env.json"
 FUNCTIONS_DIR = ROOT / "functions"
 #: What SAM CLI puts in the container when it finds no credentials or region.
 SAM_DEFAULTS = {"region": "us-east-1", "key": "defaultkey", "secret": "defaultsecret"}

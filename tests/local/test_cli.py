@@ -97,3 +97,96 @@ def test_redrive_against_a_deployed_stack_charges_each_order_once(saga: Saga, de
 
     assert saga.charges("ORDER-DLQ") == 1
     assert saga.driver.dead_letters() == []
+
+
+def test_trace_of_an_unknown_execution_is_answered_in_words(
+    saga: Saga, deployed: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from saga_local import archive
+
+    monkeypatch.setattr(archive, "ARCHIVE_DIR", tmp_path)
+    saga.driver.send(
+        json.dumps(
+            {
+                "orderId": "ORDER-KNOWN",
+                "amount": 500,
+                "currency": "USD",
+                "customerId": "c",
+                "paymentMethod": "pm_card_visa",
+            }
+        )
+    )
+    saga.driver.pump()
+
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["trace", "ORDER-NOPE", "--stack", deployed, "--region", REGION])
+
+    message = str(stopped.value.code)
+    assert "no execution named 'ORDER-NOPE'" in message
+    assert "ORDER-KNOWN-" in message  # the latest executions, to paste instead
+
+
+def test_trace_reads_an_execution_recorded_after_its_stack_is_gone(
+    saga: Saga, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from saga_local import archive
+
+    saga.driver.send(
+        json.dumps(
+            {
+                "orderId": "ORDER-REC",
+                "amount": 500,
+                "currency": "USD",
+                "customerId": "c",
+                "paymentMethod": "pm_card_chargeDeclined",
+            }
+        )
+    )
+    saga.driver.pump()
+    (result,) = saga.driver.results()
+    archive.record(archive.read_execution(saga.driver.sfn, result.arn), tmp_path)
+    monkeypatch.setattr(archive, "ARCHIVE_DIR", tmp_path)
+    monkeypatch.setattr(cli, "STATE_FILE", tmp_path / "no-stack-running.json")
+
+    assert cli.main(["trace", result.name]) == 0
+
+    out = capsys.readouterr().out
+    assert "Claim Order" in out
+    assert "Payment Declined" in out
+
+
+def test_send_of_a_body_the_start_function_rejects_says_dead_lettered_and_why(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli.main(["send", "--stack", deployed, "--region", REGION, "--body", '{"orderId": "X", "amount": 1.5}'])
+
+    out = capsys.readouterr().out
+    assert "dead-lettered: amount must be an integer" in out
+    assert "saga trace" not in out  # no execution starts: there is nothing to trace
+    saga.driver.pump()
+    (dead,) = saga.driver.dead_letters()
+    assert dead["MessageAttributes"]["rejectionReason"]["StringValue"].startswith("amount must be an integer")
+
+
+def test_redrive_answers_in_words_what_moved_and_what_will_be_rejected_again(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sqs = boto3.client("sqs", region_name=REGION)
+    valid = {
+        "orderId": "ORDER-RD",
+        "amount": 500,
+        "currency": "USD",
+        "customerId": "c",
+        "paymentMethod": "pm_card_visa",
+    }
+    sqs.send_message(QueueUrl=saga.stack.dead_letter_queue_url, MessageBody=json.dumps(valid))
+    sqs.send_message(QueueUrl=saga.stack.dead_letter_queue_url, MessageBody="{not json")
+
+    assert cli.main(["redrive", "--stack", deployed, "--region", REGION]) == 0
+
+    out = capsys.readouterr().out
+    assert "moved 2 messages from the dead-letter queue to the orders queue" in out
+    assert "1 order will run again" in out
+    assert "1 message will be rejected again" in out
+    assert "1 x body is not valid JSON (line 1)" in out
+    assert "RedriveReport(" not in out  # words, not a repr

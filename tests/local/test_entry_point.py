@@ -1,0 +1,344 @@
+"""The installed `saga` command, run as a user runs it.
+
+Every subcommand goes through ``.venv/bin/saga`` in a subprocess: a clean environment (no
+PYTHONPATH, no AWS settings), started outside the project, so nothing pytest puts on the import
+path can hide a command that is broken for users (``saga reconcile`` once failed on every run with
+``ModuleNotFoundError: No module named 'payment_saga'``, and ``saga chaos`` refused its own options).
+Each subcommand answers ``--help``, and each does a short real run. ``SAGA_STATE_DIR`` keeps this
+test's `saga up` apart from any stack a developer is running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+
+from saga_local.cli import build_parser
+from saga_local.template import ROOT
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+SAGA = ROOT / ".venv" / "bin" / "saga"
+SAM_PYTHON = ROOT / ".venv-sam" / "bin" / "python"
+pytestmark = pytest.mark.skipif(not SAGA.exists(), reason=f"{SAGA} is not installed (make install)")
+
+
+def subcommands() -> list[str]:
+    (action,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return sorted(action.choices)
+
+
+def clean_environment(state_dir: Path) -> dict[str, str]:
+    return {
+        "HOME": str(state_dir),
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "SAGA_STATE_DIR": str(state_dir),
+    }
+
+
+def saga(state_dir: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``saga ARGS`` from ``state_dir`` (outside the project), as a user types it."""
+    return subprocess.run(  # noqa: S603 - the project's own entry point
+        [str(SAGA), *args],
+        cwd=state_dir,
+        env=clean_environment(state_dir),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize("command", subcommands())
+def test_every_subcommand_answers_help(command: str, tmp_path: Path) -> None:
+    out = ok(saga(tmp_path, command, "--help", timeout=60))
+
+    assert f"usage: saga {command}" in out
+
+
+def test_chaos_takes_its_options_and_keeps_the_promise(tmp_path: Path) -> None:
+    out = ok(
+        saga(
+            tmp_path, "chaos", "--orders", "3", "--copies", "2", "--concurrency", "1", "--seed", "5", "--json"
+        )
+    )
+
+    report = json.loads(out)
+    assert report["before"]["orders"] == 3
+    assert report["promiseKept"] is True
+
+
+def test_simulate_a_few_orders(tmp_path: Path) -> None:
+    ok(saga(tmp_path, "simulate", "--orders", "3", "--copies", "2", "--concurrency", "1"))
+
+
+def test_cost_fits_100_columns_and_prices_every_line(tmp_path: Path) -> None:
+    out = ok(saga(tmp_path, "cost"))
+
+    assert max(len(line) for line in out.splitlines()) <= 100
+    for line in (
+        "Step Functions Standard",
+        "CloudWatch Logs: state machine",
+        "X-Ray",
+        "Secrets Manager",
+        "Total",
+    ):
+        assert line in out
+    assert "EventBridge Scheduler" in out
+
+
+def test_the_demo_prints_execution_names_that_saga_trace_shows_afterwards(tmp_path: Path) -> None:
+    out = ok(saga(tmp_path, "demo", timeout=600))
+
+    names = re.findall(r"^\s+(ORDER-\d+-[0-9a-f-]{36})$", out, flags=re.MULTILINE)
+    assert len(names) == 9  # 4 deliveries without the claim, 4 with it, 1 declined card
+    declined = next(name for name in names if name.startswith("ORDER-004-"))
+    trace = ok(saga(tmp_path, "trace", declined))  # the demo's stacks are gone: it was recorded
+    assert "Payment Declined" in trace
+
+
+# -- against a running `saga up` ---------------------------------------------------------------------
+
+
+class Running:
+    """A `saga up` in the background, and what it wrote about itself."""
+
+    def __init__(self, state_dir: Path, banner: str, state: dict[str, Any]) -> None:
+        self.state_dir = state_dir
+        self.banner = banner
+        self.state = state
+
+    def client(self, service: str) -> Any:
+        return boto3.client(  # type: ignore[call-overload]
+            service,
+            endpoint_url=self.state["endpoint"],
+            region_name=self.state["region"],
+            aws_access_key_id="local",
+            aws_secret_access_key="local",
+        )
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    state_dir = tmp_path_factory.mktemp("saga-up")
+    process = subprocess.Popen(  # noqa: S603 - the project's own entry point
+        [str(SAGA), "up", "--pollers", "2"],
+        cwd=state_dir,
+        env=clean_environment(state_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    state_file = state_dir / "stack.json"
+    deadline = time.monotonic() + 180
+    while not state_file.exists():
+        assert process.poll() is None, process.stdout.read() if process.stdout else ""
+        assert time.monotonic() < deadline, "saga up did not start in 180 s"
+        time.sleep(0.5)
+    banner = []
+    assert process.stdout is not None
+    while not banner or "sam local invoke" not in banner[-1]:  # the banner's last line
+        banner.append(process.stdout.readline())
+        assert banner[-1], "saga up stopped printing before its banner ended"
+    try:
+        yield Running(state_dir, "".join(banner), json.loads(state_file.read_text()))
+    finally:
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    assert "stopped" in output
+    assert not state_file.exists(), "saga up leaves no description of a stack that is gone"
+    assert not (state_dir / "sam-env.json").exists()
+
+
+def wait_for(predicate: Any, what: str, seconds: float = 60) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_up_prints_commands_that_work_with_aws_cli_v1_and_v2_and_sam(running: Running) -> None:
+    endpoint = running.state["endpoint"]
+    queue = running.state["outputs"]["OrdersQueueUrl"]
+
+    # AWS CLI v1 (and v2 before 2.13) ignore AWS_ENDPOINT_URL: every line names the endpoint.
+    assert f"aws --endpoint-url {endpoint} sqs send-message --queue-url {queue}" in running.banner
+    assert f"aws --endpoint-url {endpoint} stepfunctions list-executions" in running.banner
+    assert "export AWS_ENDPOINT_URL" not in running.banner
+    sam_line = next(line for line in running.banner.splitlines() if "sam local invoke" in line)
+    assert f"--env-vars {running.state['samEnvVars']}" in sam_line
+    assert "--docker-network host" in sam_line
+
+
+@pytest.mark.skipif(shutil.which("aws") is None, reason="the AWS CLI is not installed")
+def test_the_banner_s_aws_cli_lines_run_as_printed(running: Running) -> None:
+    environment = {
+        **clean_environment(running.state_dir),
+        "PATH": os.environ["PATH"],  # wherever the AWS CLI is
+        "AWS_ACCESS_KEY_ID": "local",
+        "AWS_SECRET_ACCESS_KEY": "local",
+        "AWS_DEFAULT_REGION": running.state["region"],
+    }
+    lines = [line.strip() for line in running.banner.splitlines() if line.strip().startswith("aws ")]
+    assert len(lines) == 2
+
+    for line in lines:
+        completed = subprocess.run(  # noqa: S603 - the banner's own command line
+            shlex.split(line),
+            cwd=ROOT,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert completed.returncode == 0, (line, completed.stderr)
+        json.loads(completed.stdout)
+
+
+def test_send_then_trace_the_names_it_prints(running: Running, tmp_path: Path) -> None:
+    out = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-1", "--copies", "2"))
+    names = re.findall(r"saga trace (\S+)", out)
+    assert len(names) == 2
+
+    def finished() -> str | None:
+        result = saga(running.state_dir, "trace", names[0])
+        done = result.returncode == 0 and ("SUCCEEDED" in result.stdout or "FAILED" in result.stdout)
+        return result.stdout if done else None
+
+    trace = wait_for(finished, "the execution to finish")
+    assert "Claim Order" in trace
+    page = tmp_path / "trace.html"
+    ok(saga(running.state_dir, "trace", names[1], "--html", str(page)))
+    assert "<svg" in page.read_text()
+
+
+def test_trace_of_an_unknown_execution_says_so_in_words(running: Running) -> None:
+    result = saga(running.state_dir, "trace", "ORDER-NOPE-00000000")
+
+    assert result.returncode != 0
+    assert "no execution named 'ORDER-NOPE-00000000'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_rejected_body_is_reported_dead_lettered_then_redrive_says_what_happened(running: Running) -> None:
+    out = ok(saga(running.state_dir, "send", "--body", "{not json"))
+    assert "dead-lettered: body is not valid JSON" in out
+    assert "saga trace" not in out
+    sqs = running.client("sqs")
+    dead = running.state["outputs"]["OrdersDeadLetterQueueUrl"]
+
+    def in_dead_letter_queue() -> bool:
+        attributes = sqs.get_queue_attributes(QueueUrl=dead, AttributeNames=["ApproximateNumberOfMessages"])
+        return int(attributes["Attributes"]["ApproximateNumberOfMessages"]) >= 1
+
+    wait_for(in_dead_letter_queue, "the malformed message in the dead-letter queue")
+
+    redriven = ok(saga(running.state_dir, "redrive"))
+    assert "moved 1 message from the dead-letter queue to the orders queue" in redriven
+    assert "will be rejected again" in redriven
+    assert "body is not valid JSON" in redriven
+
+
+def test_invoke_runs_the_step_samples_in_order_against_the_stack(running: Running) -> None:
+    events = ROOT / "events"
+    steps = [
+        ("ClaimOrderFunction", "claim_order.json"),
+        ("ChargePaymentFunction", "charge_payment.json"),
+        ("MarkCompleteFunction", "mark_complete.json"),
+        ("ClaimOrderFunction", "claim_order_declined.json"),
+        ("ReleaseClaimFunction", "release_claim.json"),
+    ]
+    results = []
+    for function, event in steps:
+        result = saga(running.state_dir, "invoke", function, "-e", str(events / event))
+        results.append(json.loads(ok(result)))
+        assert "START RequestId" in result.stderr  # the function's logs go to stderr
+        assert '"orderId"' in result.stderr
+
+    assert results[0]["outcome"] == "WON"
+    assert results[1]["status"] == "succeeded"
+    assert results[4] == {"released": True, "reason": "DECLINED", "attempt": 1}
+    table = running.state["outputs"]["ClaimsTableName"]
+    claim = running.client("dynamodb").get_item(
+        TableName=table, Key={"orderId": {"S": "ORDER-101"}}, ConsistentRead=True
+    )["Item"]
+    assert claim["status"]["S"] == "COMPLETED"
+
+
+def test_invoke_reports_a_function_error_as_lambda_does(running: Running, tmp_path: Path) -> None:
+    event = tmp_path / "complete_unknown.json"
+    sample = json.loads((ROOT / "events" / "mark_complete.json").read_text())
+    event.write_text(json.dumps({**sample, "orderId": "ORDER-NEVER-CLAIMED"}))
+
+    result = saga(running.state_dir, "invoke", "MarkCompleteFunction", "-e", str(event))
+
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["errorType"] == "ClaimLost"
+
+
+def test_reconcile_runs_from_the_entry_point(running: Running) -> None:
+    out = ok(saga(running.state_dir, "reconcile", "--later", "2000"))
+
+    assert "stale claims at" in out
+    assert "total:" in out
+
+
+@pytest.mark.skipif(not SAM_PYTHON.exists(), reason="the SAM CLI is not installed (make tools)")
+def test_the_sam_env_vars_file_points_every_function_at_the_stack_through_sam_cli_s_own_reader(
+    running: Running,
+) -> None:
+    completed = subprocess.run(  # noqa: S603 - SAM CLI's interpreter, our reader script
+        [
+            str(SAM_PYTHON),
+            str(ROOT / "tests" / "local" / "sam_env_reader.py"),
+            "template.yaml",
+            running.state["samEnvVars"],
+        ],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(running.state_dir), "SAM_CLI_TELEMETRY": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    environments = json.loads(completed.stdout)
+    outputs = running.state["outputs"]
+
+    assert set(environments) >= {"ClaimOrderFunction", "ChargePaymentFunction", "StartExecutionFunction"}
+    for function, environment in environments.items():
+        assert environment["AWS_ENDPOINT_URL"] == running.state["endpoint"], function
+        if "CLAIMS_TABLE_NAME" in environment:
+            assert environment["CLAIMS_TABLE_NAME"] == outputs["ClaimsTableName"], function
+        if "PAYMENT_API_BASE" in environment:
+            assert environment["PAYMENT_API_BASE"] == running.state["provider"], function
+    assert (
+        environments["StartExecutionFunction"]["STATE_MACHINE_ARN"] == outputs["PaymentSagaStateMachineArn"]
+    )
+    assert (
+        environments["StartExecutionFunction"]["DEAD_LETTER_QUEUE_URL"] == outputs["OrdersDeadLetterQueueUrl"]
+    )
+    assert os.path.isabs(running.state["samEnvVars"])
