@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from saga_local.event_source import SqsEventSource
+from saga_local.stream_source import StreamEventSource, stream_event_source
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -80,6 +81,22 @@ class Driver:
                 .get("BatchSize", 10)
             ),
         )
+        #: The claims table's stream -> the outcome relay (None if the template has no stream function).
+        self.stream_source: StreamEventSource | None = None
+        for name, (spec, _) in stack.functions.items():
+            self.stream_source = self.stream_source or stream_event_source(
+                spec,
+                clients=clients,
+                resolve=stack.resolver.resolve,
+                function_name=name,
+                function_arn=stack.resolver.attrs[(spec.logical_id, "Arn")],
+                queue_url_of=lambda arn: str(
+                    self.sqs.get_queue_url(QueueName=arn.rsplit(":", 1)[-1])["QueueUrl"]
+                ),
+            )
+        #: Whether :meth:`pump` runs the outcome relay too (off: closed claims publish nothing, and an
+        #: order released never charged is not sent again).
+        self.relay_outcomes = self.stream_source is not None
 
     # -- input ---------------------------------------------------------------------------------
 
@@ -112,6 +129,10 @@ class Driver:
     ) -> None:
         """Run the event source until the queue is empty and every execution has ended.
 
+        The outcome relay (:attr:`stream_source`) runs in this thread between checks, while
+        :attr:`relay_outcomes`: the stack is idle only once it has read the stream to its end and any
+        order it re-queued has run too.
+
         ``busy``, if given, keeps it running while it returns true (a producer still sending).
         ``max_running`` pauses the pollers while that many executions are running.
         """
@@ -129,14 +150,17 @@ class Driver:
         try:
             pause = 0.05
             while time.monotonic() < deadline:
+                relayed = self.relay()
                 if busy is not None and busy():
                     time.sleep(0.2)
                     continue
-                if self.queue_depth() == 0 and not self.running():
+                if not relayed and self.queue_depth() == 0 and not self.running():
                     # Let a poller that is mid-batch finish before declaring the stack idle.
                     time.sleep(0.05)
-                    if self.queue_depth() == 0 and not self.running():
+                    if self.queue_depth() == 0 and not self.running() and not self.relay():
                         return
+                if relayed:
+                    pause = 0.05
                 # Asking moto for the queue depth walks every message: ask less often as we wait.
                 time.sleep(pause)
                 pause = min(pause * 1.5, 0.5)
@@ -145,6 +169,12 @@ class Driver:
             stop.set()
             for thread in threads:
                 thread.join()
+
+    def relay(self) -> int:
+        """Run the outcome relay over what the claims table's stream holds now. Returns records read."""
+        if self.stream_source is None or not self.relay_outcomes:
+            return 0
+        return self.stream_source.drain()
 
     def wait(self, arn: str, *, timeout: float = 60.0) -> ExecutionResult:
         deadline = time.monotonic() + timeout
@@ -158,9 +188,13 @@ class Driver:
     def queue_depth(self, url: str | None = None) -> int:
         attrs = self.sqs.get_queue_attributes(
             QueueUrl=url or self.stack.queue_url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",  # a re-queued order waiting out its delay
+            ],
         )["Attributes"]
-        return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
+        return sum(int(value) for value in attrs.values())
 
     def running_count(self) -> int:
         page = self.sfn.list_executions(

@@ -3,7 +3,11 @@
 The result is what ``sam deploy`` would create, by the same names the template gives: the queues
 with their redrive policy, the claims table with its index and TTL, the functions with their
 environments (intrinsics resolved to the local resources), and the state machine with its
-``DefinitionSubstitutions`` applied.
+``DefinitionSubstitutions`` applied; the claims table's stream, the outcome event bus and its rules.
+
+Two parameters differ locally unless the caller sets them (:data:`LOCAL_PARAMETERS`): the outcome
+archive is on, so that the events land in a queue a test and a person can read (``saga events``),
+and a re-queued order is not delayed (the local stack compresses time, as it does Retry waits).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ REGION = "us-east-1"
 #: The local provider key: the emulator accepts any ``sk_test_`` key. Not a secret.
 LOCAL_API_KEY = "sk_test_local_emulator"
 STATE_MACHINE_ID = "PaymentSagaStateMachine"
+#: Parameters the local stack sets unless told otherwise (see the module's docstring).
+LOCAL_PARAMETERS = {"OutcomeArchive": "Enabled", "RequeueBaseDelaySeconds": "0"}
 
 _QUEUE_ATTRIBUTES = {
     "VisibilityTimeout": "VisibilityTimeout",
@@ -66,6 +72,11 @@ class Stack:
     def table_name(self) -> str:
         return self.outputs["ClaimsTableName"]
 
+    @property
+    def outcome_archive_queue_url(self) -> str | None:
+        """Where every outcome event lands (``OutcomeArchive=Enabled``), or None."""
+        return self.outputs.get("OutcomeArchiveQueueUrl")
+
     def function_name(self, logical_id: str) -> str:
         return self.resolver.refs[logical_id]
 
@@ -90,7 +101,7 @@ def provision(
     """
     template = load_template()
     resolver = Resolver(
-        parameters={**parameter_defaults(template), **(parameters or {})},
+        parameters={**parameter_defaults(template), **LOCAL_PARAMETERS, **(parameters or {})},
         pseudo={
             "AWS::StackName": stack_name,
             "AWS::Region": REGION,
@@ -110,6 +121,7 @@ def provision(
 
     _create_queues(clients("sqs"), template, resolver, stack_name, visibility_timeout)
     _create_tables(clients("dynamodb"), template, resolver, stack_name)
+    _create_event_buses(clients("events"), template, resolver, stack_name)
     _name_unemulated(template, resolver, stack_name)
     specs = functions(template)
     _create_functions(clients("iam"), clients("lambda"), specs, resolver, stack_name)
@@ -164,10 +176,43 @@ def _name_unemulated(template: dict[str, Any], resolver: Resolver, stack_name: s
         resolver.attrs[(logical_id, "Arn")] = arn
 
 
+def _created(resource: dict[str, Any], resolver: Resolver) -> bool:
+    """Whether CloudFormation would create ``resource`` (its ``Condition``, if any, holds)."""
+    return "Condition" not in resource or resolver.condition(resource["Condition"])
+
+
+def _create_event_buses(events: Any, template: dict[str, Any], resolver: Resolver, stack_name: str) -> None:
+    """The custom event buses, then the rules on them with their targets (queues only, locally)."""
+    for logical_id, resource in resources_of_type(template, "AWS::Events::EventBus").items():
+        name = str(resolver.resolve(resource["Properties"].get("Name", f"{stack_name}-{logical_id}")))
+        arn = events.create_event_bus(Name=name)["EventBusArn"]
+        resolver.refs[logical_id] = name
+        resolver.attrs[(logical_id, "Arn")] = arn
+        resolver.attrs[(logical_id, "Name")] = name
+    for logical_id, resource in resources_of_type(template, "AWS::Events::Rule").items():
+        if not _created(resource, resolver):
+            continue
+        props = resolver.resolve(resource["Properties"])
+        name = f"{stack_name}-{logical_id}"
+        bus = props.get("EventBusName", "default")
+        arn = events.put_rule(
+            Name=name, EventBusName=bus, EventPattern=json.dumps(props["EventPattern"]), State="ENABLED"
+        )["RuleArn"]
+        events.put_targets(
+            Rule=name, EventBusName=bus, Targets=[{"Id": t["Id"], "Arn": t["Arn"]} for t in props["Targets"]]
+        )
+        resolver.refs[logical_id] = name
+        resolver.attrs[(logical_id, "Arn")] = arn
+
+
 def _create_queues(
     sqs: Any, template: dict[str, Any], resolver: Resolver, stack_name: str, visibility_timeout: int | None
 ) -> None:
-    pending = dict(resources_of_type(template, "AWS::SQS::Queue"))
+    pending = {
+        logical_id: resource
+        for logical_id, resource in resources_of_type(template, "AWS::SQS::Queue").items()
+        if _created(resource, resolver)
+    }
     while pending:
         progressed = False
         for logical_id, resource in list(pending.items()):
@@ -209,6 +254,11 @@ def table_request(properties: dict[str, Any], table_name: str) -> dict[str, Any]
         request["GlobalSecondaryIndexes"] = properties["GlobalSecondaryIndexes"]
     if properties.get("SSESpecification", {}).get("SSEEnabled"):
         request["SSESpecification"] = {"Enabled": True}
+    if "StreamSpecification" in properties:
+        request["StreamSpecification"] = {
+            "StreamEnabled": True,
+            "StreamViewType": properties["StreamSpecification"]["StreamViewType"],
+        }
     return request
 
 
@@ -225,6 +275,8 @@ def _create_tables(dynamodb: Any, template: dict[str, Any], resolver: Resolver, 
             )
         resolver.refs[logical_id] = name
         resolver.attrs[(logical_id, "Arn")] = response["TableDescription"]["TableArn"]
+        if "LatestStreamArn" in response["TableDescription"]:
+            resolver.attrs[(logical_id, "StreamArn")] = response["TableDescription"]["LatestStreamArn"]
 
 
 def _create_functions(

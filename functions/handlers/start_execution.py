@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -25,6 +26,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from handlers.runtime import client, count, env, log_event, logger, metrics, tracer
 from payment_saga.errors import InvalidOrder
 from payment_saga.orders import Order, parse_order_body
+from payment_saga.outcomes import publish, rejected_event, rejected_order_id
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
@@ -98,8 +100,32 @@ def record_handler(record: SQSRecord) -> None:
         order = parse_order_body(record.body)
     except InvalidOrder as exc:
         reject(record, str(exc))
+        publish_rejected(record, str(exc))
         return
     start(order, record.message_id)
+
+
+def publish_rejected(record: SQSRecord, reason: str) -> None:
+    """``OrderRejected`` on the outcome bus, once the message is dead-lettered.
+
+    If this fails the record fails and comes back: the dead-letter queue may then hold the message
+    twice (same ``sourceMessageId``), and the event, sent again, has the same ``eventId``.
+    """
+    event = rejected_event(
+        message_id=record.message_id,
+        reason=reason[:MAX_REASON_LENGTH],
+        order_id=rejected_order_id(record.body),
+        now=time.time(),
+    )
+    publish(client("events"), env("OUTCOME_EVENT_BUS_NAME"), event)
+    log_event(
+        "outcome_published",
+        outcome=event.outcome.value,
+        eventId=event.event_id,
+        messageId=record.message_id,
+        orderId=event.detail["orderId"],
+    )
+    count("OutcomePublished", Outcome=event.outcome.value)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -69,7 +69,7 @@ def test_same_order_id_with_another_amount_is_a_conflict_and_is_not_charged(saga
 
     assert result.status == "FAILED"
     assert result.error == "OrderConflict"
-    assert result.path == ["Claim Order", "Order Conflict"]
+    assert result.path == ["Claim Order", "Publish Conflict", "Order Conflict"]
     assert [c.amount for c in saga.provider.charges_for("ORDER-003")] == [15000]
 
 
@@ -93,7 +93,7 @@ def test_unknown_charge_outcome_after_retries_keeps_the_claim_for_reconciliation
 
     assert result.status == "FAILED"
     assert result.error == "NeedsReconciliation"
-    assert result.path[-2:] == ["Charge Payment", "Needs Reconciliation"]
+    assert result.path[-3:] == ["Charge Payment", "Publish Reconciliation", "Needs Reconciliation"]
     assert saga.invocations("ChargePaymentFunction") == 6  # 1 + 5 retries on PaymentOutcomeUnknown
     assert saga.driver.claim("ORDER-003")["status"] == "CLAIMED"  # type: ignore[index]
     assert saga.charges("ORDER-003") == 1  # the money moved once, and the claim says "ask"
@@ -105,7 +105,7 @@ def test_mark_complete_exhausted_needs_reconciliation_and_keeps_the_claim(saga: 
     result = saga.driver.wait(saga.driver.start(order(), name="complete-fails"))
 
     assert result.error == "NeedsReconciliation"
-    assert result.path[-2:] == ["Mark Complete", "Needs Reconciliation"]
+    assert result.path[-3:] == ["Mark Complete", "Publish Reconciliation", "Needs Reconciliation"]
     assert saga.driver.claim("ORDER-003")["status"] == "CLAIMED"  # type: ignore[index]
     assert saga.charges("ORDER-003") == 1
 
