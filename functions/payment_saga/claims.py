@@ -42,6 +42,8 @@ Attributes beyond the obvious ones:
 from __future__ import annotations
 
 import enum
+import heapq
+import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,16 +68,32 @@ DEFAULT_RETENTION_SECONDS = 30 * 24 * 3600
 #: Stripe replays an idempotency key for 24 hours; a takeover after that could charge twice, so
 #: it is refused (with an hour of margin) and the sweeper resolves the claim instead.
 DEFAULT_REPLAY_HORIZON_SECONDS = 23 * 3600
-#: Value of the sparse ``openClaim`` attribute: set while CLAIMED, removed on complete/release, so
+#: Prefix of the sparse ``openClaim`` attribute: set while CLAIMED, removed on complete/release, so
 #: the sweeper's index holds only open claims. Discovery only: see ``open_claims``.
 OPEN = "OPEN"
 OPEN_CLAIMS_INDEX = "OpenClaimsByLease"
+#: The index's partition key is spread over this many values (``OPEN#0`` .. ``OPEN#15``, by a hash of
+#: the orderId): one partition takes about 1,000 writes/s and every order writes the index twice
+#: (claim, close), so a single ``OPEN`` value would throttle the base table near 500 orders/s.
+OPEN_SHARDS = 16
 #: A claim is at most this many conditional writes: the first claim, then one per lost race
 #: (a takeover or a re-claim after a release). Four writes lost in a row mean something is
 #: hammering the key; the step fails and is retried by the state machine.
 MAX_CLAIM_WRITES = 4
 #: ``attemptStartedBy`` after a takeover: nobody can prove that nothing was charged under the attempt.
 NO_OWNER = ""
+
+
+def open_shard(order_id: str) -> str:
+    """The ``openClaim`` value of an order's open claim: ``OPEN#<crc32(orderId) mod OPEN_SHARDS>``.
+
+    CRC-32, not ``hash()``: the shard must be the same in every process (Python salts ``hash``).
+    """
+    return f"{OPEN}#{zlib.crc32(order_id.encode()) % OPEN_SHARDS}"
+
+
+#: Every value the sweeper reads: the shards, and the unsharded ``OPEN`` of rows written before them.
+OPEN_SHARD_VALUES = (*(f"{OPEN}#{shard}" for shard in range(OPEN_SHARDS)), OPEN)
 
 
 class ClaimStatus(enum.StrEnum):
@@ -386,7 +404,7 @@ class ClaimsStore:
             ":pa": {"S": order.payment_attempt},
             ":now": {"N": str(now)},
             ":now_iso": {"S": iso_utc(now)},
-            ":open": {"S": OPEN},
+            ":open": {"S": open_shard(order.order_id)},
             ":order": order_attribute(order),
         }
 
@@ -635,12 +653,17 @@ class ClaimsStore:
         a claim is a conditional write on the base table that re-checks the state it saw.
         Never call this on a path that decides whether to charge (invariant 3).
         """
+        shards = [self._open_in_shard(shard, lease_expired_before) for shard in OPEN_SHARD_VALUES]
+        # Each shard comes back in lease order; merged, the sweep still takes the oldest leases first.
+        yield from heapq.merge(*shards, key=lambda claim: claim.lease_expires_at)
+
+    def _open_in_shard(self, shard: str, lease_expired_before: int) -> Iterator[Claim]:
         paginator = self._client.get_paginator("query")
         for page in paginator.paginate(
             TableName=self.table_name,
             IndexName=OPEN_CLAIMS_INDEX,
             KeyConditionExpression="openClaim = :open AND leaseExpiresAt < :before",
-            ExpressionAttributeValues={":open": {"S": OPEN}, ":before": {"N": str(lease_expired_before)}},
+            ExpressionAttributeValues={":open": {"S": shard}, ":before": {"N": str(lease_expired_before)}},
         ):
             for item in page.get("Items", []):
                 yield Claim.from_item(item)

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import threading
+import zlib
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from payment_saga.claims import NO_OWNER, ClaimResult, ClaimsStore, ClaimStatus, ReleaseReason
+from payment_saga.claims import (
+    NO_OWNER,
+    OPEN,
+    OPEN_SHARDS,
+    ClaimResult,
+    ClaimsStore,
+    ClaimStatus,
+    ReleaseReason,
+    open_shard,
+)
 from payment_saga.errors import ClaimLost, OrderConflict
 from payment_saga.orders import Order
 from saga_local.faults import FaultPlan
@@ -258,3 +268,35 @@ def test_new_attempt_is_started_by_its_claimant(store: ClaimsStore) -> None:
     store.release(ORDER.order_id, token=A, reason=ReleaseReason.NOT_CHARGED, payment_attempt="initial")
 
     assert store.claim(ORDER, token=B).claim.attempt_started_by == B
+
+
+def test_open_claims_spread_over_the_index_shards_and_the_sweeper_finds_every_one(
+    dynamodb: Any, claims_table: str, clock: Any
+) -> None:
+    store = ClaimsStore(claims_table, client=dynamodb, clock=clock, lease_seconds=900)
+    orders = [replace(ORDER, order_id=f"ORDER-{i:03d}") for i in range(64)]
+    for i, each in enumerate(orders):
+        store.claim(each, token=f"{A}-{i}")
+        clock.advance(1)  # leases end one second apart
+    legacy = replace(ORDER, order_id="ORDER-LEGACY")  # written before the shards: openClaim = OPEN
+    store.claim(legacy, token=B)
+    dynamodb.update_item(
+        TableName=claims_table,
+        Key={"orderId": {"S": legacy.order_id}},
+        UpdateExpression="SET openClaim = :open",
+        ExpressionAttributeValues={":open": {"S": OPEN}},
+    )
+    shards = {
+        dynamodb.get_item(TableName=claims_table, Key={"orderId": {"S": each.order_id}})["Item"]["openClaim"][
+            "S"
+        ]
+        for each in orders
+    }
+
+    found = list(store.open_claims(lease_expired_before=int(clock.now) + 10_000))
+
+    assert len(shards) == OPEN_SHARDS  # 64 orders land in every one of the 16 shards
+    assert {claim.order_id for claim in found} == {each.order_id for each in orders} | {legacy.order_id}
+    leases = [claim.lease_expires_at for claim in found]
+    assert leases == sorted(leases)  # the oldest leases first, across shards
+    assert open_shard("ORDER-003") == open_shard("ORDER-003") == f"OPEN#{zlib.crc32(b'ORDER-003') % 16}"
