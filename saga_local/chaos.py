@@ -6,20 +6,28 @@ drawn at random, reproducibly from ``--seed``:
 * for each order and each step function (Claim, Charge, Mark Complete, Release), with
   :attr:`ChaosConfig.step_fault_rate`, one fault of any kind at any point of that function
   (:data:`~saga_local.faults.POINTS`, :func:`~saga_local.faults.kinds_at`): deaths, timeouts,
-  out-of-memory, Lambda throttles, DynamoDB throttles and 500s, stalls; sometimes aimed at a
+  out-of-memory, Lambda throttles, DynamoDB throttles and 500s, stalls, requests applied whose
+  answer is lost and that botocore (or the provider's HTTP client) sends again, and writes sent by
+  a Lambda that dies and landing later, after the state machine moved on; sometimes aimed at a
   later invocation (a retry) rather than the first;
 * on the start function, with :attr:`ChaosConfig.start_fault_rate` per invocation (a batch);
 * at the provider, with :attr:`ChaosConfig.provider_fault_rate` per order: every kind the
   emulator injects (500 before or after applying, a 500 saved under the key, resets, hangs);
 * with :attr:`ChaosConfig.stop_rate` per order, the execution is stopped half-way (``stop``);
 * with :attr:`ChaosConfig.redelivery_rate` per delivery, SQS delivers a message again (same
-  MessageId), half of them while the execution it started runs and half after it ended.
+  MessageId), half of them while the execution it started runs and half after it ended;
+* with :attr:`ChaosConfig.retry_rate` per declined order, the customer pays again (a new
+  ``paymentAttempt``, with a card that works or not), and the first attempt arrives once more
+  afterwards: a declined attempt must never reach the provider again.
 
-Then the sweeper runs with a clock past every lease and the search grace, and the report says, at
-the provider's ledger and in the claims table: charges, double charges, lost orders, how each
-order ended before and after the sweep, and the verdict. The exit status is 0 only if the promise
-held: no order charged twice, none lost, every needs-reconciliation resolved, and invariants 6
-(release only on proof) and 7 (the completed charge is the ledger's) unbroken.
+Then every write still in flight lands, the sweeper runs with a clock past every lease and the
+search grace, and the report says, at the provider's ledger and in the claims table: charges,
+double charges, lost orders (a claim released NOT_CHARGED is lost until the order is charged),
+declined attempts sent to the provider again, the money ordered and billed per currency, how each
+order ended before and after the sweep, which orders the sweeper resolved and how, and the
+verdict. The exit status is 0 only if the promise held: no order charged twice, none lost, no
+declined attempt sent again, every needs-reconciliation resolved, and invariants 6 (release only
+on proof) and 7 (the completed charge is the ledger's) unbroken.
 
 The stack is the embedded one, in-process (``retry_time_scale=0``: the ASL's Retry waits are
 recorded, not slept), with a short visibility timeout so redriven messages come back in seconds.
@@ -44,12 +52,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_args
 
 from saga_local import simulate
-from saga_local.faults import POINTS, START_FUNCTION, STEP_FUNCTIONS, Fault, kinds_at, redeliver
+from saga_local.faults import (
+    LANDS_AFTER,
+    POINTS,
+    START_FUNCTION,
+    STEP_FUNCTIONS,
+    Fault,
+    declined_attempts_sent_again,
+    kinds_at,
+    redeliver,
+)
 from saga_local.provider_emulator import FaultKind as ProviderFaultKind
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
+    from payment_saga.reconcile import ReconcileDecision
     from saga_local.embedded import EmbeddedStack
     from saga_local.provider_emulator import LedgerEntry, ProviderFault
     from saga_local.stack import Stack
@@ -78,6 +96,8 @@ class ChaosConfig:
     stop_rate: float = 0.01
     #: Per delivery: SQS delivers the message again (half while running, half after the end).
     redelivery_rate: float = 0.02
+    #: Per declined order: the customer pays again under a new ``paymentAttempt``.
+    retry_rate: float = 0.5
     #: Seconds before a message the start function failed is delivered again.
     visibility_timeout: int = 2
 
@@ -100,24 +120,16 @@ class FaultSchedule:
 def plan_faults(orders: list[dict[str, Any]], config: ChaosConfig, rng: random.Random) -> FaultSchedule:
     """Draw the run's faults (see the module docstring); the same seed gives the same schedule."""
     schedule = FaultSchedule()
+    # Each function deals its kinds from a shuffled deck: every kind is drawn as often as any other.
+    decks: dict[str, list[str]] = {function: [] for function in STEP_FUNCTIONS}
     for order in orders:
         order_id = order["orderId"]
         for function in STEP_FUNCTIONS:
             if rng.random() < config.step_fault_rate:
-                point = rng.choice(POINTS[function])
-                kind = rng.choice([k for k in kinds_at(function, point) if k != "stop"])
-                schedule.faults.append(
-                    Fault(
-                        function,
-                        point,
-                        kind,  # type: ignore[arg-type]
-                        # At most 3: the claim can then never fail in every one of its 4 tries.
-                        times=rng.randint(1, 3),
-                        order_id=order_id,
-                        attempt=rng.choice([None, None, None, 1, 2, 3]),
-                        seconds=round(rng.uniform(0.05, 0.3), 2) if kind == "delay" else 0.0,
-                    )
-                )
+                if not decks[function]:
+                    decks[function] = _kinds(function)
+                    rng.shuffle(decks[function])
+                schedule.faults.append(_step_fault(function, decks[function].pop(), order_id, rng))
         if rng.random() < config.stop_rate:
             function = rng.choice(STEP_FUNCTIONS)
             schedule.faults.append(Fault(function, rng.choice(POINTS[function]), "stop", order_id=order_id))
@@ -134,6 +146,33 @@ def plan_faults(orders: list[dict[str, Any]], config: ChaosConfig, rng: random.R
             seconds = round(rng.uniform(0.05, 0.3), 2) if kind == "delay" else 0.0
             schedule.faults.append(Fault(START_FUNCTION, point, kind, attempt=invocation, seconds=seconds))  # type: ignore[arg-type]
     return schedule
+
+
+def _kinds(function: str) -> list[str]:
+    """Every kind but ``stop`` (drawn on its own) that can happen somewhere in ``function``."""
+    return sorted({k for point in POINTS[function] for k in kinds_at(function, point)} - {"stop"})
+
+
+def _step_fault(function: str, kind: str, order_id: str, rng: random.Random) -> Fault:
+    """One fault of ``kind`` at a point of ``function`` where it can happen, for one order."""
+    point = rng.choice([p for p in POINTS[function] if kind in kinds_at(function, p)])
+    seconds = 0.0
+    if kind == "delay":
+        seconds = round(rng.uniform(0.05, 0.3), 2)
+    elif kind == "late_write":
+        seconds = round(rng.uniform(0.2, 1.5), 2)
+    return Fault(
+        function,
+        point,
+        kind,  # type: ignore[arg-type]
+        # At most 3: the claim can then never fail in every one of its 4 tries.
+        times=rng.randint(1, 3),
+        order_id=order_id,
+        attempt=rng.choice([None, None, None, 1, 2, 3]),
+        seconds=seconds,
+        lands_after=rng.choice([LANDS_AFTER[function], None]) if kind == "late_write" else None,
+        dies_as=rng.choice(["die", "timeout"]) if kind == "late_write" else "die",
+    )
 
 
 # -- redeliveries ------------------------------------------------------------------------------
@@ -178,9 +217,10 @@ class Redeliverer:
             return
         self._done.add(arn)
         execution = json.loads(self.stack.driver.sfn.describe_execution(executionArn=arn)["input"])
-        body = self.bodies.get(execution["order"]["orderId"])
-        if body is None:
+        if execution["order"]["orderId"] not in self.bodies:
             return
+        # The message as the start function read it: the same order gives the same execution input.
+        body = json.dumps(execution["order"])
         result = redeliver(self.stack.driver, execution["messageId"], body)
         self.counts[when] += 1
         if result.failed:
@@ -225,14 +265,34 @@ def claim_lease_seconds(stack: Stack) -> int:
     raise LookupError("no function has CLAIM_LEASE_SECONDS")
 
 
-def sweep(stack: EmbeddedStack, *, now: float) -> dict[str, int] | None:
-    """Run the sweeper (``apply=True``) at ``now``; its counts by outcome, or None if it is missing."""
+@dataclass(frozen=True)
+class Resolved:
+    """One stale claim the sweeper looked at, and what it did."""
+
+    order_id: str
+    attempt: int
+    outcome: str  # completed, released, pending, changed, failed
+    reason: str
+    charge_id: str | None = None
+
+    @classmethod
+    def of(cls, decision: ReconcileDecision) -> Resolved:
+        outcome = getattr(decision.outcome, "value", str(decision.outcome))
+        return cls(decision.order_id, decision.attempt, outcome, decision.reason, decision.charge_id)
+
+    def __str__(self) -> str:
+        charge = f" with {self.charge_id}" if self.charge_id else ""
+        return f"{self.order_id}  attempt {self.attempt}  {self.outcome}{charge}: {self.reason}"
+
+
+def sweep(stack: EmbeddedStack, *, now: float) -> list[Resolved] | None:
+    """Run the sweeper (``apply=True``) at ``now``; what it did per claim, or None if it is missing."""
     try:
         from saga_local.reconcile import reconcile_stack
     except ImportError:  # the sweeper is being written: the report says so and the run is not judged
         return None
     report = reconcile_stack(stack, apply=True, now=now)
-    return dict(report.counts)
+    return [Resolved.of(decision) for decision in report.decisions]
 
 
 # -- the run -----------------------------------------------------------------------------------
@@ -249,12 +309,19 @@ class ChaosReport:
     faults_by_function: dict[str, int]
     faults_planned: int
     redeliveries: dict[str, int]
-    sweep: dict[str, int] | None
+    sweep: list[Resolved] | None
     sweep_seconds: float
     dead_letters: int
     violations_before: list[str]
     violations_after: list[str]
     wall_seconds: float
+    #: Charges sent for a payment attempt the provider had already declined.
+    declined_sent_again: list[str] = field(default_factory=list)
+    late_writes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def sweep_counts(self) -> dict[str, int]:
+        return dict(Counter(r.outcome for r in self.sweep or []))
 
     @property
     def checks(self) -> dict[str, bool]:
@@ -262,7 +329,8 @@ class ChaosReport:
         return {
             "no order charged twice": self.before.double_charged_orders == 0
             and (after is None or after.double_charged_orders == 0),
-            "no order lost": self.before.lost_orders == 0 and (after is None or after.lost_orders == 0),
+            "no declined attempt sent to the provider again": not self.declined_sent_again,
+            "no order lost": (after or self.before).lost_orders == 0,
             "every needs-reconciliation resolved": after is not None and after.needs_reconciliation == 0,
             "invariants 6 and 7 hold": not self.violations_before and not self.violations_after,
         }
@@ -280,9 +348,12 @@ class ChaosReport:
             "faultsByFunction": self.faults_by_function,
             "faultsPlanned": self.faults_planned,
             "redeliveries": self.redeliveries,
-            "sweep": self.sweep,
+            "lateWrites": self.late_writes,
+            "sweep": None if self.sweep is None else [dataclasses.asdict(r) for r in self.sweep],
+            "sweepCounts": self.sweep_counts,
             "sweepSeconds": self.sweep_seconds,
             "deadLetters": self.dead_letters,
+            "declinedAttemptsSentAgain": self.declined_sent_again,
             "violationsBefore": self.violations_before,
             "violationsAfter": self.violations_after,
             "wallSeconds": self.wall_seconds,
@@ -297,21 +368,13 @@ def run_chaos(
     *,
     progress: Callable[[int, int, float], None] | None = None,
 ) -> ChaosReport:
-    """Inject, run (``simulate.run``), redeliver, measure, sweep, measure again."""
+    """Inject, run (``simulate.run``), redeliver, land late writes, measure, sweep, measure again."""
     began = time.monotonic()
     rng = random.Random(config.seed)
     orders = simulate.make_orders(config.orders, decline_rate=config.decline_rate, seed=config.seed)
     schedule = plan_faults(orders, config, rng)
     stack.faults.extend(schedule.faults)
-    provider_faults: list[ProviderFault] = []
-    for planned in schedule.provider:
-        # A hang is held briefly, then cut: to the SDK the same unknown outcome as a read timeout.
-        seconds = 0.2 if planned.kind == "timeout_after_apply" else None
-        provider_faults.append(
-            stack.provider.inject(
-                planned.kind, order_id=planned.order_id, times=planned.times, seconds=seconds
-            )
-        )
+    provider_faults = _inject_provider_faults(stack, schedule)
     redeliveries = Redeliverer(
         stack,
         orders,
@@ -328,10 +391,13 @@ def run_chaos(
             decline_rate=config.decline_rate,
             seed=config.seed,
             progress=progress,
+            retry_rate=config.retry_rate,
         )
     finally:
         redeliveries.stop()
     redeliveries.after_the_end()
+    _wait_idle(stack)
+    stack.faults.late.land_all()  # every write still in flight lands before anything is judged
     _wait_idle(stack)
     order_ids = [order["orderId"] for order in orders]
     before = simulate.measure(stack, orders, deliveries=ran.deliveries, wall_seconds=ran.wall_seconds)
@@ -340,6 +406,8 @@ def run_chaos(
     sweep_began = time.monotonic()
     now = time.time() + claim_lease_seconds(stack.stack) + SEARCH_GRACE_SECONDS + 1
     swept = sweep(stack, now=now)
+    if swept is not None and stack.driver.queue_depth():
+        _wait_idle(stack, pump=True)  # the sweeper put orders back on the queue: let them run
     sweep_seconds = time.monotonic() - sweep_began
     after = violations_after = None
     if swept is not None:
@@ -353,6 +421,7 @@ def run_chaos(
     for provider_fault in provider_faults:
         by_kind[f"provider {provider_fault.kind}"] += provider_fault.fired
         by_function["provider"] += provider_fault.fired
+    requests = getattr(stack.runtime, "charge_requests", None)
     return ChaosReport(
         config=config,
         before=before,
@@ -367,10 +436,31 @@ def run_chaos(
         violations_before=violations_before,
         violations_after=violations_after or [],
         wall_seconds=round(time.monotonic() - began, 2),
+        declined_sent_again=declined_attempts_sent_again(requests.requests) if requests else [],
+        late_writes={
+            "landed": len(stack.faults.late.landed),
+            "failed to land": len(stack.faults.late.failed),
+        },
     )
 
 
-def _wait_idle(stack: EmbeddedStack, timeout: float = 600.0) -> None:
+def _inject_provider_faults(stack: EmbeddedStack, schedule: FaultSchedule) -> list[ProviderFault]:
+    injected: list[ProviderFault] = []
+    for planned in schedule.provider:
+        # A hang is held briefly, then cut: to the SDK the same unknown outcome as a read timeout.
+        seconds = 0.2 if planned.kind == "timeout_after_apply" else None
+        injected.append(
+            stack.provider.inject(
+                planned.kind, order_id=planned.order_id, times=planned.times, seconds=seconds
+            )
+        )
+    return injected
+
+
+def _wait_idle(stack: EmbeddedStack, timeout: float = 600.0, *, pump: bool = False) -> None:
+    if pump:
+        stack.driver.pump(pollers=2, timeout=timeout)
+        return
     deadline = time.monotonic() + timeout
     while stack.driver.running() or stack.driver.queue_depth():
         if time.monotonic() > deadline:
@@ -386,22 +476,15 @@ def render(report: ChaosReport) -> str:
         f" (from {report.faults_planned} planned faults)"
     )
     lines.extend(f"  {n:6d}  {kind}" for kind, n in report.faults_by_kind.items())
-    lines.append("  by function: " + ", ".join(f"{f} {n}" for f, n in report.faults_by_function.items()))
-    lines.append(
-        "redeliveries         "
-        + (", ".join(f"{n} {when}" for when, n in report.redeliveries.items()) or "none")
-    )
+    lines.append("  by function: " + _counts(report.faults_by_function))
+    lines.append(f"late writes          {_counts(report.late_writes)}")
+    lines.append(f"redeliveries         {_counts(report.redeliveries)}")
     lines.append(f"dead letters         {report.dead_letters}")
-    lines.append(f"endings, before the sweep  {_endings(report.before)}")
-    if report.sweep is None:
-        lines.append(
-            "sweep                the sweeper is not there yet (functions/payment_saga/reconcile.py)"
-        )
-    else:
-        lines.append(f"sweep                {report.sweep} in {report.sweep_seconds:.1f} s")
-    if report.after is not None:
-        lines.append(f"endings, after the sweep   {_endings(report.after)}")
+    lines.append(f"declined attempts sent to the provider again  {len(report.declined_sent_again)}")
+    lines.append(f"endings, before the sweep  {_counts(report.before.order_endings)}")
+    lines.extend(_render_sweep(report))
     problems = report.before.problems + report.violations_before + report.violations_after
+    problems += report.declined_sent_again
     if report.after is not None:
         problems += report.after.problems
     if problems:
@@ -414,8 +497,22 @@ def render(report: ChaosReport) -> str:
     return "\n".join(lines)
 
 
-def _endings(report: simulate.Report) -> str:
-    return ", ".join(f"{ending} {n}" for ending, n in sorted(report.order_endings.items())) or "none"
+def _render_sweep(report: ChaosReport) -> list[str]:
+    if report.sweep is None:
+        return ["sweep                the sweeper is not there yet (functions/payment_saga/reconcile.py)"]
+    lines = [
+        f"sweep                {len(report.sweep)} stale claims in {report.sweep_seconds:.1f} s:"
+        f" {_counts(report.sweep_counts)}"
+    ]
+    lines.extend(f"  {resolved}" for resolved in report.sweep)
+    if report.after is not None:
+        lines.append(f"endings, after the sweep   {_counts(report.after.order_endings)}")
+        lines.extend(simulate.render_money(report.after.money))
+    return lines
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in sorted(counts.items())) or "none"
 
 
 # -- entry point -------------------------------------------------------------------------------

@@ -1,8 +1,13 @@
 """Many orders, duplicate deliveries and concurrency through a stack; then check the promise.
 
 The report counts what a payments engineer asks first: charges, double-charged orders, lost
-orders, and how each order ended, measured at the provider's ledger and the claims table, not
-taken from the saga's own word.
+orders, how each order ended, and the money (ordered against billed, per currency), measured at the
+provider's ledger and the claims table, not taken from the saga's own word.
+
+An order is *lost* unless it was charged or ended in an outcome the customer sees (declined; a
+conflict or a rejection never reaches the claims table as the same order), or is still waiting for
+the sweeper (needs reconciliation). A claim released as ``NOT_CHARGED`` proves the order was never
+charged, which is not an end: it counts as lost until the order is charged.
 """
 
 from __future__ import annotations
@@ -22,6 +27,31 @@ if TYPE_CHECKING:
     from saga_local.embedded import EmbeddedStack
 
 DECLINING_CARD = "pm_card_chargeDeclined"
+#: Digits after the decimal point where a currency's minor unit is not a hundredth (ISO 4217).
+_EXPONENTS = {
+    **dict.fromkeys(("BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG"), 0),
+    **dict.fromkeys(("RWF", "UGX", "VND", "VUV", "XAF", "XOF", "XPF"), 0),
+    **dict.fromkeys(("BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"), 3),
+}
+#: How an order can end (``Report.order_endings``); the lost ones are counted in ``lost_orders``.
+LOST_ENDINGS = frozenset({"lost", "released, not charged"})
+
+
+@dataclass
+class Money:
+    """One currency's amounts, in minor units."""
+
+    currency: str
+    ordered: int = 0  # every order, once
+    billed: int = 0  # every charge at the provider
+    declined: int = 0  # orders that ended declined
+    billed_twice: int = 0  # charges beyond an order's first
+    not_billed: int = 0  # orders neither charged nor declined (lost, or awaiting the sweeper)
+
+    def format(self, amount: int) -> str:
+        exponent = _EXPONENTS.get(self.currency, 2)
+        whole = f"{amount / 10**exponent:,.{exponent}f}"
+        return f"{whole} {self.currency}"
 
 
 @dataclass
@@ -44,6 +74,7 @@ class Report:
     faults_injected: dict[str, int] = field(default_factory=dict)
     order_endings: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    money: list[Money] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,6 +102,28 @@ def make_orders(
             }
         )
     return orders
+
+
+def customer_retries(
+    orders: list[dict[str, Any]], *, rate: float, seed: int = 7
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Customers whose card was declined try again: ``(retries, late_copies)``.
+
+    A share ``rate`` of the declining orders is paid again as ``paymentAttempt`` ``retry-1``, half of
+    them with a card that works and half with one that declines again; each of those orders is also
+    sent once more as it first was, late (a producer's duplicate arriving after the retry), which
+    must never reach the provider again once declined.
+    """
+    rng = random.Random(seed + 101)
+    retries: list[dict[str, Any]] = []
+    late: list[dict[str, Any]] = []
+    for order in orders:
+        if order["paymentMethod"] != DECLINING_CARD or rng.random() >= rate:
+            continue
+        card = DECLINING_CARD if rng.random() < 0.5 else "pm_card_visa"
+        retries.append({**order, "paymentMethod": card, "paymentAttempt": "retry-1"})
+        late.append(order)
+    return retries, late
 
 
 #: The producer keeps at most this many messages waiting: moto's SQS does work proportional to the
@@ -120,13 +173,19 @@ def run(
     progress: Callable[[int, int, float], None] | None = None,
     timeout: float = 3600.0,
     prefix: str = "SIM",
+    retry_rate: float = 0.0,
 ) -> Report:
     """Send, pump until idle, and measure. ``concurrency`` is the number of concurrent pollers.
 
     ``prefix`` names the orders (``ORDER-<prefix>-000001``): runs on one stack need distinct ones.
+    ``retry_rate`` is the share of declined orders whose customer pays again
+    (:func:`customer_retries`): their retries, ``copies`` each, and one late copy of the first
+    attempt are sent after every first delivery.
     """
     batch = make_orders(orders, decline_rate=decline_rate, seed=seed, prefix=prefix)
     bodies = shuffled_deliveries(batch, copies, seed=seed)
+    retries, late = customer_retries(batch, rate=retry_rate, seed=seed)
+    bodies += shuffled_deliveries(retries, copies, seed=seed) + late
     deliveries = len(bodies)
     began = time.monotonic()
     producer = threading.Thread(target=send_all, args=(stack, bodies), daemon=True)
@@ -164,35 +223,32 @@ def measure(
     stack: EmbeddedStack, orders: list[dict[str, Any]], *, deliveries: int, wall_seconds: float
 ) -> Report:
     """Read the ledger, the claims and the executions, and classify every order."""
-    ledger = Counter(c.order_id for c in stack.provider.charges())
+    charges = stack.provider.charges()
+    ledger = Counter(c.order_id for c in charges)
     claims = stack.driver.claims()
     outcomes = stack.driver.outcome_counts()
     executions = sum(outcomes.values())
     endings: Counter[str] = Counter()
     problems: list[str] = []
+    ended: dict[str, str] = {}
     for order in orders:
         order_id = order["orderId"]
-        claim = claims.get(order_id)
-        charges = ledger.get(order_id, 0)
-        status = claim["status"] if claim else None
-        if charges > 1:
-            endings["double-charged"] += 1
-            problems.append(f"{order_id}: {charges} charges")
-        elif status == "COMPLETED" and charges == 1:
-            endings["charged"] += 1
-        elif status == "RELEASED" and charges == 0:
-            endings["declined" if claim and claim.get("releaseReason") == "DECLINED" else "released"] += 1
-        elif status == "CLAIMED":
-            endings["needs-reconciliation"] += 1
-        else:
-            endings["lost"] += 1
-            problems.append(f"{order_id}: claim {status}, {charges} charges")
+        ending = order_ending(claims.get(order_id), ledger.get(order_id, 0))
+        ended[order_id] = ending
+        endings[ending] += 1
+        if ending == "double-charged":
+            problems.append(f"{order_id}: charged {ledger[order_id]} times")
+        elif ending in LOST_ENDINGS:
+            claim = claims.get(order_id)
+            state = f"claim {claim['status']}" if claim else "no claim"
+            reason = f" {claim['releaseReason']}" if claim and claim.get("releaseReason") else ""
+            problems.append(f"{order_id}: lost ({state}{reason}, {ledger.get(order_id, 0)} charges)")
     return Report(
         orders=len(orders),
         deliveries=deliveries,
         charges=sum(ledger.get(order["orderId"], 0) for order in orders),
         double_charged_orders=endings["double-charged"],
-        lost_orders=endings["lost"],
+        lost_orders=sum(endings[e] for e in LOST_ENDINGS),
         charged=endings["charged"],
         declined=endings["declined"],
         needs_reconciliation=endings["needs-reconciliation"],
@@ -209,7 +265,50 @@ def measure(
         faults_injected=stack.faults.fired(),
         order_endings=dict(endings),
         problems=problems[:20],
+        money=money(orders, charges, ended),
     )
+
+
+def order_ending(claim: dict[str, Any] | None, charges: int) -> str:
+    """How one order ended, from its claim row and its charges at the provider."""
+    status = claim["status"] if claim else None
+    if charges > 1:
+        return "double-charged"
+    if status == "COMPLETED" and charges == 1:
+        return "charged"
+    if status == "RELEASED" and charges == 0:
+        # DECLINED is an outcome the customer sees; NOT_CHARGED proves only that nothing was charged.
+        return "declined" if claim and claim.get("releaseReason") == "DECLINED" else "released, not charged"
+    if status == "CLAIMED":
+        return "needs-reconciliation"
+    return "lost"
+
+
+def money(orders: list[dict[str, Any]], charges: list[Any], endings: dict[str, str]) -> list[Money]:
+    """Ordered against billed, per currency (each order counted once, whatever its copies)."""
+    by_currency: dict[str, Money] = {}
+    seen: set[str] = set()
+    for order in orders:
+        if order["orderId"] in seen:
+            continue
+        seen.add(order["orderId"])
+        entry = by_currency.setdefault(order["currency"], Money(order["currency"]))
+        entry.ordered += order["amount"]
+        ending = endings.get(order["orderId"])
+        if ending == "declined":
+            entry.declined += order["amount"]
+        elif ending not in ("charged", "double-charged"):
+            entry.not_billed += order["amount"]
+    first: set[str | None] = set()
+    for charge in charges:
+        if charge.order_id not in seen:
+            continue
+        entry = by_currency.setdefault(charge.currency.upper(), Money(charge.currency.upper()))
+        entry.billed += charge.amount
+        if charge.order_id in first:
+            entry.billed_twice += charge.amount
+        first.add(charge.order_id)
+    return [by_currency[c] for c in sorted(by_currency)]
 
 
 def render(report: Report) -> str:
@@ -218,18 +317,20 @@ def render(report: Report) -> str:
         f"deliveries           {report.deliveries}",
         f"charges              {report.charges}",
         f"double-charged       {report.double_charged_orders}",
-        f"lost                 {report.lost_orders}",
+        f"lost                 {report.lost_orders}"
+        + _lost_detail(report.order_endings.get("released, not charged", 0)),
         f"charged              {report.charged}",
         f"declined             {report.declined}",
         f"needs reconciliation {report.needs_reconciliation}",
         f"order conflicts      {report.conflicts}",
         f"duplicates stopped   start {report.duplicates_suppressed['start']},"
         f" claim {report.duplicates_suppressed['claim']}",
-        f"executions           {report.executions} {dict(sorted(report.execution_outcomes.items()))}",
+        f"executions           {report.executions}: {_counts(report.execution_outcomes)}",
         f"dead-lettered        {report.dead_lettered} deliveries (each with its reason, or after 5 receives)",
         f"wall time            {report.wall_seconds:.1f} s",
         f"orders per second    {report.orders_per_second:.1f}",
     ]
+    lines.extend(render_money(report.money))
     if report.faults_injected:
         lines.append("faults injected")
         lines.extend(f"  {count:6d}  {kind}" for kind, count in sorted(report.faults_injected.items()))
@@ -237,3 +338,27 @@ def render(report: Report) -> str:
         lines.append("problems")
         lines.extend(f"  {p}" for p in report.problems)
     return "\n".join(lines)
+
+
+def render_money(money: list[Money]) -> list[str]:
+    """One line per currency: ordered, billed, and where the difference went."""
+    if not money:
+        return []
+    lines = ["money                ordered / billed, per currency"]
+    for m in money:
+        line = f"  {m.currency}  ordered {m.format(m.ordered)}, billed {m.format(m.billed)}"
+        details = [
+            f"declined {m.format(m.declined)}",
+            f"not billed {m.format(m.not_billed)}",
+            f"billed twice {m.format(m.billed_twice)}",
+        ]
+        lines.append(f"{line} ({', '.join(details)})")
+    return lines
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in sorted(counts.items())) or "none"
+
+
+def _lost_detail(released: int) -> str:
+    return f" ({released} released NOT_CHARGED, never charged since)" if released else ""

@@ -7,8 +7,10 @@ failures that redrive messages.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
+import re
 from typing import TYPE_CHECKING
 
 import pytest
@@ -16,7 +18,7 @@ import pytest
 from saga_local.chaos import ChaosConfig, broken_invariants, main, plan_faults, render, run_chaos
 from saga_local.embedded import EmbeddedStack
 from saga_local.provider_emulator import LedgerEntry
-from saga_local.simulate import make_orders
+from saga_local.simulate import LOST_ENDINGS, make_orders, money, order_ending
 
 if TYPE_CHECKING:
     from saga_local.chaos import ChaosReport
@@ -26,7 +28,7 @@ SMALL = ChaosConfig(
     copies=4,
     concurrency=2,
     seed=24,
-    step_fault_rate=0.3,
+    step_fault_rate=0.5,
     start_fault_rate=0.1,
     provider_fault_rate=0.25,
     stop_rate=0.2,
@@ -48,20 +50,50 @@ def test_a_small_chaos_run_keeps_the_promise(small_run: ChaosReport) -> None:
         pytest.skip("saga_local/reconcile.py (reconcile_stack) is not there yet: the run cannot be judged")
     assert small_run.promise_kept, render(small_run)
     assert small_run.before.double_charged_orders == 0
+    assert small_run.declined_sent_again == []
     assert small_run.after is not None
     assert small_run.after.needs_reconciliation == 0
-    assert small_run.after.order_endings.keys() <= {"charged", "declined", "released"}
+    # Released NOT_CHARGED is not an end: such an order is lost until it is charged.
+    assert small_run.after.order_endings.keys() <= {"charged", "declined"}
 
 
 def test_the_small_run_reaches_the_sweeper_and_every_kind_of_trouble(small_run: ChaosReport) -> None:
     assert small_run.before.needs_reconciliation > 0, "no claim was left for the sweeper: raise the rates"
     assert small_run.before.execution_outcomes.get("ABORTED", 0) > 0
     fired = set(small_run.faults_by_kind)
-    every_kind = {"die", "timeout", "oom", "throttle", "throttle_call", "error_call", "delay", "stop"}
+    every_kind = {
+        "die",
+        "timeout",
+        "oom",
+        "throttle",
+        "throttle_call",
+        "error_call",
+        "delay",
+        "stop",
+        "lost_answer",
+        "late_write",
+    }
     assert every_kind <= fired, fired
     assert any(kind.startswith("provider ") for kind in fired)
     assert small_run.redeliveries.get("while running", 0) > 0
     assert small_run.redeliveries.get("after the end", 0) > 0
+    assert small_run.late_writes["landed"] > 0
+
+
+def test_the_report_is_words_and_figures_with_money_and_what_the_sweeper_did(small_run: ChaosReport) -> None:
+    text = render(small_run)
+
+    # No Python reprs: no dicts, lists or sets, no dataclass(field=...), no quoted keys.
+    assert not re.search(r"[{}\[\]]|\w\(\w+=|'\w+': ", text), text
+    assert "money" in text
+    for currency in ("BRL", "EUR", "USD"):
+        assert re.search(
+            rf"  {currency}  ordered [\d,]+\.\d\d {currency}, billed [\d,]+\.\d\d {currency}", text
+        )
+    assert small_run.sweep, "the run left nothing for the sweeper"
+    for resolved in small_run.sweep:
+        assert f"  {resolved.order_id}  attempt {resolved.attempt}  {resolved.outcome}" in text
+    assert "declined attempts sent to the provider again  0" in text
 
 
 def test_the_same_seed_draws_the_same_faults() -> None:
@@ -105,5 +137,50 @@ def test_main_prints_a_json_report_and_exits_by_the_verdict(capsys: pytest.Captu
 
     report = json.loads(capsys.readouterr().out)
     assert report["before"]["orders"] == 3
-    assert report["before"]["deliveries"] == 6
+    assert report["before"]["deliveries"] >= 6  # and the customers' retries of declined orders
     assert status == (0 if report["promiseKept"] else 1)
+
+
+def test_money_counts_each_order_once_and_every_charge_it_got() -> None:
+    orders = [
+        {"orderId": "A", "amount": 15000, "currency": "BRL"},
+        {"orderId": "B", "amount": 250, "currency": "BRL"},
+        {"orderId": "C", "amount": 999, "currency": "BRL"},
+        {"orderId": "D", "amount": 1000, "currency": "JPY"},
+    ]
+    charges = [
+        dataclasses.replace(charge("A", "pi_1", 1), amount=15000),
+        dataclasses.replace(charge("A", "pi_2", 2), amount=15000),
+        dataclasses.replace(charge("D", "pi_3", 1), amount=1000, currency="jpy"),
+    ]
+
+    brl, jpy = money(orders, charges, {"A": "double-charged", "B": "declined", "C": "lost", "D": "charged"})
+
+    assert (brl.ordered, brl.billed, brl.billed_twice, brl.declined, brl.not_billed) == (
+        16249,
+        30000,
+        15000,
+        250,
+        999,
+    )
+    assert brl.format(brl.ordered) == "162.49 BRL"
+    assert (jpy.ordered, jpy.billed) == (1000, 1000)
+    assert jpy.format(jpy.billed) == "1,000 JPY"  # a whole-unit currency: no decimals
+
+
+@pytest.mark.parametrize(
+    ("claim", "charges", "ending"),
+    [
+        ({"status": "COMPLETED"}, 1, "charged"),
+        ({"status": "RELEASED", "releaseReason": "DECLINED"}, 0, "declined"),
+        ({"status": "RELEASED", "releaseReason": "NOT_CHARGED"}, 0, "released, not charged"),
+        ({"status": "CLAIMED"}, 0, "needs-reconciliation"),
+        (None, 0, "lost"),
+        ({"status": "COMPLETED"}, 2, "double-charged"),
+    ],
+)
+def test_an_order_released_not_charged_counts_as_lost(
+    claim: dict[str, str] | None, charges: int, ending: str
+) -> None:
+    assert order_ending(claim, charges) == ending
+    assert (ending in LOST_ENDINGS) == (ending in {"released, not charged", "lost"})
