@@ -1100,7 +1100,10 @@ def _taken(edges: list[_Edge], steps: list[Step], definition: dict[str, Any], st
                 taken.add(i)
     if path and status != "RUNNING":
         last = path[-1]
-        ended_here = last.status == "succeeded" or (last.status == "failed" and last.type == "Fail")
+        # A step that was retried and then succeeded ended the execution too.
+        ended_here = last.status in {"succeeded", "retried"} or (
+            last.status == "failed" and last.type == "Fail"
+        )
         if ended_here:
             taken.update(i for i, e in enumerate(edges) if e.kind == "end" and e.source == last.name)
     return taken

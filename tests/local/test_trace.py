@@ -28,15 +28,10 @@ from tests.statemachine.conftest import order
 if TYPE_CHECKING:
     from tests.statemachine.conftest import Saga
 
-HAPPY = ["Claim Order", "Already Claimed?", "Charge Payment", "Mark Complete", "Order Charged"]
-DECLINED = [
-    "Claim Order",
-    "Already Claimed?",
-    "Charge Payment",
-    "Release Claim",
-    "Why Released?",
-    "Payment Declined",
-]
+# Expected paths are read from the definition (the state machine gains and loses states); only the
+# Task names, which the template's functions give, are named here.
+CHARGE = "Charge Payment"
+COMPLETE = "Mark Complete"
 # Unknown order fields are ignored by the saga but travel in every state's input: the page shows them.
 HOSTILE = (
     '</script><script>document.body.setAttribute("data-pwned","1")</script>'
@@ -68,6 +63,48 @@ def run(saga: Saga, message: dict[str, Any], name: str) -> Traced:
 
 def expected_outcomes(definition: dict[str, Any], entered: dict[str, str]) -> dict[str, str]:
     return {name: entered.get(name, "not-entered") for name in definition["States"]}
+
+
+def happy_path(definition: dict[str, Any]) -> list[str]:
+    """From StartAt along each Next (a Choice's Default), to the state that ends the execution."""
+    states = definition["States"]
+    path: list[str] = []
+    name: str | None = definition["StartAt"]
+    while name is not None and name not in path:
+        path.append(name)
+        state = states[name]
+        name = state.get("Next") or (state.get("Default") if state["Type"] == "Choice" else None)
+    return path
+
+
+def edge_kind(definition: dict[str, Any], source: str, target: str) -> str:
+    state = definition["States"][source]
+    if state["Type"] == "Choice":
+        return "default" if state.get("Default") == target else "choice"
+    return "next"
+
+
+def path_edges(definition: dict[str, Any], path: list[str]) -> set[tuple[str, str, str]]:
+    """The edges an execution along ``path`` (no Catch) follows, as the page marks them taken."""
+    edges = {("", path[0], "start"), (path[-1], "", "end")}
+    edges |= {(a, b, edge_kind(definition, a, b)) for a, b in itertools.pairwise(path)}
+    return edges
+
+
+def catcher(definition: dict[str, Any], state: str, error: str) -> dict[str, Any]:
+    """The Catch of ``state`` that ``error`` reaches first."""
+    return next(
+        c
+        for c in definition["States"][state].get("Catch", [])
+        if error in c["ErrorEquals"] or "States.ALL" in c["ErrorEquals"]
+    )
+
+
+def successors(definition: dict[str, Any], name: str) -> set[str]:
+    state = definition["States"][name]
+    found = {state.get("Next"), state.get("Default")} | {c.get("Next") for c in state.get("Choices", [])}
+    found |= {c["Next"] for c in state.get("Catch", [])}
+    return {n for n in found if n}
 
 
 class Page(HTMLParser):
@@ -149,22 +186,17 @@ def test_happy_path_trace_shows_every_state_succeeded_once(saga: Saga) -> None:
     text = render_text(traced.description, traced.history, traced.definition)
     page = parse(render_html(traced.description, traced.history, traced.definition))
 
+    happy = happy_path(traced.definition)
+    assert {CHARGE, COMPLETE} <= set(happy)
     assert [(s.name, s.status, s.attempts, s.errors) for s in steps] == [
-        (name, "succeeded", 1, []) for name in HAPPY
+        (name, "succeeded", 1, []) for name in happy
     ]
     assert all(s.entered is not None and s.exited is not None and s.exited >= s.entered for s in steps)
-    assert "path: " + " -> ".join(HAPPY) in text
+    assert "path: " + " -> ".join(happy) in text
     assert "retried" not in text
     assert text.rstrip().splitlines()[-2] == "SUCCEEDED"
-    assert page.outcomes() == expected_outcomes(traced.definition, dict.fromkeys(HAPPY, "succeeded"))
-    assert page.taken() == {
-        ("", "Claim Order", "start"),
-        ("Claim Order", "Already Claimed?", "next"),
-        ("Already Claimed?", "Charge Payment", "default"),
-        ("Charge Payment", "Mark Complete", "next"),
-        ("Mark Complete", "Order Charged", "next"),
-        ("Order Charged", "", "end"),
-    }
+    assert page.outcomes() == expected_outcomes(traced.definition, dict.fromkeys(happy, "succeeded"))
+    assert page.taken() == path_edges(traced.definition, happy)
     assert page.body["data-status"] == "SUCCEEDED"
 
 
@@ -175,39 +207,43 @@ def test_decline_trace_shows_the_catch_routing_to_release_claim(saga: Saga) -> N
     text = render_text(traced.description, traced.history, traced.definition, show_io=True)
     page = parse(render_html(traced.description, traced.history, traced.definition))
 
-    assert [s.name for s in steps] == DECLINED
-    charge = steps[2]
-    assert (charge.status, charge.attempts, charge.next) == ("caught", 1, "Release Claim")
+    definition = traced.definition
+    names = [s.name for s in steps]
+    happy = happy_path(definition)
+    at = names.index(CHARGE)
+    assert names[: at + 1] == happy[: happy.index(CHARGE) + 1]  # the happy path up to the charge
+    caught_by = catcher(definition, CHARGE, "PaymentDeclined")
+    charge = steps[at]
+    assert (charge.status, charge.attempts, charge.next) == ("caught", 1, caught_by["Next"])
     assert [e for e, _ in charge.errors] == ["PaymentDeclined"]
-    assert charge.catch_errors == ["PaymentDeclined", "ChargeNotAttempted"]
-    assert (steps[-1].type, steps[-1].status) == ("Fail", "failed")
-    assert "path: " + " -> ".join(DECLINED) in text
-    assert "caught PaymentDeclined -> Release Claim  (Catch PaymentDeclined, ChargeNotAttempted)" in text
+    assert charge.catch_errors == caught_by["ErrorEquals"]
+    assert names[at + 1] == caught_by["Next"]
+    assert all(b in successors(definition, a) for a, b in itertools.pairwise(names)), names
+    last = steps[-1]
+    assert (last.type, last.status) == ("Fail", "failed")
+    assert definition["States"][last.name]["Error"] == "PaymentDeclined"
+    assert "path: " + " -> ".join(names) in text
+    routed = f"caught PaymentDeclined -> {caught_by['Next']}  (Catch {', '.join(caught_by['ErrorEquals'])})"
+    assert routed in text
     assert "Your card was declined." in text  # the cause, read out of the Lambda's error JSON
     assert '"paymentMethod": "pm_card_chargeDeclined"' in text  # show_io: pretty JSON input
     assert text.rstrip().splitlines()[-2] == "FAILED  PaymentDeclined"
-    assert "The provider declined the payment." in text.rstrip().splitlines()[-1]
+    assert definition["States"][last.name]["Cause"][:30] in text.rstrip().splitlines()[-1]
 
-    assert page.outcomes() == expected_outcomes(
-        traced.definition,
-        {
-            "Claim Order": "succeeded",
-            "Already Claimed?": "succeeded",
-            "Charge Payment": "caught",
-            "Release Claim": "succeeded",
-            "Why Released?": "succeeded",
-            "Payment Declined": "failed",
-        },
-    )
+    entered = dict.fromkeys(names, "succeeded") | {CHARGE: "caught", last.name: "failed"}
+    assert page.outcomes() == expected_outcomes(definition, entered)
     taken = page.taken()
-    assert ("Charge Payment", "Release Claim", "catch") in taken
-    assert ("Claim Order", "Release Claim", "catch") not in taken  # the other Catch into it
-    assert ("Charge Payment", "Mark Complete", "next") not in taken
-    assert ("Why Released?", "Payment Declined", "choice") in taken
-    assert ("Payment Declined", "", "end") in taken
-    catch_labels = {e["data-target"] for e in page.edges if e["data-kind"] == "catch"}
-    assert {"Release Claim", "Needs Reconciliation", "Order Conflict", "Release Failed"} <= catch_labels
-    assert page.badges.get("Charge Payment") == ["caught"]
+    assert (CHARGE, caught_by["Next"], "catch") in taken
+    assert (CHARGE, definition["States"][CHARGE]["Next"], "next") not in taken
+    assert (last.name, "", "end") in taken
+    # Another state's Catch into the same target was not followed.
+    for name, state in definition["States"].items():
+        for other in state.get("Catch", []):
+            if name != CHARGE and other["Next"] == caught_by["Next"]:
+                assert (name, other["Next"], "catch") not in taken, name
+    catch_targets = {c["Next"] for s in definition["States"].values() for c in s.get("Catch", [])}
+    assert {e["data-target"] for e in page.edges if e["data-kind"] == "catch"} == catch_targets
+    assert page.badges.get(CHARGE) == ["caught"]
     assert "PaymentDeclined" in "".join(page.text)  # header error
 
 
@@ -220,17 +256,18 @@ def test_retried_step_trace_counts_attempts_and_names_the_errors(saga: Saga) -> 
     text = render_text(traced.description, traced.history, traced.definition, color=True)
     page = parse(render_html(traced.description, traced.history, traced.definition))
 
-    assert [s.name for s in steps] == HAPPY
-    mark = steps[3]
+    happy = happy_path(traced.definition)
+    assert [s.name for s in steps] == happy
+    mark = steps[happy.index(COMPLETE)]
     assert (mark.status, mark.attempts, mark.retries) == ("retried", 3, 2)
     assert [e for e, _ in mark.errors] == ["Runtime.ExitError", "Runtime.ExitError"]
     assert "retried 2x: Runtime.ExitError x2" in text
     assert "attempt 3 succeeded" in text
     assert "\x1b[33mretried\x1b[0m" in text  # amber, as in the console
-    assert page.outcomes()["Mark Complete"] == "retried"
-    assert page.badges.get("Mark Complete") == ["retried 2x"]
-    assert {page.outcomes()[name] for name in HAPPY if name != "Mark Complete"} == {"succeeded"}
-    assert ("Mark Complete", "Order Charged", "next") in page.taken()
+    assert page.outcomes()[COMPLETE] == "retried"
+    assert page.badges.get(COMPLETE) == ["retried 2x"]
+    assert {page.outcomes()[name] for name in happy if name != COMPLETE} == {"succeeded"}
+    assert path_edges(traced.definition, happy) == page.taken()  # on past the retries
 
 
 def test_running_execution_shows_the_state_in_progress(saga: Saga) -> None:
@@ -348,14 +385,9 @@ def test_decline_page_renders_in_chromium_with_the_path_coloured(saga: Saga, tmp
     assert dom.body.get("data-rendered") == "true"
     assert "data-pwned" not in dom.body
     # The executed path: entered nodes marked taken, each painted in its outcome's colour.
-    entered = {
-        "Claim Order": "succeeded",
-        "Already Claimed?": "succeeded",
-        "Charge Payment": "caught",
-        "Release Claim": "succeeded",
-        "Why Released?": "succeeded",
-        "Payment Declined": "failed",
-    }
+    steps = trace_steps(traced.history, traced.definition)
+    last = steps[-1].name
+    entered = dict.fromkeys((step.name for step in steps), "succeeded") | {CHARGE: "caught", last: "failed"}
     outcomes = expected_outcomes(traced.definition, entered)
     assert dom.outcomes() == outcomes
     for name, attrs in dom.nodes.items():
@@ -363,13 +395,13 @@ def test_decline_page_renders_in_chromium_with_the_path_coloured(saga: Saga, tmp
         assert (attrs["data-fill"], attrs["data-stroke"]) == (rgb(fill), rgb(stroke)), name
         assert attrs["data-taken"] == ("true" if name in entered else "false"), name
     assert len({attrs["data-fill"] for attrs in dom.nodes.values()}) == 4  # green, amber, red, grey
-    assert ("Charge Payment", "Release Claim", "catch") in dom.taken()
+    assert (CHARGE, catcher(traced.definition, CHARGE, "PaymentDeclined")["Next"], "catch") in dom.taken()
     # The script selected the state the execution ended in: its event rows and step are shown.
-    assert dom.body.get("data-selected") == "Payment Declined"
+    assert dom.body.get("data-selected") == last
     selected = [r for r in dom.rows if "sel" in r.get("class", "").split()]
     assert selected
-    assert {r["data-state"] for r in selected} == {"Payment Declined"}
-    assert [s["data-state"] for s in dom.steps if "open" in s] == ["Payment Declined"]
+    assert {r["data-state"] for r in selected} == {last}
+    assert [s["data-state"] for s in dom.steps if "open" in s] == [last]
 
     png = read_png(screenshot)
     assert (png.width, png.height) == (1400, 1000)
