@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from saga_local.event_source import SqsEventSource
+from saga_local.events import OutcomeLog
 from saga_local.stream_source import StreamEventSource, stream_event_source
 
 if TYPE_CHECKING:
@@ -97,6 +98,9 @@ class Driver:
         #: Whether :meth:`pump` runs the outcome relay too (off: closed claims publish nothing, and an
         #: order released never charged is not sent again).
         self.relay_outcomes = self.stream_source is not None
+        #: The outcome events published so far, read from the archive queue (OutcomeArchive=Enabled).
+        archive = stack.outcome_archive_queue_url
+        self.outcome_log: OutcomeLog | None = OutcomeLog(self.sqs, archive) if archive else None
 
     # -- input ---------------------------------------------------------------------------------
 

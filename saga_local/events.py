@@ -1,0 +1,166 @@
+"""Read the outcome events the saga published: from the archive queue, for tests, reports and ``saga events``.
+
+The template's ``OutcomeArchive=Enabled`` (the local stack's default) adds a rule that copies every
+event of the outcome bus to a queue; each message is the EventBridge event (``id``, ``source``,
+``detail-type``, ``time``, ``detail``). Delivery is at least once, so an event may appear twice:
+consumers, and every count here, deduplicate on ``detail.eventId``.
+
+* :class:`OutcomeLog` drains the queue into memory (receive, then delete) and keeps everything it
+  read, so a test or a report sees every event of its run once the queue is empty again.
+* :func:`peek` reads without deleting (visibility timeout 0), for a person looking at a stack another
+  process runs (``saga events``): fine for the few hundred events a local session makes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+#: The outcomes after which nothing more happens to an order without a person or the producer
+#: (``payment_saga.outcomes.FINAL_OUTCOMES``, by name: this module does not import the functions).
+FINAL = frozenset({"OrderCharged", "OrderDeclined", "OrderConflict", "OrderRejected", "OrderNeedsAttention"})
+#: Outcomes on the way to a final one: the order is not over.
+INTERIM = frozenset({"OrderReleased", "OrderRequeued", "OrderNeedsReconciliation"})
+
+
+@dataclass(frozen=True)
+class OutcomeEvent:
+    """One event as a subscriber receives it."""
+
+    detail_type: str
+    detail: dict[str, Any]
+    time: str
+    event_bus_id: str  # EventBridge's own id of this delivery (differs between duplicates)
+
+    @property
+    def event_id(self) -> str:
+        return str(self.detail.get("eventId"))
+
+    @property
+    def order_id(self) -> str | None:
+        value = self.detail.get("orderId")
+        return str(value) if value is not None else None
+
+    @property
+    def final(self) -> bool:
+        return self.detail_type in FINAL
+
+    @classmethod
+    def from_message(cls, body: str) -> OutcomeEvent:
+        event = json.loads(body)
+        return cls(
+            detail_type=str(event.get("detail-type")),
+            detail=dict(event.get("detail") or {}),
+            time=str(event.get("time", "")),
+            event_bus_id=str(event.get("id", "")),
+        )
+
+    def line(self) -> str:
+        """One line for a person: what, which order, which attempt, why."""
+        d = self.detail
+        parts = [f"{self.detail_type:<25}", f"{d.get('orderId') or '-':<24}"]
+        if d.get("attempt") is not None:
+            parts.append(f"attempt {d['attempt']}")
+        if d.get("amount") is not None:
+            parts.append(f"{d['amount']} {d.get('currency')}")
+        if d.get("chargeId"):
+            parts.append(str(d["chargeId"]))
+        if d.get("resolvedBy") == "sweeper":
+            parts.append("(sweeper)")
+        if d.get("delaySeconds") is not None:
+            parts.append(f"next attempt {d.get('nextAttempt')} in {d['delaySeconds']} s")
+        if d.get("reason") and self.detail_type != "OrderCharged":
+            parts.append(f"- {d['reason']}")
+        return "  ".join(parts)
+
+
+def deduplicated(events: Iterable[OutcomeEvent]) -> list[OutcomeEvent]:
+    """Each ``eventId`` once (the first delivery), in the order they came."""
+    seen: set[str] = set()
+    unique = []
+    for event in events:
+        if event.event_id not in seen:
+            seen.add(event.event_id)
+            unique.append(event)
+    return unique
+
+
+def final_outcomes(events: Iterable[OutcomeEvent]) -> dict[str, list[str]]:
+    """orderId -> the final outcomes published for it, after deduplication (one each, if all is well)."""
+    finals: dict[str, list[str]] = {}
+    for event in deduplicated(events):
+        if event.final and event.order_id is not None:
+            finals.setdefault(event.order_id, []).append(event.detail_type)
+    return finals
+
+
+class OutcomeLog:
+    """Drains the archive queue into memory, keeping every event read (for tests and reports)."""
+
+    def __init__(self, sqs: Any, queue_url: str) -> None:
+        self.sqs = sqs
+        self.queue_url = queue_url
+        self._events: list[OutcomeEvent] = []
+        self._lock = threading.Lock()
+
+    def collect(self) -> list[OutcomeEvent]:
+        """Move what the queue holds now into the log; return every event read so far (duplicates too)."""
+        with self._lock:
+            while True:
+                messages = self.sqs.receive_message(
+                    QueueUrl=self.queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+                ).get("Messages", [])
+                if not messages:
+                    break
+                self._events.extend(OutcomeEvent.from_message(m["Body"]) for m in messages)
+                self.sqs.delete_message_batch(
+                    QueueUrl=self.queue_url,
+                    Entries=[
+                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
+                    ],
+                )
+            return list(self._events)
+
+    def events(self, order_id: str | None = None) -> list[OutcomeEvent]:
+        """Every distinct event (by ``eventId``) read so far, for one order or all."""
+        return [e for e in deduplicated(self.collect()) if order_id is None or e.order_id == order_id]
+
+    def counts(self) -> Counter[str]:
+        """Distinct events by type."""
+        return Counter(e.detail_type for e in self.events())
+
+
+def peek(sqs: Any, queue_url: str, *, rounds: int = 50) -> list[OutcomeEvent]:
+    """The events on the queue, without deleting them (each delivery once, by EventBridge's id)."""
+    found: dict[str, OutcomeEvent] = {}
+    for _ in range(rounds):
+        messages = sqs.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=0, WaitTimeSeconds=0
+        ).get("Messages", [])
+        fresh = [m for m in messages if m["MessageId"] not in found]
+        if not fresh:
+            break
+        for message in fresh:
+            found[message["MessageId"]] = OutcomeEvent.from_message(message["Body"])
+    return sorted(found.values(), key=lambda e: (e.time, e.event_id))
+
+
+def render(events: list[OutcomeEvent], *, raw: bool = False) -> str:
+    """The events one line each (or, ``raw``, as JSON lines of their detail), then a count by type."""
+    unique = deduplicated(events)
+    if raw:
+        return "".join(
+            json.dumps({"detailType": e.detail_type, **e.detail}, sort_keys=True) + "\n" for e in unique
+        )
+    lines = [e.line() for e in unique]
+    counts = Counter(e.detail_type for e in unique)
+    summary = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "no outcome events"
+    duplicates = len(events) - len(unique)
+    tail = f" ({duplicates} duplicate deliveries left out)" if duplicates else ""
+    return "\n".join([*lines, "", f"{len(unique)} events: {summary}{tail}"]) + "\n"

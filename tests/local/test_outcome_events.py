@@ -1,0 +1,179 @@
+"""Every outcome of an order is published once, through the real state machine, relay and bus.
+
+The stack is the one ``sam deploy`` would create (``template.yaml``): the claims table's stream read
+by the outcome relay through its event source mapping (filter, batches, partial failures: emulated
+by ``saga_local.stream_source``), the outcome bus, and its archive queue (on locally) from which the
+events are read back. "Exactly one per order" is after deduplication by ``eventId``, since delivery
+is at least once.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from saga_local.events import final_outcomes
+from saga_local.faults import Fault
+from saga_local.provider_emulator import SAVED_PAYMENT_METHOD
+from tests.local.conftest import sweep
+from tests.statemachine.conftest import order
+
+if TYPE_CHECKING:
+    import pytest
+
+    from saga_local.events import OutcomeEvent, OutcomeLog
+    from tests.statemachine.conftest import Saga
+
+
+def log(saga: Saga) -> OutcomeLog:
+    assert saga.driver.outcome_log is not None, "the local stack archives the outcome bus"
+    return saga.driver.outcome_log
+
+
+def kinds(events: list[OutcomeEvent]) -> list[str]:
+    return [event.detail_type for event in events]
+
+
+def test_a_charged_order_delivered_three_times_publishes_one_order_charged(saga: Saga) -> None:
+    saga.driver.send(order("ORDER-EV-1"), copies=3)
+    saga.driver.pump(timeout=60)
+
+    events = log(saga).events("ORDER-EV-1")
+    assert kinds(events) == ["OrderCharged"]
+    (charged,) = events
+    assert charged.event_id == "ORDER-EV-1/attempt-1/charged"
+    assert charged.detail["amount"] == 15000
+    assert charged.detail["currency"] == "BRL"
+    assert charged.detail["attempt"] == 1
+    assert charged.detail["chargeId"] == saga.provider.charges_for("ORDER-EV-1")[0].charge_id
+    assert charged.detail["resolvedBy"] == "saga"
+    assert charged.detail["occurredAt"].endswith("Z")
+    assert saga.charges("ORDER-EV-1") == 1
+
+
+def test_a_declined_order_publishes_order_declined_and_is_not_sent_again(saga: Saga) -> None:
+    saga.driver.send(order("ORDER-EV-2", paymentMethod="pm_card_chargeDeclined"))
+    saga.driver.pump(timeout=60)
+
+    events = log(saga).events("ORDER-EV-2")
+    assert kinds(events) == ["OrderDeclined"]
+    assert events[0].detail["reason"] == "DECLINED"
+    assert len(saga.driver.execution_arns()) == 1, "a decline is an end: no re-queue"
+
+
+def test_a_conflicting_order_publishes_order_conflict_from_the_state_machine(saga: Saga) -> None:
+    saga.driver.send(order("ORDER-EV-3"))
+    saga.driver.pump(timeout=60)
+    (message_id,) = saga.driver.send(order("ORDER-EV-3", amount=99900))
+    saga.driver.pump(timeout=60)
+
+    events = log(saga).events("ORDER-EV-3")
+    assert kinds(events) == ["OrderCharged", "OrderConflict"]
+    conflict = events[1]
+    assert conflict.event_id.startswith("ORDER-EV-3/conflict/")
+    assert conflict.event_id.endswith(message_id), "the execution's name ends with the SQS MessageId"
+    assert conflict.detail["amount"] == 99900, "the conflicting delivery's order, not the charged one"
+    assert saga.charges("ORDER-EV-3") == 1
+
+
+def test_a_malformed_message_publishes_order_rejected_with_its_reason(saga: Saga) -> None:
+    body = json.dumps({"orderId": "ORDER-EV-4", "amount": "150.00", "currency": "BRL"})
+    (message_id,) = saga.driver.send(body)
+    saga.driver.pump(timeout=60)
+
+    rejected = [e for e in log(saga).events() if e.detail_type == "OrderRejected"]
+    assert [e.event_id for e in rejected] == [f"rejected/{message_id}"]
+    assert rejected[0].order_id == "ORDER-EV-4"
+    assert "amount" in rejected[0].detail["reason"]
+    assert len(saga.driver.dead_letters()) == 1
+    assert saga.driver.claim("ORDER-EV-4") is None
+
+
+def test_an_unknown_charge_publishes_needs_reconciliation_then_the_sweepers_charge(saga: Saga) -> None:
+    # The charge lands, but Stripe saves a 500 for the key: every retry replays it.
+    saga.provider.inject("fail_after_apply_replayed", order_id="ORDER-EV-5")
+    saga.driver.send(order("ORDER-EV-5"))
+    saga.driver.pump(timeout=120)
+    assert kinds(log(saga).events("ORDER-EV-5")) == ["OrderNeedsReconciliation"]
+
+    sweep(saga)
+    saga.driver.pump(timeout=60)
+
+    events = log(saga).events("ORDER-EV-5")
+    assert kinds(events) == ["OrderNeedsReconciliation", "OrderCharged"]
+    assert events[0].event_id == "ORDER-EV-5/attempt-1/needs-reconciliation"
+    assert events[0].detail["reason"] == "PaymentOutcomeUnknown"
+    assert events[1].detail["resolvedBy"] == "sweeper"
+    assert saga.charges("ORDER-EV-5") == 1
+
+
+def test_a_claim_that_failed_is_sent_again_and_charged_without_a_person(saga: Saga) -> None:
+    # Every try of the first execution's Claim step dies before its write: Claim Failed, and Release
+    # Claim leaves a RELEASED / NOT_CHARGED tombstone (attempt 0) that the relay re-queues.
+    saga.faults.add(Fault("ClaimOrderFunction", "start", "die", times=4, order_id="ORDER-EV-6"))
+    saga.driver.send(order("ORDER-EV-6"))
+    saga.driver.pump(timeout=120)
+
+    outcomes = sorted(r.outcome for r in saga.driver.results(with_path=False) if r.order_id == "ORDER-EV-6")
+    assert outcomes == ["CHARGED", "ClaimFailed"]
+    events = log(saga).events("ORDER-EV-6")
+    assert kinds(events) == ["OrderReleased", "OrderRequeued", "OrderCharged"]
+    assert events[1].detail["nextAttempt"] == 1
+    assert events[2].detail["attempt"] == 1
+    assert saga.charges("ORDER-EV-6") == 1
+
+
+def test_a_claim_the_sweeper_released_after_an_outage_is_sent_again_and_charged(saga: Saga) -> None:
+    # The charge step dies before it reaches the provider, on every try: an ambiguous failure, so the
+    # claim is kept (Needs Reconciliation); later the sweeper finds no charge and releases it.
+    saga.faults.add(Fault("ChargePaymentFunction", "start", "die", times=4, order_id="ORDER-EV-7"))
+    saga.driver.send(order("ORDER-EV-7"))
+    saga.driver.pump(timeout=120)
+    assert saga.charges("ORDER-EV-7") == 0
+
+    sweep(saga)
+    saga.driver.pump(timeout=120)
+
+    events = log(saga).events("ORDER-EV-7")
+    assert kinds(events) == ["OrderNeedsReconciliation", "OrderReleased", "OrderRequeued", "OrderCharged"]
+    assert events[1].detail["resolvedBy"] == "sweeper"
+    assert events[3].detail["attempt"] == 2
+    assert saga.charges("ORDER-EV-7") == 1
+    assert final_outcomes(log(saga).collect())["ORDER-EV-7"] == ["OrderCharged"]
+
+
+def test_an_order_never_charged_is_tried_max_times_then_needs_attention_and_alarms(
+    saga: Saga, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A saved card sent without its customer: Stripe refuses the request itself (400), nothing is
+    # charged, every time. MaxRequeueAttempts (5) attempts, then a person.
+    saga.driver.send(order("ORDER-EV-8", paymentMethod=SAVED_PAYMENT_METHOD))
+    saga.driver.pump(timeout=180)
+
+    results = [r for r in saga.driver.results(with_path=False) if r.order_id == "ORDER-EV-8"]
+    assert [r.outcome for r in results] == ["ChargeNotAttempted"] * 5
+    events = log(saga).events("ORDER-EV-8")
+    assert kinds(events) == ["OrderReleased", "OrderRequeued"] * 4 + ["OrderReleased", "OrderNeedsAttention"]
+    assert [e.detail["attempt"] for e in events if e.detail_type == "OrderReleased"] == [1, 2, 3, 4, 5]
+    assert "MaxRequeueAttempts 5" in events[-1].detail["reason"]
+    assert saga.charges("ORDER-EV-8") == 0
+    printed = capsys.readouterr().out
+    assert '"RequeueExhausted":[1.0]' in printed, "the metric RequeueExhaustedAlarm watches"
+
+
+def test_every_order_of_a_mixed_run_has_exactly_one_final_outcome(saga: Saga) -> None:
+    orders = {
+        "ORDER-MIX-1": order("ORDER-MIX-1"),
+        "ORDER-MIX-2": order("ORDER-MIX-2", paymentMethod="pm_card_chargeDeclined"),
+        "ORDER-MIX-3": order("ORDER-MIX-3", currency="USD", amount=2500),
+    }
+    for body in orders.values():
+        saga.driver.send(body, copies=2)
+    saga.driver.pump(timeout=120)
+
+    finals = final_outcomes(log(saga).collect())
+    assert finals == {
+        "ORDER-MIX-1": ["OrderCharged"],
+        "ORDER-MIX-2": ["OrderDeclined"],
+        "ORDER-MIX-3": ["OrderCharged"],
+    }
