@@ -104,7 +104,11 @@ def reconcile_deployed(
     """
     session = session or boto3.session.Session(region_name=region)
     found = deployed_stack(session.client("cloudformation"), stack_name)
-    raw = session.client("secretsmanager").get_secret_value(SecretId=found.secret_arn)["SecretString"]
+    # The secret is read in the region its ARN names, as the sweeper reads it (it may not be the stack's).
+    parts = found.secret_arn.split(":")
+    secret_region = parts[3] if len(parts) > 3 and parts[3] else None
+    secrets = session.client("secretsmanager", region_name=secret_region)
+    raw = secrets.get_secret_value(SecretId=found.secret_arn)["SecretString"]
     store = ClaimsStore(found.table_name, client=session.client("dynamodb"))
     provider = StripeProvider(stripe_secret_from_string(raw), api_base=found.api_base)
     try:
