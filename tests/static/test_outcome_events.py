@@ -1,0 +1,268 @@
+"""The outcome events in ``template.yaml`` and the ASL: an outbox that cannot drop an outcome silently.
+
+* the claims table streams both images; the relay's event source reports partial failures, bisects,
+  bounds its retries and sends what it gives up on to a queue that is alarmed;
+* its filter lets through exactly the writes that close a claim (checked by evaluating the
+  template's patterns, with moto's EventBridge matcher, on records shaped as the stream sends them);
+* the happy path publishes nothing from the state machine (its transitions stay 3), and every
+  ``events:putEvents`` task goes to the outcome bus and on to the Fail state it was put before;
+* who may put events on the bus, and the re-queue's bound and alarm.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from moto.events.models import EventPattern
+from samtranslator.translator.transform import transform
+
+from payment_saga.outcomes import DEFAULT_MAX_REQUEUE_ATTEMPTS, DEFAULT_REQUEUE_BASE_DELAY_SECONDS
+from saga_local.template import functions, load_template
+
+if TYPE_CHECKING:
+    from tests.static.conftest import StateMachine, Template
+
+SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:payment-saga/stripe-AbCdEf"
+RELAY = "OutcomeRelayFunction"
+BUS = {"Fn::GetAtt": ["OutcomeEventBus", "Arn"]}
+
+
+def relay_event(template: Template) -> dict[str, Any]:
+    (event,) = template.functions[RELAY]["Events"].values()
+    assert event["Type"] == "DynamoDB"
+    properties: dict[str, Any] = event["Properties"]
+    return properties
+
+
+def stream_record(event_name: str, old: str | None, new: str | None) -> dict[str, Any]:
+    """A stream record as Lambda's filter sees it (statuses only; the rest of the row is beside the point)."""
+    change: dict[str, Any] = {"Keys": {"orderId": {"S": "ORDER-1"}}, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+    if old is not None:
+        change["OldImage"] = {"orderId": {"S": "ORDER-1"}, "status": {"S": old}}
+    if new is not None:
+        change["NewImage"] = {"orderId": {"S": "ORDER-1"}, "status": {"S": new}}
+    return {"eventName": event_name, "eventSource": "aws:dynamodb", "dynamodb": change}
+
+
+# -- the outbox -------------------------------------------------------------------------------------
+
+
+def test_the_claims_table_streams_both_images(template: Template) -> None:
+    table = template.of_type("AWS::DynamoDB::Table")["ClaimsTable"]
+    assert table["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
+    assert relay_event(template)["Stream"] == {"Fn::GetAtt": ["ClaimsTable", "StreamArn"]}
+
+
+def test_the_relay_never_drops_a_record_silently(template: Template) -> None:
+    event = relay_event(template)
+    assert event["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert event["BisectBatchOnFunctionError"] is True
+    assert 0 <= event["MaximumRetryAttempts"] <= 100, (
+        "bounded: a poison record must not hold the shard for a day"
+    )
+    destination = event["DestinationConfig"]["OnFailure"]
+    assert destination["Type"] == "SQS"
+    failure_queue = template.referenced_resource(destination["Destination"])
+    assert failure_queue in template.of_type("AWS::SQS::Queue")
+    assert template.of_type("AWS::SQS::Queue")[failure_queue]["MessageRetentionPeriod"] == 1209600
+    watched = [
+        alarm
+        for alarm in template.of_type("AWS::CloudWatch::Alarm").values()
+        if alarm.get("Namespace") == "AWS/SQS"
+        and any(
+            template.referenced_resource(d["Value"]) == failure_queue for d in alarm.get("Dimensions", [])
+        )
+    ]
+    assert watched, "the on-failure queue is alarmed"
+    assert event.get("ParallelizationFactor", 1) == 1, "an order's changes are published in order"
+    assert event["StartingPosition"] == "TRIM_HORIZON"
+
+
+@pytest.mark.parametrize(
+    ("record", "relayed"),
+    [
+        (stream_record("MODIFY", "CLAIMED", "COMPLETED"), True),
+        (stream_record("MODIFY", "CLAIMED", "RELEASED"), True),
+        (stream_record("MODIFY", "RELEASED", "COMPLETED"), True),  # a late charge found by the sweeper
+        (stream_record("INSERT", None, "RELEASED"), True),  # the tombstone of a fenced claim
+        (stream_record("MODIFY", "COMPLETED", "COMPLETED"), False),  # a resent complete
+        (stream_record("MODIFY", "RELEASED", "RELEASED"), False),  # a fence added to a released row
+        (stream_record("INSERT", None, "CLAIMED"), False),
+        (stream_record("MODIFY", "RELEASED", "CLAIMED"), False),
+        (stream_record("MODIFY", "CLAIMED", "CLAIMED"), False),  # a takeover, a lease renewed
+        (stream_record("REMOVE", "COMPLETED", None), False),  # TTL
+        (stream_record("INSERT", None, None) | {"dynamodb": {"NewImage": {"holder": {"S": "x"}}}}, False),
+    ],
+)
+def test_the_filter_lets_through_exactly_the_writes_that_close_a_claim(
+    template: Template, record: dict[str, Any], relayed: bool
+) -> None:
+    patterns = [
+        EventPattern.load(item["Pattern"]) for item in relay_event(template)["FilterCriteria"]["Filters"]
+    ]
+    assert any(pattern.matches_event(record) for pattern in patterns) is relayed  # type: ignore[arg-type]
+
+
+def test_the_relay_reads_the_settings_the_template_gives_it(template: Template) -> None:
+    spec = functions(load_template())[RELAY]
+    assert spec.handler == "handlers.outcome_relay.handler"
+    env = spec.environment
+    assert env["OUTCOME_EVENT_BUS_NAME"] == {"Ref": "OutcomeEventBus"}
+    assert env["ORDERS_QUEUE_URL"] == {"Ref": "OrdersQueue"}
+    assert env["MAX_REQUEUE_ATTEMPTS"] == {"Ref": "MaxRequeueAttempts"}
+    assert env["REQUEUE_BASE_DELAY_SECONDS"] == {"Ref": "RequeueBaseDelaySeconds"}
+    parameters = template.parameters
+    assert parameters["MaxRequeueAttempts"]["Default"] == DEFAULT_MAX_REQUEUE_ATTEMPTS
+    assert parameters["RequeueBaseDelaySeconds"]["Default"] == DEFAULT_REQUEUE_BASE_DELAY_SECONDS
+    assert parameters["RequeueBaseDelaySeconds"]["MaxValue"] == 900, "SQS's longest DelaySeconds"
+
+
+def test_an_exhausted_re_queue_pages_someone(template: Template) -> None:
+    alarm = template.of_type("AWS::CloudWatch::Alarm")["RequeueExhaustedAlarm"]
+    assert alarm["MetricName"] == "RequeueExhausted"
+    assert alarm["Threshold"] == 0
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["EvaluationPeriods"] == 1
+
+
+def test_the_archive_is_off_unless_asked_for(template: Template) -> None:
+    assert template.parameters["OutcomeArchive"]["Default"] == "Disabled"
+    for name in ("OutcomeArchiveQueue", "OutcomeArchiveRule"):
+        assert template.resources[name]["Condition"] == "CreateOutcomeArchive"
+    rule = template.of_type("AWS::Events::Rule")["OutcomeArchiveRule"]
+    assert rule["EventBusName"] == {"Ref": "OutcomeEventBus"}
+    assert rule["EventPattern"] == {"source": ["payment-saga"]}
+
+
+# -- the state machine's own events -------------------------------------------------------------------
+
+
+def event_tasks(saga: StateMachine) -> dict[str, dict[str, Any]]:
+    return {
+        name: state
+        for name, state in saga.states()
+        if state["Type"] == "Task" and str(state["Resource"]).endswith(":states:::events:putEvents")
+    }
+
+
+def test_the_happy_path_publishes_nothing_from_the_state_machine(saga: StateMachine) -> None:
+    states = saga.definition["States"]
+    path, name = [], saga.definition["StartAt"]
+    while name is not None:
+        path.append(name)
+        name = states[name].get("Next")
+    assert path == ["Claim Order", "Charge Payment", "Mark Complete"], "three transitions, no event task"
+    assert not set(path) & set(event_tasks(saga))
+
+
+def test_each_event_task_goes_to_the_bus_and_on_to_its_fail_state_whatever_happens(
+    saga: StateMachine,
+) -> None:
+    states = saga.definition["States"]
+    tasks = event_tasks(saga)
+    published = {}
+    for name, state in tasks.items():
+        (entry,) = state["Parameters"]["Entries"]
+        assert entry["EventBusName"] == "${OutcomeEventBusName}"
+        assert entry["Source"] == "payment-saga"
+        detail = entry["Detail"]
+        assert "eventId.$" in detail, f"{name}: a stable event id for consumers to deduplicate on"
+        published[entry["DetailType"]] = name
+        assert state["ResultPath"] is None, f"{name}: the error being reported must reach the Fail state"
+        assert states[state["Next"]]["Type"] == "Fail"
+        assert {catcher["Next"] for catcher in state["Catch"]} == {state["Next"]}
+        assert state["Catch"][-1]["ErrorEquals"] == ["States.ALL"]
+        paths = [v for k, v in detail.items() if k.endswith(".$") and str(v).startswith("$.")]
+        assert all(v.split(".")[1] in {"order", "claim", "error"} for v in paths), paths
+    assert set(published) == {"OrderConflict", "OrderNeedsReconciliation"}
+    assert states[published["OrderConflict"]]["Next"] == "Order Conflict"
+    assert states[published["OrderNeedsReconciliation"]]["Next"] == "Needs Reconciliation"
+
+
+# -- who may publish -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def deployed(template: Template) -> dict[str, Any]:
+    sam = copy.deepcopy(template.data)
+    sam["Globals"]["Function"]["CodeUri"] = "s3://artifacts/functions.zip"
+    for resource in sam["Resources"].values():
+        if resource["Type"] == "AWS::Serverless::StateMachine":
+            resource["Properties"]["DefinitionUri"] = "s3://artifacts/definition.json"
+    result: dict[str, Any] = transform(sam, {"PaymentApiKeySecretArn": SECRET_ARN}, _NoManagedPolicies())
+    return result
+
+
+class _NoManagedPolicies:
+    def load(self) -> dict[str, str]:
+        return {}
+
+
+def statements(role: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every statement in a role's inline policies, both branches of a conditional one included."""
+    found: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if "Effect" in node and ("Action" in node or "NotAction" in node):
+                found.append(node)
+                return
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(role["Properties"].get("Policies") or [])
+    return found
+
+
+def actions(statement: dict[str, Any]) -> list[str]:
+    value = statement.get("Action", [])
+    return value if isinstance(value, list) else [value]
+
+
+def put_events_resources(role: dict[str, Any]) -> list[Any]:
+    return [s["Resource"] for s in statements(role) if "events:PutEvents" in actions(s)]
+
+
+def test_only_the_publishers_may_put_events_and_only_on_the_outcome_bus(deployed: dict[str, Any]) -> None:
+    roles = {name: r for name, r in deployed["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
+    publishers = {name for name, role in roles.items() if put_events_resources(role)}
+    assert publishers == {
+        "StartExecutionFunctionRole",
+        "OutcomeRelayFunctionRole",
+        "PaymentSagaStateMachineRole",
+    }
+    for name in publishers:
+        assert put_events_resources(roles[name]) == [BUS], name
+
+
+def test_the_relay_reads_only_the_claims_stream_and_sends_only_to_its_queues(
+    deployed: dict[str, Any],
+) -> None:
+    role = deployed["Resources"]["OutcomeRelayFunctionRole"]
+    grants = {
+        (action, json.dumps(statement["Resource"], sort_keys=True))
+        for statement in statements(role)
+        for action in actions(statement)
+    }
+    stream = json.dumps({"Fn::GetAtt": ["ClaimsTable", "StreamArn"]})
+    assert {resource for action, resource in grants if action.startswith("dynamodb:")} == {stream}
+    assert {resource for action, resource in grants if action == "sqs:SendMessage"} == {
+        json.dumps({"Fn::GetAtt": ["OrdersQueue", "Arn"]}),
+        json.dumps({"Fn::GetAtt": ["OutcomeRelayFailureQueue", "Arn"]}),
+    }
+    (mapping,) = [
+        r["Properties"]
+        for r in deployed["Resources"].values()
+        if r["Type"] == "AWS::Lambda::EventSourceMapping"
+        and r["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["ClaimsTable", "StreamArn"]}
+    ]
+    assert len(mapping["FilterCriteria"]["Filters"]) == 3, "SAM passes the filter on to Lambda"
+    assert mapping["DestinationConfig"]["OnFailure"]["Destination"] == {
+        "Fn::GetAtt": ["OutcomeRelayFailureQueue", "Arn"]
+    }
