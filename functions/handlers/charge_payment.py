@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# Imported at init, not on the first charge: this is the one function that calls Stripe at every
+# invocation (payment_saga.payments imports the SDK on first use, so the other functions never load it).
+import stripe  # noqa: F401
+
 from handlers.runtime import claims_store, count, log_event, logger, metrics, provider, tracer
 from payment_saga.errors import ChargeNotAttempted, ClaimLost, PaymentDeclined, PaymentOutcomeUnknown
 from payment_saga.orders import order_from_message

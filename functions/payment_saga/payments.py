@@ -62,14 +62,32 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import stripe
-
 from payment_saga.errors import ChargeNotAttempted, PaymentDeclined, PaymentOutcomeUnknown
 
 if TYPE_CHECKING:
+    import stripe
     from stripe.params import PaymentIntentCreateParams
 
     from payment_saga.orders import Order
+else:
+
+    class _StripeOnFirstUse:
+        """The Stripe SDK, imported when this module first uses it, not when it is imported.
+
+        Claim, Mark Complete, Release, Start and the outcome relay import this module (for
+        :func:`idempotency_key`, or through ``handlers.runtime``) but never call Stripe: importing
+        the SDK (and requests, urllib3...) would add about a fifth of their cold start for nothing
+        (bench/cold_start.py). The first attribute read imports it and puts the module itself in
+        this module's globals, so every later ``stripe.X`` is a plain module attribute.
+        """
+
+        def __getattr__(self, name: str) -> Any:
+            import stripe as sdk
+
+            globals()["stripe"] = sdk
+            return getattr(sdk, name)
+
+    stripe = _StripeOnFirstUse()
 
 #: How long Stripe replays a saved response for an idempotency key (at least; it may keep longer).
 IDEMPOTENCY_WINDOW_SECONDS = 24 * 60 * 60
