@@ -463,6 +463,16 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_events(args: argparse.Namespace) -> int:
+    """The outcome events the stack published (saga_local/events.py)."""
+    from saga_local import events
+
+    target = resolve_target(args)
+    text = events.command(target.clients, target.outputs, target.where, order_id=args.order_id, raw=args.json)
+    Out()(text.rstrip("\n"))
+    return 0
+
+
 # -- simulate ------------------------------------------------------------------------------------
 
 
@@ -632,6 +642,9 @@ def cmd_cost(args: argparse.Namespace) -> int:
         f"  {args.cold_starts:.0%} of Charge Payment invocations start cold and read the secret"
         " (--cold-starts).",
         "Counted locally: everything else, against the emulator (a real provider adds Lambda duration).",
+        "Outcome events: one PutEvents entry per charged order (OrderCharged, from the claims stream);",
+        "  Lambda reads the stream for free; the relay's invocation is counted whole here (one order at a",
+        "  time), where AWS batches up to 100 closed claims into one.",
     ]
     prices = cost.load_prices()
     if args.json:
@@ -692,6 +705,12 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--html", metavar="FILE", help="write a self-contained page with the graph")
     add_target_arguments(trace)
     trace.set_defaults(func=cmd_trace)
+
+    events = sub.add_parser("events", help="the outcome events published (charged, declined, re-queued...)")
+    events.add_argument("--order-id", help="only this order's events")
+    events.add_argument("--json", action="store_true", help="one JSON object per event (its detail)")
+    add_target_arguments(events)
+    events.set_defaults(func=cmd_events)
 
     inv = sub.add_parser(
         "invoke",

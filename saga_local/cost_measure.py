@@ -87,7 +87,10 @@ def state_machine_log_bytes(history: list[dict[str, Any]], execution_arn: str) -
 
 
 def _published_events(calls: Counter[tuple[str, str]], history: list[dict[str, Any]]) -> int:
-    by_functions = sum(n for (_, call), n in calls.items() if call == "events.PutEvents")
+    # botocore names the EventBridge client's events "eventbridge.<Operation>".
+    by_functions = sum(
+        n for (_, call), n in calls.items() if call in ("events.PutEvents", "eventbridge.PutEvents")
+    )
     by_state_machine = sum(
         1
         for event in history

@@ -6,7 +6,9 @@
   ``template.yaml`` (``saga_local.stack.provision``).
 * Lambda is :class:`~saga_local.lambda_runtime.WorkerRuntime`: the real handlers in worker
   processes, each function's environment, timeout and memory from the template.
-* The SQS event source polls the orders queue and invokes the start function as Lambda does.
+* The SQS event source polls the orders queue and invokes the start function as Lambda does; the
+  claims table's stream is read for the outcome relay the same way (``saga_local.stream_source``),
+  and the outcome bus is copied to an archive queue (``saga events``).
 * The payment provider is :class:`~saga_local.provider_emulator.ProviderEmulator`.
 
 Two things are compressed in time, and only these: Retry waits (``retry_time_scale``; the waits
@@ -200,11 +202,13 @@ class EmbeddedStack:
         self.stop()
 
     def serve(self, stop: threading.Event, pollers: int = 1) -> None:
-        """Run the SQS event source until ``stop`` is set (``saga up``)."""
+        """Run the SQS and claims-stream event sources until ``stop`` is set (``saga up``)."""
         threads = [
             threading.Thread(target=self.driver.event_source.run, args=(stop,), daemon=True)
             for _ in range(pollers)
         ]
+        if self.driver.stream_source is not None:
+            threads.append(threading.Thread(target=self.driver.stream_source.run, args=(stop,), daemon=True))
         for thread in threads:
             thread.start()
         stop.wait()

@@ -164,3 +164,15 @@ def render(events: list[OutcomeEvent], *, raw: bool = False) -> str:
     duplicates = len(events) - len(unique)
     tail = f" ({duplicates} duplicate deliveries left out)" if duplicates else ""
     return "\n".join([*lines, "", f"{len(unique)} events: {summary}{tail}"]) + "\n"
+
+
+def command(clients: Any, outputs: dict[str, str], where: str, *, order_id: str | None, raw: bool) -> str:
+    """``saga events``: the outcome events on a stack's archive queue, read without deleting them."""
+    url = outputs.get("OutcomeArchiveQueueUrl")
+    if not url:
+        raise SystemExit(
+            f"saga events: {where} has no outcome archive (deploy it with OutcomeArchive=Enabled, or add a"
+            " rule of your own to the bus named by the OutcomeEventBusName output)."
+        )
+    events = [e for e in peek(clients("sqs"), url) if order_id is None or e.order_id == order_id]
+    return render(events, raw=raw)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from saga_local.events import final_outcomes
+from saga_local.events import command, final_outcomes
 from saga_local.faults import Fault
 from saga_local.provider_emulator import SAVED_PAYMENT_METHOD
+from saga_local.usage import transitions
 from tests.local.conftest import sweep
 from tests.statemachine.conftest import order
 
@@ -177,3 +178,36 @@ def test_every_order_of_a_mixed_run_has_exactly_one_final_outcome(saga: Saga) ->
         "ORDER-MIX-2": ["OrderDeclined"],
         "ORDER-MIX-3": ["OrderCharged"],
     }
+
+
+def test_the_outbox_costs_no_state_transition_and_a_conflict_costs_one(saga: Saga) -> None:
+    saga.driver.send(order("ORDER-EV-9"))
+    saga.driver.pump(timeout=60)
+    saga.driver.send(order("ORDER-EV-9", amount=99900))
+    saga.driver.pump(timeout=60)
+
+    by_outcome = {
+        result.outcome: transitions(saga.driver.history(result.arn))[0]
+        for result in saga.driver.results(with_path=False)
+        if result.order_id == "ORDER-EV-9"
+    }
+    assert by_outcome == {"CHARGED": 3, "OrderConflict": 3}
+    assert kinds(log(saga).events("ORDER-EV-9")) == ["OrderCharged", "OrderConflict"]
+
+
+def test_saga_events_lists_each_event_once_for_a_person(saga: Saga) -> None:
+    saga.driver.send(order("ORDER-EV-10"), copies=2)
+    saga.driver.send(order("ORDER-EV-11", paymentMethod="pm_card_chargeDeclined"))
+    saga.driver.pump(timeout=60)
+    clients = saga.driver.sqs  # the archive queue is read without being emptied
+
+    text = command(lambda _: clients, saga.stack.outputs, "local", order_id=None, raw=False)
+    lines = text.splitlines()
+    assert any(
+        line.startswith("OrderCharged") and "ORDER-EV-10" in line and "attempt 1" in line for line in lines
+    )
+    assert any(line.startswith("OrderDeclined") and "ORDER-EV-11" in line for line in lines)
+    assert lines[-1] == "2 events: 1 OrderCharged, 1 OrderDeclined"
+    only = command(lambda _: clients, saga.stack.outputs, "local", order_id="ORDER-EV-11", raw=True)
+    assert [json.loads(line)["detailType"] for line in only.splitlines()] == ["OrderDeclined"]
+    assert sorted(kinds(log(saga).events())) == ["OrderCharged", "OrderDeclined"], "still there for the log"
