@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from saga_local.events import command, final_outcomes
 from saga_local.faults import Fault
 from saga_local.provider_emulator import SAVED_PAYMENT_METHOD
+from saga_local.template import ROOT
 from saga_local.usage import transitions
 from tests.local.conftest import sweep
 from tests.statemachine.conftest import order
@@ -211,3 +212,17 @@ def test_saga_events_lists_each_event_once_for_a_person(saga: Saga) -> None:
     only = command(lambda _: clients, saga.stack.outputs, "local", order_id="ORDER-EV-11", raw=True)
     assert [json.loads(line)["detailType"] for line in only.splitlines()] == ["OrderDeclined"]
     assert sorted(kinds(log(saga).events())) == ["OrderCharged", "OrderDeclined"], "still there for the log"
+
+
+def test_the_relay_on_its_sample_event_publishes_a_charge_and_a_decline(saga: Saga) -> None:
+    """``sam local invoke OutcomeRelayFunction -e events/outcome_relay.json`` does this against AWS."""
+    event = json.loads((ROOT / "events" / "outcome_relay.json").read_text(encoding="utf-8"))
+    response = saga.driver.lambda_client.invoke(
+        FunctionName=saga.stack.function_name("OutcomeRelayFunction"), Payload=json.dumps(event)
+    )
+    assert response.get("FunctionError") is None
+    assert json.loads(response["Payload"].read()) == {"batchItemFailures": []}
+    assert [(e.detail_type, e.event_id) for e in log(saga).events()] == [
+        ("OrderCharged", "ORDER-201/attempt-1/charged"),
+        ("OrderDeclined", "ORDER-202/attempt-1/declined"),
+    ]
