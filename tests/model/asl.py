@@ -3,9 +3,10 @@
 The model does not copy the saga's Retry and Catch rules: it reads them from the real definition, so
 a change there (a retrier removed, a Catch routed elsewhere) changes what the model explores. What is
 supported is what the definition uses -- Task (``lambda:invoke``, ``Parameters``, ``ResultSelector``,
-``ResultPath``, ``Retry``, ``Catch``), Choice (``StringEquals``, ``BooleanEquals``, ``NumericEquals``,
-``IsPresent``, ``And``, ``Or``, ``Not``), Pass, Succeed and Fail -- and anything else raises
-:class:`Unsupported` instead of being guessed at.
+``ResultPath``, ``Retry``, ``Catch``; other integrations, the outcome events, succeed at once),
+Choice (``StringEquals``, ``BooleanEquals``, ``NumericEquals``, ``IsPresent``, ``And``, ``Or``,
+``Not``), Pass, Succeed and Fail -- and anything else raises :class:`Unsupported` instead of being
+guessed at.
 
 An execution is plain data (:class:`Execution`), so the explorer can copy, hash and restore it. Only a
 Task is a step of the model (one Lambda invocation); the Choice, Pass and Fail states after it run at
@@ -191,8 +192,15 @@ class StateMachine:
         while execution.status == RUNNING:
             state = self.states[execution.state]
             kind = state["Type"]
-            if kind == "Task":
+            if kind == "Task" and is_lambda(state):
                 return
+            if kind == "Task":
+                # Another integration (EventBridge putEvents: the outcome published for subscribers)
+                # is not part of the claim protocol: it succeeds at once, its result discarded.
+                if state.get("ResultPath", "$") is not None or "ResultSelector" in state:
+                    raise Unsupported(f"state {execution.state!r}: a non-Lambda Task whose result is kept")
+                self._next(execution, state)
+                continue
             if kind == "Fail":
                 execution.status, execution.end = FAILED, execution.state
                 execution.error = state.get("Error")
@@ -221,6 +229,11 @@ class StateMachine:
         if "Default" not in state:
             raise Unsupported(f"state {execution.state!r}: no choice matched and there is no Default")
         return str(state["Default"])
+
+
+def is_lambda(state: dict[str, Any]) -> bool:
+    """Whether a Task invokes a Lambda function (the model's steps); others run at once."""
+    return str(state.get("Resource", "")).endswith(":states:::lambda:invoke")
 
 
 def _matches(names: list[str], error: str) -> bool:

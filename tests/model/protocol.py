@@ -274,7 +274,7 @@ class World:
         substitutions = resources["PaymentSagaStateMachine"]["Properties"]["DefinitionSubstitutions"]
         handlers: dict[str, Callable[..., Any]] = {}
         for state in definition["States"].values():
-            if state["Type"] != "Task":
+            if state["Type"] != "Task" or not asl.is_lambda(state):
                 continue
             name = state["Parameters"]["FunctionName"]
             logical = substitutions[name[2:-1]]["Fn::GetAtt"][0]
