@@ -1,16 +1,27 @@
-"""The promise, for any schedule of duplicates and faults Hypothesis can think of.
+"""The promise, for any schedule of duplicates, customer retries and faults Hypothesis can think of.
 
-Each example draws 1-3 orders (some with a declining card), 1-4 copies of each (started directly
-as separate executions, or sent through SQS and the start function, some of them delivered twice
-with the same MessageId), and a fault schedule over every function and point (deaths, timeouts,
-out-of-memory, throttles, DynamoDB throttles and 500s, stalls, executions stopped half-way) plus
-provider faults. It runs them through the real ASL with the real handlers, waits for every
-execution, runs the sweeper, and checks the invariants of DESIGN.md at the provider's ledger and
-in the claims table:
+Each example draws 1-2 orders. An order has 1-3 payment attempts (``initial``, then the customer's
+``retry-1``, ``retry-2`` after a decline), each paid with a declining card or not, and 1-3 *waves*
+of 1-2 deliveries, one after the other (each wave waits until the previous one has ended): every
+delivery names an attempt and a route, "direct" (StartExecution), "sqs" (the queue and the start
+function) or "redelivered" (the same SQS message handed out twice). A late redelivery of a declined
+attempt, or a customer's retry after a decline, is a later wave. On top comes a fault schedule over
+every function and point: deaths, timeouts, out-of-memory, throttles, DynamoDB throttles and 500s,
+stalls, executions stopped half-way, *applied, answer lost, sent again* (``lost_answer``, through
+botocore's own retry) and *killed in flight* (``late_write``: the Lambda dies with a write sent and
+the write lands after the state machine has moved on), plus provider faults. It runs them through
+the real ASL with the real handlers, waits for every execution, lets every late write land, runs
+the sweeper, and checks the invariants of DESIGN.md at the provider and in the claims table:
 
-1. at most one charge per order;
-2. every order ends charged (COMPLETED, 1 charge), released (RELEASED, 0 charges) or
-   needs-reconciliation (CLAIMED) -- and after the sweep, none is left CLAIMED;
+1. at most one charge per order (the provider's ledger);
+2. nothing lost: every order ends charged (COMPLETED, 1 charge), declined (RELEASED DECLINED, 0
+   charges), or needs-reconciliation (CLAIMED) -- none left CLAIMED after the sweep, and a claim
+   RELEASED as NOT_CHARGED by the sweeper is *lost* until the order is charged (issue 9.1), unless
+   every execution of the order ended ``ClaimFailed`` (visibly failed before anything was charged);
+   and no execution that SUCCEEDED still holds the order's claim open (it reported a duplicate of
+   itself: nothing will ever charge the order);
+5. no declined payment attempt, ``(orderId, paymentAttempt)``, is ever sent to the provider again
+   (by another execution or under another idempotency key);
 6. no RELEASED claim has a charge under any attempt up to its own;
 7. no COMPLETED claim names another charge than the ledger's.
 
@@ -20,6 +31,9 @@ schedule and prints it as a readable list (see :class:`Scenario`).
 
 ``SAGA_PROPERTY_EXAMPLES`` sets the number of examples (25 by default; ``make property-long``
 runs 500). With ``CI=true`` the examples are derandomized, so a CI run is reproducible.
+``SAGA_PROPERTY_CHECKS`` (say ``5`` or ``2 (own claim open)``, see :data:`CHECKS`) asserts only
+those checks: Hypothesis shrinks the first failure it finds, so hunting one hole while another is
+open needs the others out of the way.
 """
 
 from __future__ import annotations
@@ -30,19 +44,30 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from saga_local.chaos import broken_invariants
-from saga_local.faults import POINTS, START_FUNCTION, STEP_FUNCTIONS, Fault, kinds_at, redeliver
+from saga_local.faults import (
+    KINDS,
+    LANDS_AFTER,
+    POINTS,
+    START_FUNCTION,
+    STEP_FUNCTIONS,
+    Fault,
+    declined_attempts_sent_again,
+    kinds_at,
+    redeliver,
+)
 from saga_local.provider_emulator import FAULT_KINDS
 from tests.local.conftest import SWEEPER_MISSING, reconcile, sweep
 from tests.statemachine.conftest import order
 
 if TYPE_CHECKING:
+    from saga_local.driver import ExecutionResult
     from tests.statemachine.conftest import Saga
 
 ROUTES = ["direct", "sqs", "redelivered"]
@@ -52,12 +77,25 @@ DECLINING_CARD = "pm_card_chargeDeclined"
 # -- the schedule ------------------------------------------------------------------------------
 
 
+def payment_attempt(index: int) -> str:
+    """The producer's ``paymentAttempt``: ``initial``, then the customer's ``retry-1``, ``retry-2``."""
+    return "initial" if index == 0 else f"retry-{index}"
+
+
 @dataclass(frozen=True)
 class OrderPlan:
-    declining: bool
-    #: One per copy: "direct" (StartExecution), "sqs" (through the queue and the start function), or
-    #: "redelivered" (through the queue, and the same message delivered once more before the poller's).
-    routes: tuple[str, ...]
+    #: One per payment attempt: whether its card declines.
+    declining: tuple[bool, ...]
+    #: Waves of deliveries, one after the other; each delivery is (payment attempt index, route):
+    #: "direct" (StartExecution), "sqs" (through the queue and the start function), or "redelivered"
+    #: (through the queue, and the same message delivered once more before the poller's).
+    waves: tuple[tuple[tuple[int, str], ...], ...]
+
+    def message(self, order_id: str, attempt: int) -> dict[str, Any]:
+        extra = {"paymentAttempt": payment_attempt(attempt)} if attempt else {}
+        return order(
+            order_id, paymentMethod=DECLINING_CARD if self.declining[attempt] else "pm_card_visa", **extra
+        )
 
 
 @dataclass(frozen=True)
@@ -71,6 +109,8 @@ class FaultSpec:
     order: int | None
     attempt: int | None
     seconds: float
+    lands_after: str | None = None
+    dies_as: str = "die"
 
     def fault(self, ids: list[str]) -> Fault:
         return Fault(
@@ -81,6 +121,8 @@ class FaultSpec:
             order_id=None if self.order is None else ids[self.order],
             attempt=self.attempt,
             seconds=self.seconds,
+            lands_after=self.lands_after,
+            dies_as=self.dies_as,
         )
 
     def __str__(self) -> str:
@@ -106,8 +148,13 @@ class Scenario:
     def __repr__(self) -> str:
         lines = ["Scenario:"]
         for i, plan in enumerate(self.orders):
-            card = DECLINING_CARD if plan.declining else "pm_card_visa"
-            lines.append(f"  order #{i}: {card}, {len(plan.routes)} copies {list(plan.routes)}")
+            cards = ", ".join(
+                f"{payment_attempt(a)} {DECLINING_CARD if d else 'pm_card_visa'}"
+                for a, d in enumerate(plan.declining)
+            )
+            lines.append(f"  order #{i}: {cards}")
+            for w, wave in enumerate(plan.waves, 1):
+                lines.append(f"    wave {w}: " + ", ".join(f"{payment_attempt(a)} {r}" for a, r in wave))
         lines.extend(f"  {fault}" for fault in self.faults)
         lines.extend(f"  {fault}" for fault in self.provider_faults)
         if not self.faults and not self.provider_faults:
@@ -115,16 +162,36 @@ class Scenario:
         return "\n".join(lines)
 
 
+def places(kind: str, functions: list[str]) -> list[tuple[str, str]]:
+    """Every (function, point) where ``kind`` can happen."""
+    return [(f, p) for f in functions for p in POINTS[f] if kind in kinds_at(f, p)]
+
+
 @st.composite
 def fault_specs(draw: st.DrawFn, orders: int, start_function: bool) -> FaultSpec:
-    functions = [*STEP_FUNCTIONS, START_FUNCTION] if start_function else list(STEP_FUNCTIONS)
-    function = draw(st.sampled_from(functions))
-    point = draw(st.sampled_from(POINTS[function]))
-    kind = draw(st.sampled_from(kinds_at(function, point)))
+    # The kind first, then where it can happen. The two kinds below the handler (a request applied
+    # whose answer is lost, a write landing after its Lambda died) are a third of the draws each:
+    # they are what breaks a claim protocol, and what sampling without them never saw.
+    functions = [START_FUNCTION] if start_function else list(STEP_FUNCTIONS)
+    family = draw(st.sampled_from(["lost_answer", "late_write", "other"]))
+    others = [k for k in sorted(KINDS - {"lost_answer", "late_write"}) if places(k, functions)]
+    kind = draw(st.sampled_from(others)) if family == "other" else family
+    function, point = draw(st.sampled_from(places(kind, functions)))
+    late = kind == "late_write"
+    lands_after = draw(st.sampled_from([LANDS_AFTER[function], None])) if late else None
+    dies_as = draw(st.sampled_from(["die", "timeout"])) if late else "die"
     if function == START_FUNCTION:
         # A start invocation carries a batch, not one order. Two failures at most: a valid message
         # that fails maxReceiveCount (5) times is redriven to the dead-letter queue, by design.
-        return FaultSpec(function, point, kind, draw(st.integers(1, 2)), None, None, 0.05)
+        seconds = 0.3 if late else 0.05
+        return FaultSpec(
+            function, point, kind, draw(st.integers(1, 2)), None, None, seconds, lands_after, dies_as
+        )
+    seconds = 0.0
+    if kind == "delay":
+        seconds = draw(st.sampled_from([0.05, 0.2]))
+    elif late:
+        seconds = draw(st.sampled_from([0.3, 1.0]))
     return FaultSpec(
         function,
         point,
@@ -132,21 +199,36 @@ def fault_specs(draw: st.DrawFn, orders: int, start_function: bool) -> FaultSpec
         times=draw(st.integers(1, 4)),
         order=draw(st.none() | st.integers(0, orders - 1)),
         attempt=draw(st.none() | st.integers(1, 3)),
-        seconds=draw(st.sampled_from([0.05, 0.2])) if kind == "delay" else 0.0,
+        seconds=seconds,
+        lands_after=lands_after,
+        dies_as=dies_as,
     )
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> Scenario:
-    n = draw(st.integers(1, 3))
-    orders = tuple(
-        OrderPlan(
-            declining=draw(st.booleans()),
-            routes=tuple(draw(st.lists(st.sampled_from(ROUTES), min_size=1, max_size=4))),
-        )
-        for _ in range(n)
+def order_plans(draw: st.DrawFn) -> OrderPlan:
+    """A customer's story: ``initial``, and after each decline a retry, the last one with any card.
+
+    Wave ``k`` delivers the story's attempt ``k`` (the last one once the story is told), or, ``back``
+    attempts earlier, a late redelivery of an attempt the customer has moved on from.
+    """
+    attempts = draw(st.integers(1, 3))
+    declining = (True,) * (attempts - 1) + (draw(st.booleans()),)
+    # ``back`` is 0 half the time: the story in order, then and again a late copy of an earlier attempt.
+    delivery = st.tuples(st.sampled_from([0, 0, 1, 2]), st.sampled_from(ROUTES))
+    drawn = draw(st.lists(st.lists(delivery, min_size=1, max_size=2), min_size=1, max_size=3))
+    waves = tuple(
+        tuple((max(0, min(k, attempts - 1) - back), route) for back, route in wave)
+        for k, wave in enumerate(drawn)
     )
-    via_sqs = any(route != "direct" for plan in orders for route in plan.routes)
+    return OrderPlan(declining, waves)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    n = draw(st.integers(1, 2))
+    orders = tuple(draw(order_plans()) for _ in range(n))
+    via_sqs = any(route != "direct" for plan in orders for wave in plan.waves for _, route in wave)
     step_faults = draw(st.lists(fault_specs(n, start_function=False), max_size=4))
     start_faults = draw(st.lists(fault_specs(n, start_function=True), max_size=1)) if via_sqs else []
     start_faults = [f for f in start_faults if f.function == START_FUNCTION]
@@ -180,17 +262,33 @@ def run(saga: Saga, scenario: Scenario, ids: list[str]) -> None:
     saga.provider.clear_faults()
     for spec in scenario.faults:
         saga.faults.add(spec.fault(ids))
-    for spec in scenario.provider_faults:
+    for provider_spec in scenario.provider_faults:
         # A timeout is held briefly then cut: to the SDK, the same unknown outcome as a read timeout.
-        seconds = 0.1 if spec.kind == "timeout_after_apply" else None
-        saga.provider.inject(spec.kind, order_id=ids[spec.order], times=spec.times, seconds=seconds)  # type: ignore[arg-type]
+        seconds = 0.1 if provider_spec.kind == "timeout_after_apply" else None
+        saga.provider.inject(
+            provider_spec.kind,  # type: ignore[arg-type]
+            order_id=ids[provider_spec.order],
+            times=provider_spec.times,
+            seconds=seconds,
+        )
+    for wave in range(max(len(plan.waves) for plan in scenario.orders)):
+        run_wave(saga, scenario, ids, wave)
+    # Every write still in the air lands now; one may start nothing, but let what it moved settle.
+    saga.faults.late.land_all()
+    saga.driver.pump(pollers=2, timeout=120)
+
+
+def run_wave(saga: Saga, scenario: Scenario, ids: list[str], wave: int) -> None:
+    """Send every delivery of this wave, then wait until every execution of it has ended."""
     arns: list[str] = []
     via_sqs = False
     for order_id, plan in zip(ids, scenario.orders, strict=True):
-        message = order(order_id, paymentMethod=DECLINING_CARD if plan.declining else "pm_card_visa")
-        for copy, route in enumerate(plan.routes):
+        if wave >= len(plan.waves):
+            continue
+        for copy, (attempt, route) in enumerate(plan.waves[wave]):
+            message = plan.message(order_id, attempt)
             if route == "direct":
-                arns.append(saga.driver.start(message, name=f"{order_id}-c{copy}"))
+                arns.append(saga.driver.start(message, name=f"{order_id}-w{wave}-c{copy}"))
                 continue
             [message_id] = saga.driver.send(message)
             via_sqs = True
@@ -209,40 +307,97 @@ def judge(saga: Saga, ids: list[str], *, swept: bool) -> Outcome:
     claims = {order_id: saga.driver.claim(order_id) or {} for order_id in ids}
     ledger = [c for c in saga.provider.charges() if c.order_id in claims]
     outcome.violations.extend(broken_invariants(ids, claims, ledger))
+    requests = [r for r in saga.runtime.charge_requests.requests if r.order_id in claims]
+    outcome.violations.extend(f"invariant 5: {p}" for p in declined_attempts_sent_again(requests))
+    executions = executions_by_order(saga, ids)
     for order_id, claim in claims.items():
         charges = sum(1 for c in ledger if c.order_id == order_id)
-        status = claim.get("status")
-        if charges > 1:
-            ending = "double-charged"  # invariant 1, reported by broken_invariants
-        elif status == "COMPLETED" and charges == 1:
-            ending = "charged"
-        elif status == "RELEASED" and charges == 0:
-            ending = "released"
-        elif status == "CLAIMED":
-            ending = "needs-reconciliation"
-            if swept:
-                outcome.violations.append(f"invariant 2: {order_id} still CLAIMED after the sweep")
-        elif status is None and charges == 0 and _every_claim_failed(saga, order_id):
-            # Every claim write failed before landing: each execution ended ClaimFailed, visibly,
-            # and there is no row to release. Nothing charged; the producer must send it again.
-            ending = "claim-failed"
-        else:
-            ending = "lost"
-            outcome.violations.append(f"invariant 2: {order_id} is {status} with {charges} charge(s)")
+        ending, problem = classify(claim, charges, executions[order_id], swept=swept)
         outcome.endings[order_id] = ending
+        if problem:
+            outcome.violations.append(f"invariant {problem.format(order_id=order_id)}")
+        outcome.violations.extend(own_claim_left_open(order_id, claim, executions[order_id]))
     return outcome
 
 
-def _every_claim_failed(saga: Saga, order_id: str) -> bool:
-    """Whether every execution of the order ended ``ClaimFailed`` (its executions' names start
-    with the order id: ``<orderId>-c<copy>`` here, ``<orderId>-<MessageId>`` from the start function)."""
-    arns = [arn for arn in saga.driver.execution_arns() if arn.rpartition(":")[2].startswith(f"{order_id}-")]
-    return bool(arns) and all(
-        saga.driver.result(arn, with_path=False).outcome == "ClaimFailed" for arn in arns
-    )
+def classify(
+    claim: dict[str, Any], charges: int, executions: dict[str, ExecutionResult], *, swept: bool
+) -> tuple[str, str | None]:
+    """An order's ending, and the broken invariant it shows (``{order_id}`` left to fill), if any."""
+    status = claim.get("status")
+    every_claim_failed = bool(executions) and {e.outcome for e in executions.values()} == {"ClaimFailed"}
+    if charges > 1:
+        return "double-charged", None  # invariant 1, reported by broken_invariants
+    if status == "COMPLETED" and charges == 1:
+        return "charged", None
+    if status == "RELEASED" and charges == 0 and claim.get("releaseReason") == "DECLINED":
+        return "declined", None
+    if status == "CLAIMED":
+        return "needs-reconciliation", (
+            "2 (still claimed): {order_id} still CLAIMED after the sweep" if swept else None
+        )
+    if (
+        charges == 0
+        and (status is None or claim.get("releaseReason") == "NOT_CHARGED")
+        and every_claim_failed
+    ):
+        # Every claim write failed (or was fenced out): each execution ended ClaimFailed, visibly,
+        # before anything was charged. Nothing charged; the producer must send it again.
+        return "claim-failed", None
+    if status == "RELEASED" and charges == 0:
+        # Proven never charged and not declined: not an end (issue 9.1) until someone charges it.
+        return "lost", "2 (lost): {order_id} RELEASED NOT_CHARGED and never charged"
+    return "lost", f"2 (lost): {{order_id}} is {status} with {charges} charge(s)"
+
+
+def own_claim_left_open(
+    order_id: str, claim: dict[str, Any], executions: dict[str, ExecutionResult]
+) -> list[str]:
+    """An execution that SUCCEEDED while its own claim stays open took itself for a duplicate."""
+    holder = executions.get(str(claim.get("claimToken")))
+    if claim.get("status") != "CLAIMED" or holder is None or holder.status != "SUCCEEDED":
+        return []
+    return [
+        f"invariant 2 (own claim open): {order_id}: execution {holder.name} SUCCEEDED ({holder.outcome})"
+        " (a duplicate of itself) and left its own claim CLAIMED: nothing will charge the order"
+    ]
+
+
+def executions_by_order(saga: Saga, ids: list[str]) -> dict[str, dict[str, ExecutionResult]]:
+    """Each order's executions by ARN. Their names start with the order id:
+    ``<orderId>-w<wave>-c<copy>`` here, ``<orderId>-<MessageId>`` from the start function."""
+    found: dict[str, dict[str, ExecutionResult]] = {order_id: {} for order_id in ids}
+    for arn in saga.driver.execution_arns():
+        name = arn.rpartition(":")[2]
+        for order_id in ids:
+            if name.startswith(f"{order_id}-"):
+                found[order_id][arn] = saga.driver.result(arn, with_path=False)
+    return found
 
 
 # -- the property ------------------------------------------------------------------------------
+
+
+#: The checks, by the tag their violations start with (``invariant 2 (lost): ...``).
+CHECKS = ("1", "2 (lost)", "2 (still claimed)", "2 (own claim open)", "5", "6", "7")
+#: ``SAGA_PROPERTY_CHECKS=5`` (comma-separated tags) asserts only those checks, to hunt one hole
+#: without stopping at another (Hypothesis shrinks the first failure it finds). All by default.
+CHECKED = {c.strip() for c in os.environ.get("SAGA_PROPERTY_CHECKS", ",".join(CHECKS)).split(",")}
+
+
+def check(outcome: Outcome) -> None:
+    """One assertion per check, so that Hypothesis shrinks a counterexample for each one broken (it
+    tells failures apart by where they are raised)."""
+    broken = {tag: [v for v in outcome.violations if v.startswith(f"invariant {tag}:")] for tag in CHECKS}
+    broken = {tag: found if tag in CHECKED else [] for tag, found in broken.items()}
+    assert not broken["1"], "\n".join(broken["1"])
+    assert not broken["5"], "\n".join(broken["5"])
+    assert not broken["2 (own claim open)"], "\n".join(broken["2 (own claim open)"])
+    assert not broken["2 (lost)"], "\n".join(broken["2 (lost)"])
+    assert not broken["2 (still claimed)"], "\n".join(broken["2 (still claimed)"])
+    assert not broken["6"], "\n".join(broken["6"])
+    assert not broken["7"], "\n".join(broken["7"])
+
 
 _examples = itertools.count()
 
@@ -267,21 +422,23 @@ def test_the_promise_holds_for_any_schedule_of_duplicates_and_faults(saga: Saga)
         run(saga, scenario, ids)
         before = judge(saga, ids, swept=False)
         note(f"before the sweep: {before.endings}")
-        assert not before.violations, "\n".join(before.violations)
+        check(before)
         ran["examples"] += 1
         ran.update(before.endings.values())
+        ran.update(f"fired {kind}" for kind in saga.faults.fired_by_kind())
         if reconcile is None:
             return
         report = sweep(saga)
         note(f"sweep: {report.counts}")
         after = judge(saga, ids, swept=True)
         note(f"after the sweep: {after.endings}")
-        assert not after.violations, "\n".join(after.violations)
+        check(after)
 
     promise_holds()
     elapsed = time.monotonic() - began
-    print(f"\n{ran['examples']} examples in {elapsed:.1f} s; endings before the sweep: {dict(ran)}")
+    tally = ", ".join(f"{what} {n}" for what, n in sorted(ran.items()) if what != "examples")
+    print(f"\n{ran['examples']} examples in {elapsed:.1f} s; endings before the sweep, faults fired: {tally}")
     if reconcile is None:
         pytest.skip(
-            f"{ran['examples']} examples kept invariants 1, 2, 6, 7 before the sweep; {SWEEPER_MISSING}"
+            f"{ran['examples']} examples kept invariants 1, 2, 5, 6, 7 before the sweep; {SWEEPER_MISSING}"
         )
