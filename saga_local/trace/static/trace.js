@@ -1,3 +1,6 @@
+// saga trace's page (saga_local/trace/html.py inlines it; the page's CSP allows it by its hash).
+// Selecting a state (click or Enter on a node, or click an event row) highlights its node, its event
+// rows and opens its step; the state the execution ended in starts selected.
 (function () {
   "use strict";
   var body = document.body;
