@@ -44,6 +44,8 @@ class ExecutionResult:
         if self.status == "SUCCEEDED" and self.output:
             if "duplicate" in self.output:  # Claim Order's DuplicateOrder, caught into Duplicate Suppressed
                 return "DUPLICATE"
+            if "busy" in self.output:  # another payment attempt was open: put back on the queue
+                return "REQUEUED"
             return str(self.output.get("status"))
         return self.error or self.status
 

@@ -6,7 +6,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from handlers.runtime import claims_store, count, log_event, logger, metrics, tracer
-from payment_saga.errors import DuplicateOrder, OrderConflict
+from payment_saga.claims import ClaimResult
+from payment_saga.errors import ClaimBusy, DuplicateOrder, OrderConflict
 from payment_saga.orders import order_from_message
 from payment_saga.payments import idempotency_key
 
@@ -41,6 +42,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         raise
     claim = outcome.claim
     logger.append_keys(attempt=claim.attempt)
+    if outcome.result is ClaimResult.BUSY:
+        log_event("claim_busy", holderStatus=claim.status.value, holderPaymentAttempt=claim.payment_attempt)
+        count("ClaimBusy")
+        raise ClaimBusy(
+            json.dumps({"orderId": order.order_id, "holderStatus": claim.status.value, "how": "BUSY"})
+        )
     if not outcome.result.won:
         log_event("skip_duplicate", holderStatus=claim.status.value, holder=claim.claim_token)
         count("DuplicateSuppressed", Layer="claim")

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
     from payment_saga.orders import Order
 
 
+#: Release Claim's ``reason`` when a failed Claim step's claim did land and cannot be proven uncharged:
+#: kept, and the execution goes on to Needs Reconciliation (state "Claim Kept").
+KEPT = "KEPT"
+
+
 def _after_failed_claim(order: Order, token: str, redrive_count: int) -> dict[str, Any]:
     """The Claim step failed: fence its write off, then release only what provably charged nothing."""
     store = claims_store()
@@ -31,20 +36,21 @@ def _after_failed_claim(order: Order, token: str, redrive_count: int) -> dict[st
     if held is None:
         # Nothing of ours to release, and now nothing of ours can ever land.
         log_event("claim_fenced", reason="the failed claim can no longer land")
-        return {"released": False, "reason": ReleaseReason.NOT_CHARGED.value}
+        return {"released": False, "reason": ReleaseReason.NOT_CHARGED.value, "attempt": None}
     if not may_release_failed_claim(
         attempt_started_by=held.attempt_started_by, token=token, redrive_count=redrive_count
     ):
         # A takeover continues an attempt whose first holder may have charged; a redriven execution
-        # may have charged in an earlier run. No proof, no release: the sweeper asks the provider.
+        # may have charged in an earlier run. No proof, no release: the claim is kept, and the
+        # execution ends in Needs Reconciliation (the sweeper asks the provider), not Claim Failed.
         log_event("release_skipped", reason="no proof: attempt taken over, or execution redriven")
-        return {"released": False, "reason": ReleaseReason.NOT_CHARGED.value}
+        return {"released": False, "reason": KEPT, "attempt": held.attempt}
     claim = store.release(
         order.order_id, token=token, reason=ReleaseReason.NOT_CHARGED, payment_attempt=order.payment_attempt
     )
     log_event("claim_released", reason=ReleaseReason.NOT_CHARGED.value, attempt=claim.attempt)
     count("ClaimReleased")
-    return {"released": True, "reason": ReleaseReason.NOT_CHARGED.value}
+    return {"released": True, "reason": ReleaseReason.NOT_CHARGED.value, "attempt": held.attempt}
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -117,10 +117,13 @@ class ClaimResult(enum.StrEnum):
     TAKEOVER = "TAKEOVER"  # the holder's lease had run out; same attempt number
     NEW_ATTEMPT = "NEW_ATTEMPT"  # after a release: a fresh attempt number
     DUPLICATE = "DUPLICATE"  # someone else holds it, it is done, or this payment attempt was declined
+    #: Another *payment attempt* of the order holds an open claim: this one must wait for it to end
+    #: (its charge request would not be the one the attempt's idempotency key stands for).
+    BUSY = "BUSY"
 
     @property
     def won(self) -> bool:
-        return self is not ClaimResult.DUPLICATE
+        return self not in (ClaimResult.DUPLICATE, ClaimResult.BUSY)
 
 
 def _string_set(item: dict[str, Any], name: str) -> frozenset[str]:
@@ -284,9 +287,18 @@ class ClaimsStore:
             # Our own write, sent again after its answer was lost, found what its first send wrote.
             result = tried if tried is not ClaimResult.NEW else ClaimResult.REENTRANT
             return ClaimOutcome(result, holder)
+        if holder.declined(order.payment_attempt):
+            # This payment attempt was declined: a redelivery of it never reaches the provider again,
+            # whatever state the order is in now (released, or another attempt's expired lease).
+            return ClaimOutcome(ClaimResult.DUPLICATE, holder)
+        if holder.status is ClaimStatus.CLAIMED and holder.payment_attempt != order.payment_attempt:
+            # Another payment attempt is open. Continuing it would send this attempt's request under
+            # the other's idempotency key (a decline would be pinned on the wrong payment attempt);
+            # starting a new attempt needs proof the open one charged nothing. So this one waits.
+            return ClaimOutcome(ClaimResult.BUSY, holder)
         if holder.status is ClaimStatus.CLAIMED and self._may_take_over(holder, now):
             return self._takeover(order, token, now, holder)
-        if holder.status is ClaimStatus.RELEASED and not holder.declined(order.payment_attempt):
+        if holder.status is ClaimStatus.RELEASED:
             return self._claim_after_release(order, token, now, holder.attempt)
         # Held by a live execution, done, or this very payment attempt was declined: a redelivery
         # must not charge a card the customer was told was refused.
@@ -334,6 +346,8 @@ class ClaimsStore:
         lease_run_out = "leaseExpiresAt < :now"
         key_still_replayed = "attemptStartedAt > :horizon"
         same_order = "fingerprint = :fp"
+        same_payment_attempt = "paymentAttempt = :pa"  # the request the attempt's key stands for
+        not_declined = "NOT contains(declinedAttempts, :pa)"
         return _ClaimWrite(
             ClaimResult.TAKEOVER,
             {
@@ -344,7 +358,7 @@ class ClaimsStore:
                 ),
                 "ConditionExpression": (
                     f"{still_the_seen_holder} AND {lease_run_out} AND {key_still_replayed}"
-                    f" AND {same_order} AND {_NOT_FENCED}"
+                    f" AND {same_order} AND {same_payment_attempt} AND {not_declined} AND {_NOT_FENCED}"
                 ),
                 "ExpressionAttributeValues": {
                     **{

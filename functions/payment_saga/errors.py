@@ -24,6 +24,15 @@ class DuplicateOrder(SagaError):
     """
 
 
+class ClaimBusy(SagaError):
+    """Another payment attempt of this order holds an open claim; this one is put back on the queue.
+
+    Raised by Claim Order; the state machine sends the order back to the orders queue with a delay
+    (state "Requeue Order") and ends in "Claim Busy". By the time it comes back the open attempt has
+    ended (completed: then this one is a duplicate; released: then it gets its own attempt).
+    """
+
+
 class InvalidOrder(SagaError):
     """The order message is malformed or breaks the message contract. Never retried."""
 
@@ -71,6 +80,7 @@ class ReleaseRefused(SagaError):
 
 #: Names the state machine must treat as final (never retried), in ASL ``ErrorEquals`` form.
 NON_RETRYABLE = (
+    "ClaimBusy",
     "DuplicateOrder",
     "InvalidOrder",
     "OrderConflict",

@@ -121,6 +121,23 @@ def test_a_late_redelivery_of_an_earlier_declined_attempt_is_a_duplicate(direct:
     assert row.declined_attempts == {"initial", "retry-1"}
 
 
+def test_a_late_redelivery_of_a_declined_attempt_cannot_take_over_an_expired_claim(
+    direct: ClaimsStore, clock: Any
+) -> None:
+    direct.claim(ORDER, token=A)
+    direct.release(ORDER.order_id, token=A, reason=ReleaseReason.DECLINED, payment_attempt="initial")
+    direct.claim(RETRY_1, token=B)  # the customer's retry holds attempt 2; its execution dies
+    clock.advance(LEASE + 1)
+
+    late = direct.claim(ORDER, token=C)  # a late redelivery of the declined "initial"
+
+    assert late.result is ClaimResult.DUPLICATE
+    row = direct.get(ORDER.order_id)
+    assert row is not None
+    assert (row.claim_token, row.payment_attempt) == (B, "retry-1")  # the retry's order is kept
+    assert direct.claim(RETRY_1, token=D).result is ClaimResult.TAKEOVER  # the retry itself may continue
+
+
 def test_an_attempt_released_not_charged_may_be_claimed_again(direct: ClaimsStore) -> None:
     direct.claim(ORDER, token=A)
     direct.release(ORDER.order_id, token=A, reason=ReleaseReason.NOT_CHARGED, payment_attempt="initial")
@@ -372,3 +389,36 @@ def test_the_charges_recheck_uses_the_stores_clock(direct: ClaimsStore, clock: A
     clock.advance(LEASE - 59)
     with pytest.raises(ClaimLost):
         direct.check_held(ORDER.order_id, token=A, attempt=1, margin_seconds=60)
+
+
+# -- one payment attempt at a time ---------------------------------------------------------------
+
+
+def test_another_payment_attempt_waits_while_one_is_open_live_or_expired(
+    direct: ClaimsStore, clock: Any
+) -> None:
+    direct.claim(ORDER, token=A)
+
+    live = direct.claim(RETRY_1, token=B)
+    clock.advance(LEASE + 1)
+    expired = direct.claim(RETRY_1, token=C)
+
+    assert live.result is ClaimResult.BUSY
+    assert expired.result is ClaimResult.BUSY  # never a takeover under another attempt's key
+    assert not live.result.won
+    row = direct.get(ORDER.order_id)
+    assert row is not None
+    assert (row.claim_token, row.payment_attempt) == (A, "initial")
+
+
+def test_a_waiting_payment_attempt_gets_its_own_attempt_once_the_open_one_is_declined(
+    direct: ClaimsStore,
+) -> None:
+    direct.claim(ORDER, token=A)
+    assert direct.claim(RETRY_1, token=B).result is ClaimResult.BUSY
+    direct.release(ORDER.order_id, token=A, reason=ReleaseReason.DECLINED, payment_attempt="initial")
+
+    back = direct.claim(RETRY_1, token=C)  # the same message, back from the queue
+
+    assert back.result is ClaimResult.NEW_ATTEMPT
+    assert back.claim.attempt == 2

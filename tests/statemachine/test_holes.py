@@ -133,7 +133,9 @@ def test_hole_4a_an_execution_winning_its_claim_back_after_a_takeover_cannot_rel
 
     result = saga.driver.wait(saga.driver.start(order(), name="A"))
 
-    assert result.error == "ClaimFailed", result
+    # Not "Claim Failed" ("send it again"): the claim is held and needs the sweeper.
+    assert result.error == "NeedsReconciliation", result
+    assert "Claim Kept" in result.path
     claim = saga.driver.claim("ORDER-003")
     assert claim is not None
     # Not released as NOT_CHARGED: B's charge may have landed. The sweeper asks the provider.
@@ -211,3 +213,22 @@ def test_hole_4f_a_release_whose_answer_was_lost_ends_declined_even_if_the_order
     assert result.status == "FAILED"
     assert result.error == "PaymentDeclined", result
     assert result.path[-1] == "Payment Declined"
+
+
+def test_a_customer_retry_while_the_first_attempt_is_open_waits_on_the_queue_instead_of_being_lost(
+    saga: Saga,
+) -> None:
+    saga.provider.force_outcome("processing", order_id="ORDER-003", times=100)
+    first = saga.driver.wait(saga.driver.start(order(), name="initial"))
+    assert first.error == "NeedsReconciliation"  # its claim stays open for the sweeper
+
+    retry = saga.driver.wait(saga.driver.start(order(paymentAttempt="retry-1"), name="retry"))
+
+    assert retry.status == "SUCCEEDED"
+    assert retry.outcome == "REQUEUED", retry
+    assert retry.path == ["Claim Order", "Requeue Order", "Claim Busy"]
+    attributes = saga.driver.sqs.get_queue_attributes(
+        QueueUrl=saga.stack.queue_url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+    )["Attributes"]
+    assert attributes["ApproximateNumberOfMessagesDelayed"] == "1"  # back in 15 minutes
+    assert intents(saga, "ORDER-003") == 1  # the retry's card never reached the provider
