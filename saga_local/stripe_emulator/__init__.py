@@ -1,0 +1,76 @@
+"""A local Stripe: the part of the PaymentIntents API the saga uses, with injectable failures.
+
+It speaks Stripe's wire format closely enough that the official ``stripe`` SDK works against it
+unchanged (``StripeClient(..., base_addresses={"api": emulator.url})``): ``POST /v1/payment_intents``,
+``GET /v1/payment_intents/{id}``, ``POST /v1/payment_intents/{id}/cancel``,
+``GET /v1/payment_intents/search`` and ``GET /v1/payment_intents``.
+
+What it adds for tests: a ledger of every applied charge, ``dedupe=False`` (ignore
+``Idempotency-Key`` entirely, to show that the claim alone prevents double charges), latency, and
+faults that fire before or after the charge is applied (see :data:`FAULT_KINDS`), targeted at one
+order if wanted. Everything is reachable in Python and over HTTP under ``/_emulator/``.
+
+Laid out as moto lays out a service, one room per concern:
+
+* :mod:`.emulator`: :class:`ProviderEmulator`, the one front class: the state, the lock, the test
+  controls, and the order in which a request meets Stripe's layers;
+* :mod:`.server`: the HTTP server and which endpoint a request is for;
+* :mod:`.responses`: Stripe's wire format: form decoding, authentication, error and answer shapes;
+* :mod:`.idempotency`: the ``Idempotency-Key`` store: replay, the 24-hour window, what is saved;
+* :mod:`.intents`: PaymentIntents: validate, then create and confirm; test cards and customers;
+* :mod:`.search`: the search (and its lag) and the list;
+* :mod:`.admin`: faults and the ``/_emulator/`` routes;
+* :mod:`.exceptions`: the errors answered in Stripe's shape.
+
+Run it alone with ``python -m saga_local.stripe_emulator --port 12111``.
+"""
+
+from __future__ import annotations
+
+from saga_local.stripe_emulator.admin import (
+    FAULT_KINDS,
+    FailureRate,
+    FaultKind,
+    ProviderFault,
+)
+from saga_local.stripe_emulator.emulator import ProviderEmulator
+from saga_local.stripe_emulator.exceptions import BadRequest, StripeEmulatorError
+from saga_local.stripe_emulator.idempotency import IDEMPOTENCY_TTL_SECONDS
+from saga_local.stripe_emulator.intents import (
+    FORCEABLE_STATUSES,
+    MAX_AMOUNT,
+    OTHER_TEST_CUSTOMER,
+    SAVED_PAYMENT_METHOD,
+    TEST_CUSTOMER,
+    LedgerEntry,
+)
+from saga_local.stripe_emulator.responses import (
+    API_KEY_PREFIX,
+    API_KEY_PREFIXES,
+    STRIPE_VERSION,
+    Permission,
+)
+from saga_local.stripe_emulator.server import ENDPOINTS, Endpoint
+
+__all__ = [
+    "API_KEY_PREFIX",
+    "API_KEY_PREFIXES",
+    "ENDPOINTS",
+    "FAULT_KINDS",
+    "FORCEABLE_STATUSES",
+    "IDEMPOTENCY_TTL_SECONDS",
+    "MAX_AMOUNT",
+    "OTHER_TEST_CUSTOMER",
+    "SAVED_PAYMENT_METHOD",
+    "STRIPE_VERSION",
+    "TEST_CUSTOMER",
+    "BadRequest",
+    "Endpoint",
+    "FailureRate",
+    "FaultKind",
+    "LedgerEntry",
+    "Permission",
+    "ProviderEmulator",
+    "ProviderFault",
+    "StripeEmulatorError",
+]

@@ -1,0 +1,541 @@
+"""The front: :class:`ProviderEmulator` holds the state and runs a request through Stripe's layers.
+
+A request is checked in the order Stripe checks it: authentication (401), rate limiting (429
+``rate_limit`` or ``lock_timeout``, injected as faults), the key's permissions (403), parameter
+validation (400), then the idempotency layer, then execution. Nothing answered before the
+idempotency layer is saved under the key, so a retry is judged afresh. Each layer lives in its own
+module; this class owns the data they work on (plain attributes, so a test can copy and restore
+them) and the lock they run under.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, get_args
+from urllib.parse import urlsplit
+
+from saga_local.stripe_emulator import admin, idempotency, intents, search
+from saga_local.stripe_emulator.exceptions import BadRequest
+from saga_local.stripe_emulator.responses import (
+    STRIPE_VERSION,
+    Permission,
+    Reply,
+    authenticate,
+    bad_request,
+    decode_form,
+    error,
+    new_id,
+    permission_denied,
+    revoked_key,
+    server_error,
+    too_many_requests,
+    unrecognized_url,
+)
+from saga_local.stripe_emulator.server import ENDPOINTS, EmulatorServer, Endpoint, route
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from types import TracebackType
+
+    from saga_local.stripe_emulator.admin import FailureRate, FaultKind, ProviderFault
+    from saga_local.stripe_emulator.idempotency import Saved, Slot
+    from saga_local.stripe_emulator.intents import CreateRequest, Decline, ForcedOutcome, LedgerEntry
+    from saga_local.stripe_emulator.search import Versions
+
+
+@dataclass(frozen=True)
+class _Call:
+    """An authenticated request to a known endpoint, its parameters decoded."""
+
+    method: str
+    path: str
+    endpoint: Endpoint
+    intent_id: str | None
+    params: dict[str, Any]
+    api_key: str
+    #: The ``Idempotency-Key`` of a POST (a GET's is ignored, as on Stripe).
+    key: str | None
+    request_id: str
+    version: str
+
+    @property
+    def echo(self) -> dict[str, str]:
+        """Stripe echoes the ``Idempotency-Key`` on every answer to a request that sent one."""
+        return {"Idempotency-Key": self.key} if self.key else {}
+
+
+class ProviderEmulator:
+    """A threaded HTTP server on ``host:port`` (port 0: an ephemeral port) speaking Stripe's API subset.
+
+    ``dedupe=False`` ignores ``Idempotency-Key`` altogether (every request is applied).
+    ``clock`` (seconds since the epoch) drives ``created`` and the 24-hour idempotency window;
+    :meth:`advance_clock` moves it on. ``latency`` delays every API request before it is applied.
+    ``search_lag_seconds`` models the eventual consistency of Stripe's search: the search sees every
+    PaymentIntent as it was that long ago (not at all if it was created since, in its earlier status
+    if it was updated since); any lag is accepted, hours included (Stripe gives no bound during
+    incidents). The list, retrieve and the ledger are never behind. ``hang_seconds`` is how long
+    ``timeout_after_apply`` holds a connection (``stop()`` cuts it short). ``seed`` makes failure
+    rates reproducible.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        dedupe: bool = True,
+        clock: Callable[[], float] = time.time,
+        latency: float = 0.0,
+        search_lag_seconds: float = 0.0,
+        hang_seconds: float = 30.0,
+        seed: int | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.dedupe = dedupe
+        self.latency = latency
+        self.search_lag_seconds = search_lag_seconds
+        self.hang_seconds = hang_seconds
+        self._clock = clock
+        self._clock_offset = 0.0
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._server: EmulatorServer | None = None
+        #: Restricted keys' PaymentIntents permission (an ``rk_`` key not listed may write).
+        self._key_permissions: dict[str, Permission] = {}
+        self._revoked: set[str] = set()
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        # Plain data only (tests/model snapshots and restores these attributes by name).
+        self._intents: dict[str, dict[str, Any]] = {}
+        #: intent id -> payment_method, idempotency_key, request_id of its create (for the ledger).
+        self._intent_info: dict[str, dict[str, Any]] = {}
+        #: Every state each PaymentIntent was in, with the time it took it: what search lags behind.
+        self._versions: Versions = {}
+        self._ledger: list[LedgerEntry] = []
+        self._saved: dict[Slot, Saved] = {}
+        self._in_flight: set[Slot] = set()
+        self._faults: list[ProviderFault] = []
+        self._rates: list[FailureRate] = []
+        self._forced: list[ForcedOutcome] = []
+        self._requests: dict[str, int] = dict.fromkeys(sorted(ENDPOINTS), 0)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> ProviderEmulator:
+        """Bind and serve in a background thread. Returns self, so ``ProviderEmulator().start()`` works."""
+        if self._server is not None:
+            raise RuntimeError("the provider emulator is already running")
+        self._stopping.clear()
+        self._server = EmulatorServer(self._dispatch, host=self.host, port=self.port, stopping=self._stopping)
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, cut open connections (and hung requests) and release the port."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
+
+    def __enter__(self) -> ProviderEmulator:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """The base URL to give the SDK, e.g. ``http://127.0.0.1:54321``."""
+        if self._server is None:
+            raise RuntimeError("the provider emulator is not running")
+        host, port = self._server.address
+        return f"http://{host}:{port}"
+
+    # -- test controls -----------------------------------------------------------------------
+
+    def now(self) -> float:
+        """The emulator's clock: ``clock()`` plus whatever :meth:`advance_clock` added."""
+        return self._clock() + self._clock_offset
+
+    def advance_clock(self, seconds: float) -> float:
+        """Move the emulator's clock on (idempotency keys expire, searches catch up). Returns ``now()``."""
+        with self._lock:
+            self._clock_offset += seconds
+        return self.now()
+
+    def charges(self) -> list[LedgerEntry]:
+        """Every charge applied so far, oldest first."""
+        with self._lock:
+            return list(self._ledger)
+
+    def charges_for(self, order_id: str) -> list[LedgerEntry]:
+        """The charges applied for one order (by ``metadata[orderId]``)."""
+        return [entry for entry in self.charges() if entry.order_id == order_id]
+
+    def payment_intent(self, intent_id: str) -> dict[str, Any] | None:
+        """A PaymentIntent as the API would return it, or None."""
+        with self._lock:
+            intent = self._intents.get(intent_id)
+            return copy.deepcopy(intent) if intent is not None else None
+
+    def payment_intents(self, order_id: str | None = None) -> list[dict[str, Any]]:
+        """Every PaymentIntent (of ``order_id``, if set), oldest first, as the API would return them."""
+        with self._lock:
+            return [
+                copy.deepcopy(intent)
+                for intent in self._intents.values()
+                if order_id is None or intent["metadata"].get("orderId") == order_id
+            ]
+
+    def request_count(self, endpoint: Endpoint) -> int:
+        """How many authenticated requests reached ``endpoint`` (replays and 409s excluded)."""
+        with self._lock:
+            return self._requests[endpoint]
+
+    def restrict_key(self, api_key: str, *, payment_intents: Permission) -> None:
+        """Give the restricted key ``api_key`` (``rk_...``) this permission on PaymentIntents.
+
+        ``write`` allows every endpoint, ``read`` retrieve, search and list only, ``none`` nothing:
+        a request the key may not make is a 403, answered before parameters are validated or the
+        idempotency key is looked at (nothing is applied or saved). A restricted key never
+        configured here may write.
+        """
+        if not api_key.startswith(("rk_test_", "rk_live_")):
+            raise ValueError("only a restricted key (rk_test_... or rk_live_...) has permissions")
+        if payment_intents not in get_args(Permission):
+            raise ValueError(f"payment_intents must be one of {get_args(Permission)}")
+        with self._lock:
+            self._key_permissions[api_key] = payment_intents
+
+    def revoke_key(self, api_key: str) -> None:
+        """Make ``api_key`` invalid from now on (a rolled or deleted key): every request is a 401."""
+        with self._lock:
+            self._revoked.add(api_key)
+
+    def reset(self) -> None:
+        """Forget every PaymentIntent, charge, idempotency key, fault and forced outcome.
+
+        Settings (``dedupe``, ``latency``, ``search_lag_seconds``, key permissions and revoked keys)
+        and the clock are kept.
+        """
+        with self._lock:
+            self._reset_state()
+
+    def inject(
+        self,
+        kind: FaultKind,
+        *,
+        order_id: str | None = None,
+        endpoint: Endpoint = "create",
+        times: int = 1,
+        seconds: float | None = None,
+    ) -> ProviderFault:
+        """Queue a fault for the next ``times`` matching requests. See :data:`FAULT_KINDS`."""
+        fault = admin.ProviderFault(
+            kind=admin.check_kind(kind),
+            order_id=order_id,
+            endpoint=admin.check_endpoint(endpoint),
+            times=times,
+            seconds=seconds,
+        )
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def set_failure_rate(
+        self,
+        kind: FaultKind,
+        probability: float,
+        *,
+        order_id: str | None = None,
+        endpoint: Endpoint = "create",
+        seconds: float | None = None,
+    ) -> FailureRate:
+        """Fire ``kind`` on each matching request with ``probability`` (0 removes the rule)."""
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError("probability must be between 0 and 1")
+        rate = admin.FailureRate(
+            admin.check_kind(kind), probability, order_id, admin.check_endpoint(endpoint), seconds
+        )
+        with self._lock:
+            self._rates = [
+                r for r in self._rates if (r.kind, r.order_id, r.endpoint) != (kind, order_id, endpoint)
+            ]
+            if probability > 0:
+                self._rates.append(rate)
+        return rate
+
+    def clear_faults(self) -> None:
+        """Drop every queued fault, failure rate and forced outcome."""
+        with self._lock:
+            self._faults.clear()
+            self._rates.clear()
+            self._forced.clear()
+
+    def force_outcome(self, status: str, *, order_id: str | None = None, times: int = 1) -> None:
+        """Make the next ``times`` confirms (of ``order_id``, if set) end in ``status`` instead.
+
+        ``processing`` stands for a payment that settles later; ``requires_action`` for a
+        confirmation that needs the customer (see :meth:`set_status` to settle either).
+        """
+        if status not in intents.FORCEABLE_STATUSES:
+            raise ValueError(f"status must be one of {sorted(intents.FORCEABLE_STATUSES)}")
+        with self._lock:
+            self._forced.append(intents.ForcedOutcome(status, order_id, times))
+
+    def set_status(self, intent_id: str, status: str) -> dict[str, Any]:
+        """Move a PaymentIntent on, as Stripe does when a payment settles (``succeeded`` records a charge)."""
+        if status not in {"succeeded", "requires_payment_method", "canceled", "processing"}:
+            raise ValueError(f"cannot move a PaymentIntent to {status!r}")
+        with self._lock:
+            intent = self._intents.get(intent_id)
+            if intent is None:
+                raise KeyError(intent_id)
+            self._transition(intent, status)
+            self._publish(intent)
+            return copy.deepcopy(intent)
+
+    # -- the request pipeline ----------------------------------------------------------------
+
+    def _dispatch(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> Reply:
+        """Answer one HTTP request (the server calls this; so does the in-process link of tests/model)."""
+        split = urlsplit(target)
+        if split.path.startswith("/_emulator/"):
+            return admin.admin_reply(self, method, split.path, split.query, body)
+        request_id = new_id("req_", 14)
+        version = headers.get("Stripe-Version") or STRIPE_VERSION
+        reply = self._api(method, split.path, split.query, headers, body, request_id, version)
+        reply.headers.setdefault("Request-Id", request_id)
+        reply.headers.setdefault("Stripe-Version", version)
+        return reply
+
+    def _api(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        request_id: str,
+        version: str,
+    ) -> Reply:
+        call = self._receive(method, path, query, headers, body, request_id, version)
+        if isinstance(call, Reply):
+            return call
+        # Before the idempotency layer: nothing answered here is saved under the key.
+        edge = self._take_fault(call, edge=True)
+        if edge is not None:
+            return too_many_requests(edge.kind, call.echo)
+        with self._lock:
+            granted = self._key_permissions.get(call.api_key, "write")
+        denied = permission_denied(call.api_key, granted, call.endpoint)
+        if denied is not None:
+            return denied
+        try:
+            checked = self._validate(call)
+        except BadRequest as exc:
+            return bad_request(exc, call.echo)
+
+        slot = idempotency.slot_of(call.api_key, call.key, dedupe=self.dedupe)
+        if slot is None:
+            return self._run(call, checked, None)
+        refused = idempotency.key_too_long(slot, call.echo)
+        if refused is not None:
+            return refused
+        with self._lock:
+            answered = idempotency.admit(
+                self._saved,
+                self._in_flight,
+                slot,
+                path=path,
+                params=call.params,
+                now=self.now(),
+                echo=call.echo,
+            )
+        if answered is not None:
+            return answered
+        try:
+            return self._run(call, checked, slot)
+        finally:
+            with self._lock:
+                idempotency.release(self._in_flight, slot)
+
+    def _receive(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        request_id: str,
+        version: str,
+    ) -> _Call | Reply:
+        """The authenticated, routed and decoded request, or the 401, 404 or 400 that ends it."""
+        api_key = authenticate(headers.get("Authorization"))
+        if isinstance(api_key, Reply):
+            return api_key
+        with self._lock:
+            revoked = api_key in self._revoked
+        if revoked:
+            return revoked_key(api_key)
+        routed = route(method, path)
+        if routed is None:
+            return unrecognized_url(method, path)
+        try:
+            params = decode_form(body if method == "POST" else query.encode())
+        except BadRequest as exc:
+            return bad_request(exc)
+        return _Call(
+            method=method,
+            path=path,
+            endpoint=routed[0],
+            intent_id=routed[1],
+            params=params,
+            api_key=api_key,
+            key=headers.get("Idempotency-Key") if method == "POST" else None,
+            request_id=request_id,
+            version=version,
+        )
+
+    def _validate(self, call: _Call) -> CreateRequest | None:
+        """Parameter validation, before the idempotency layer: what it refuses is never saved."""
+        if call.endpoint == "create":
+            return intents.validate_create(call.params, call.version)
+        if call.endpoint == "cancel":
+            intents.validate_cancel(call.params)
+        return None
+
+    def _run(self, call: _Call, checked: CreateRequest | None, slot: Slot | None) -> Reply:
+        """Past the idempotency layer: execute, save the result under the key, then fire any fault."""
+        with self._lock:
+            self._requests[call.endpoint] += 1
+        if self.latency > 0:
+            self._stopping.wait(self.latency)
+        fault = self._take_fault(call, edge=False)
+        if fault is not None and fault.kind == "fail_before_apply":
+            return server_error(call.echo)
+        reply = self._execute(call, checked)
+        reply.headers.update(call.echo)
+        if slot is not None:
+            with self._lock:
+                idempotency.save(
+                    self._saved,
+                    slot,
+                    reply,
+                    path=call.path,
+                    params=call.params,
+                    request_id=call.request_id,
+                    now=self.now(),
+                    replay_500=fault is not None and fault.kind == "fail_after_apply_replayed",
+                    echo=call.echo,
+                )
+        if fault is None:
+            return reply
+        return admin.after_apply(fault, call.echo, default_hang=self.hang_seconds)
+
+    def _execute(self, call: _Call, checked: CreateRequest | None) -> Reply:
+        try:
+            if checked is not None:
+                return self._create(call, checked)
+            if call.endpoint == "search":
+                return self._search(call.params)
+            if call.endpoint == "list":
+                return self._list(call.params)
+            with self._lock:
+                intent = self._intents.get(call.intent_id or "")
+                if intent is None:
+                    return error(
+                        404,
+                        f"No such payment_intent: '{call.intent_id}'",
+                        param="intent",
+                        code="resource_missing",
+                    )
+                if call.endpoint == "retrieve":
+                    return Reply(200, copy.deepcopy(intent))
+                return self._cancel(intent, call.params)
+        except BadRequest as exc:
+            # Raised while executing (an object that does not exist, an amount the currency does not
+            # allow): the endpoint had begun, so Stripe saves this 400 under the key and replays it.
+            return bad_request(exc)
+
+    # -- endpoints ---------------------------------------------------------------------------
+
+    def _create(self, call: _Call, checked: CreateRequest) -> Reply:
+        intents.check_references(checked, call.params.get("customer"))
+        intent = intents.new_intent(checked, call.params, self.now())
+        with self._lock:
+            self._intents[intent["id"]] = intent
+            self._intent_info[intent["id"]] = {
+                "payment_method": checked.method,
+                "idempotency_key": call.key,
+                "request_id": call.request_id,
+            }
+            declined = self._confirm(intent, checked) if checked.confirm else None
+            if declined is None:
+                reply = Reply(200, copy.deepcopy(intent))
+            else:
+                reply = intents.decline(intent, declined, checked.method or "", call.request_id)
+            self._publish(intent)
+            return reply
+
+    def _confirm(self, intent: dict[str, Any], checked: CreateRequest) -> Decline | None:
+        # Called with the lock held: move the new PaymentIntent on, or say how it declines.
+        forced = intents.take_forced(self._forced, checked.metadata.get("orderId"))
+        outcome = intents.confirm_outcome(checked, forced)
+        if isinstance(outcome, tuple):
+            return outcome
+        self._transition(intent, outcome)
+        return None
+
+    def _cancel(self, intent: dict[str, Any], params: dict[str, Any]) -> Reply:
+        # Called with the lock held (parameters already validated).
+        refused = intents.cannot_cancel(intent)
+        if refused is not None:
+            return refused
+        self._transition(intent, "canceled")
+        intent["cancellation_reason"] = params.get("cancellation_reason")
+        self._publish(intent)
+        return Reply(200, copy.deepcopy(intent))
+
+    def _search(self, params: dict[str, Any]) -> Reply:
+        request = search.validate_search(params)
+        # The search index is search_lag_seconds behind: it holds each PaymentIntent as it was then.
+        horizon = self.now() - self.search_lag_seconds
+        with self._lock:
+            return search.search(request, list(self._intents), self._versions, horizon)
+
+    def _list(self, params: dict[str, Any]) -> Reply:
+        request = search.validate_list(params)
+        with self._lock:
+            return search.list_page(request, self._intents)
+
+    # -- state changes (called with the lock held) -------------------------------------------
+
+    def _publish(self, intent: dict[str, Any]) -> None:
+        search.publish(self._versions, intent, self.now())
+
+    def _transition(self, intent: dict[str, Any], status: str) -> None:
+        intents.transition(intent, status, self.now())
+        if status == "succeeded":
+            info = self._intent_info[intent["id"]]
+            self._ledger.append(intents.ledger_entry(intent, info, self.now()))
+
+    def _take_fault(self, call: _Call, *, edge: bool) -> ProviderFault | None:
+        with self._lock:
+            intent = self._intents.get(call.intent_id) if call.intent_id else None
+            return admin.take_fault(
+                self._faults,
+                self._rates,
+                self._random,
+                endpoint=call.endpoint,
+                order_id=admin.order_of(call.endpoint, call.params, intent),
+                edge=edge,
+            )
