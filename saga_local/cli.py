@@ -662,11 +662,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
 # -- entry point ---------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="saga", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_demo(sub: Any) -> None:
     demo = sub.add_parser(
         "demo", help="the lab of field report 000: four charges without the claim, one with it"
     )
@@ -678,12 +674,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(func=cmd_demo)
 
+
+def _add_up(sub: Any) -> None:
     up = sub.add_parser("up", help="start the embedded local stack and keep it running")
     up.add_argument("--port", type=int, default=0, help="moto's port (default: a free one)")
     up.add_argument("--runtime", choices=["workers", "inprocess"], default="workers")
     up.add_argument("--pollers", type=int, default=2, help="concurrent SQS pollers")
     up.set_defaults(func=cmd_up)
 
+
+def _add_send(sub: Any) -> None:
     send = sub.add_parser("send", help="send an order to the orders queue")
     send.add_argument(
         "file", nargs="?", default=str(ROOT / "events" / "order.json"), help="an order JSON file"
@@ -699,6 +699,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_target_arguments(send)
     send.set_defaults(func=cmd_send)
 
+
+def _add_trace(sub: Any) -> None:
     trace = sub.add_parser("trace", help="an execution state by state (or --html for the graph page)")
     trace.add_argument("execution", help="the execution's name or ARN")
     trace.add_argument("--io", action="store_true", help="show each state's input and output")
@@ -706,12 +708,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_target_arguments(trace)
     trace.set_defaults(func=cmd_trace)
 
+
+def _add_events(sub: Any) -> None:
     events = sub.add_parser("events", help="the outcome events published (charged, declined, re-queued...)")
     events.add_argument("--order-id", help="only this order's events")
     events.add_argument("--json", action="store_true", help="one JSON object per event (its detail)")
     add_target_arguments(events)
     events.set_defaults(func=cmd_events)
 
+
+def _add_invoke(sub: Any) -> None:
     inv = sub.add_parser(
         "invoke",
         help="run one function on an event as `sam local invoke` does, without Docker",
@@ -731,6 +737,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inv.set_defaults(func=cmd_invoke)
 
+
+def _add_simulate(sub: Any) -> None:
     sim = sub.add_parser("simulate", help="many orders with duplicates, then check the promise")
     sim.add_argument("--orders", type=int, default=100)
     sim.add_argument("--copies", type=int, default=4, help="deliveries of each order")
@@ -746,6 +754,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", action="store_true")
     sim.set_defaults(func=cmd_simulate)
 
+
+def _add_reconcile(sub: Any) -> None:
     rec = sub.add_parser("reconcile", help="resolve stale claims by asking the provider (dry run by default)")
     rec.add_argument("--apply", action="store_true", help="write the decisions (default: only show them)")
     rec.add_argument(
@@ -760,17 +770,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_target_arguments(rec)
     rec.set_defaults(func=cmd_reconcile)
 
+
+def _add_redrive(sub: Any) -> None:
     red = sub.add_parser(
         "redrive", help="move the dead-letter queue back to the orders queue (safe: idempotent)"
     )
     add_target_arguments(red)
     red.set_defaults(func=cmd_redrive)
 
+
+def _add_chaos(sub: Any) -> None:
     # Its options are saga_local.chaos's own: main() hands everything after `chaos` to it.
     sub.add_parser(
         "chaos", help="simulate with faults at every step, then sweep (saga chaos --help)", add_help=False
     )
 
+
+def _add_cost(sub: Any) -> None:
     costs = sub.add_parser("cost", help="AWS cost per million orders, from figures counted in a local run")
     costs.add_argument(
         "--duplicate-share", type=float, default=0.1, help="share of orders delivered twice (mix)"
@@ -787,6 +803,27 @@ def build_parser() -> argparse.ArgumentParser:
     costs.add_argument("--wide", action="store_true", help="full column names and each line's unit price")
     costs.add_argument("--json", action="store_true")
     costs.set_defaults(func=cmd_cost)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="saga", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (
+        _add_demo,
+        _add_up,
+        _add_send,
+        _add_trace,
+        _add_events,
+        _add_invoke,
+        _add_simulate,
+        _add_reconcile,
+        _add_redrive,
+        _add_chaos,
+        _add_cost,
+    ):
+        add(sub)
     return parser
 
 

@@ -389,20 +389,26 @@ class World:
         for index in range(len(state.pending)):
             yield ("land", index)
         row = self.row()
-        if self.scope.clock and row and row["status"] == "CLAIMED" and not state.pending:
-            lease = int(row["leaseExpiresAt"])
-            if lease >= state.now:
-                yield ("clock", "lease")
-            elif self.scope.sweeper:
-                yield ("sweep", None)
-            if self.scope.sweeper and lease + self.grace >= state.now:
-                yield ("clock", "grace")
+        yield from self._time_actions(row)
         if state.redrives < self.scope.redrives:
             for index, execution in enumerate(state.executions):
                 if execution.status == asl.TIMED_OUT:
                     yield ("redrive", index)
         if state.requeues < self.scope.requeues and self._released_not_charged(row):
             yield ("requeue",)
+
+    def _time_actions(self, row: dict[str, Any] | None) -> Iterator[tuple[Any, ...]]:
+        """Moving the clock past the lease or the search grace, and the sweeps that then matter."""
+        state = self.state
+        if not (self.scope.clock and row and row["status"] == "CLAIMED" and not state.pending):
+            return
+        lease = int(row["leaseExpiresAt"])
+        if lease >= state.now:
+            yield ("clock", "lease")
+        elif self.scope.sweeper:
+            yield ("sweep", None)
+        if self.scope.sweeper and lease + self.grace >= state.now:
+            yield ("clock", "grace")
 
     def variants(
         self, action: tuple[Any, ...], done: StepResult, faults_used: int
@@ -418,14 +424,14 @@ class World:
                         yield ("sweep", ("write", k, kind))
             return
         verb, who = action[0], action[1]
-        for k in range(1, done.writes + 1):
-            for kind in WRITE_FAULTS:
-                if kind in kinds:
-                    yield (verb, who, ("write", k, kind))
-        for k in range(1, done.creates + 1):
-            for kind in CREATE_FAULTS:
-                if kind in kinds:
-                    yield (verb, who, ("create", k, kind))
+        for where, calls, fault_kinds in (
+            ("write", done.writes, WRITE_FAULTS),
+            ("create", done.creates, CREATE_FAULTS),
+        ):
+            for k in range(1, calls + 1):
+                for kind in fault_kinds:
+                    if kind in kinds:
+                        yield (verb, who, (where, k, kind))
         if "outage" in kinds:
             if done.dynamodb_calls:
                 yield (verb, who, ("outage", "dynamodb"))
