@@ -156,8 +156,13 @@ def kill(process: subprocess.Popen[str]) -> None:
 
 
 def first_failure(output: str) -> str:
-    """The first ``FAILED tests/...::test`` of pytest's short summary (``-ra``), without its message."""
-    for line in output.splitlines():
+    """The first ``FAILED tests/...::test`` of pytest's short summary (``-ra``), without its message.
+
+    Only the summary is read: captured log lines also start with ``ERROR``.
+    """
+    lines = output.splitlines()
+    start = next((i for i, line in enumerate(lines) if "short test summary info" in line), len(lines))
+    for line in lines[start:]:
         if line.startswith(("FAILED ", "ERROR ")):
             return line.split(" ", 1)[1].split(" - ", 1)[0]
     return last_line(output)

@@ -10,6 +10,7 @@ provider made, and whether the order stays held, is released, or is charged agai
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -17,10 +18,12 @@ import boto3
 import pytest
 
 from handlers import charge_payment
+from handlers import runtime as handler_runtime
 from payment_saga.claims import ClaimsStore
 from payment_saga.orders import order_from_message
 from payment_saga.payments import StripeProvider, idempotency_key
 from saga_local.stack import LOCAL_API_KEY, REGION
+from tests.network import Network
 from tests.statemachine.conftest import Saga, order
 
 #: The execution whose steps these tests replay (a redriven one, a zombie...).
@@ -150,4 +153,50 @@ def test_release_claim_refuses_an_error_that_does_not_prove_nothing_was_charged(
     claim = saga.driver.claim("ORDER-003")
     assert claim is not None
     assert claim["status"] == "CLAIMED"
+    assert saga.charges("ORDER-003") == 1
+
+
+def test_a_claim_step_that_died_after_winning_a_new_attempt_is_retried_into_that_attempt(saga: Saga) -> None:
+    """The customer's retry after a decline wins attempt 2; the Claim Lambda never hears back and
+    Step Functions retries it. The retry finds its own claim and must keep attempt 2 (attempt 1's
+    key would replay the decline, and the claim would no longer match what the charge checks)."""
+    declined = saga.driver.wait(saga.driver.start(order(paymentMethod="pm_card_chargeDeclined"), name="d"))
+    assert declined.error == "PaymentDeclined"
+    store = handler_runtime.claims_store()
+    real = store._client
+    network = Network(real)
+    network.then_normal().then_applied_then_failed()  # first-claim write loses; the re-claim's answer is lost
+    store._client = network  # type: ignore[assignment]
+    try:
+        retry = saga.driver.wait(saga.driver.start(order(paymentAttempt="retry-1"), name="retry"))
+    finally:
+        store._client = real
+
+    assert retry.outcome == "CHARGED", retry
+    claim = saga.driver.claim("ORDER-003")
+    assert claim is not None
+    assert (claim["status"], int(claim["attempt"])) == ("COMPLETED", 2)
+    assert saga.charges("ORDER-003") == 1
+
+
+def test_a_payment_key_that_cannot_be_read_sends_nothing_and_the_order_is_charged_once_it_can(
+    saga: Saga, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No key, no request: the claim is released NOT_CHARGED (not kept for reconciliation), so
+    the order goes through once the secret is there."""
+    monkeypatch.delitem(os.environ, "PAYMENT_API_KEY")
+    monkeypatch.setitem(os.environ, "PAYMENT_API_KEY_SECRET_ARN", "payment-api-key")  # not created yet
+    handler_runtime.reset()
+
+    first = saga.driver.wait(saga.driver.start(order(), name="no-secret"))
+
+    assert first.error == "ChargeNotAttempted", first
+    claim = saga.driver.claim("ORDER-003")
+    assert claim is not None
+    assert (claim["status"], claim["releaseReason"]) == ("RELEASED", "NOT_CHARGED")
+    boto3.client("secretsmanager", region_name=REGION).create_secret(
+        Name="payment-api-key", SecretString=LOCAL_API_KEY
+    )
+    again = saga.driver.wait(saga.driver.start(order(), name="with-secret"))
+    assert again.outcome == "CHARGED", again
     assert saga.charges("ORDER-003") == 1

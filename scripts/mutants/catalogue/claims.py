@@ -13,6 +13,8 @@ HOLES = "tests/statemachine/test_holes.py"
 TAKEOVER = "tests/statemachine/test_takeover.py"
 PATHS = "tests/statemachine/test_paths.py"
 SWEEPER = "tests/functional/test_sweeper.py"
+DECLINED = "tests/functional/test_declined_attempts.py"
+EDGES = "tests/statemachine/test_gate_edges.py"
 
 CLAIMS = Catalogue("functions/payment_saga/claims.py", (PROTOCOL, CLAIMS_TESTS, HOLES, TAKEOVER))
 m = CLAIMS
@@ -35,6 +37,10 @@ m.text(
     "if token in holder.fenced_tokens:\n            raise ClaimLost(",
     "if False:\n            raise ClaimLost(",
     "a fenced execution's claim learns it was fenced only by losing every write",
+    equivalent="every claim write is conditional on NOT contains(fencedTokens, :token) "
+    "(claims-not-fenced-anywhere is killed), so a fenced execution never wins the order; this early "
+    "exit only turns what would be a DUPLICATE, or ClaimLost after a few more lost writes, into "
+    "ClaimLost at once, and a token is fenced only after its execution left Claim Order",
 )
 m.text(
     "claims-lease-expired-at-its-last-second",
@@ -92,6 +98,7 @@ m.text(
     "attempt = if_not_exists(attempt, :one),",
     "attempt = :one,",
     "a retried Claim step after a takeover of attempt 2 resets it to attempt 1 (another key: charged twice)",
+    tests=(EDGES, PROTOCOL, HOLES),
 )
 m.text(
     "claims-reentrant-restores-ownership",
@@ -131,6 +138,10 @@ m.text(
     '"NOT contains(declinedAttempts, :pa) AND (releaseReason',
     '"(releaseReason',
     "the re-claim write only checks the latest decline, not every declined payment attempt",
+    equivalent="the write is sent only when Claim.declined() found the payment attempt undeclined "
+    "in the row it lost to, and it is fenced on that row's status and attempt; while a row stays "
+    "RELEASED at one attempt, declinedAttempts can only gain its own paymentAttempt (a resent "
+    "DECLINED release), which declined() already counts through releaseReason",
 )
 m.text(
     "claims-reclaim-keeps-ttl",
@@ -191,7 +202,7 @@ m.text(
     "declined = reason is ReleaseReason.DECLINED\n        return self._resolve_stale(",
     "declined = False\n        return self._resolve_stale(",
     "a decline found by the sweeper is not remembered: a redelivery of it reaches the provider",
-    tests=(PROTOCOL, SWEEPER),
+    tests=(DECLINED, PROTOCOL, SWEEPER),
 )
 # -- the fence after a failed Claim step --
 m.text(
