@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from payment_saga import currencies
 from saga_local.stripe_emulator.exceptions import BadRequest
 from saga_local.stripe_emulator.responses import (
     Reply,
@@ -47,19 +48,10 @@ from saga_local.stripe_emulator.responses import (
 
 #: From this version on, ``payment_method_types`` is no longer a create parameter.
 PAYMENT_METHOD_TYPES_REMOVED = "2026-09-30"
-MAX_AMOUNT = 99_999_999
-#: Stripe's documented minimum charge amounts, in minor units (https://docs.stripe.com/currencies,
-#: "Minimum and maximum charge amounts"). Other currencies: the equivalent of 0.50 USD in the
-#: settlement currency, which the emulator cannot convert; it enforces only these.
-MINIMUM_AMOUNTS = {
-    "usd": 50, "aed": 200, "aud": 50, "bgn": 100, "brl": 50, "cad": 50, "chf": 50, "czk": 1500,
-    "dkk": 250, "eur": 50, "gbp": 30, "hkd": 400, "huf": 17500, "inr": 50, "jpy": 50, "mxn": 1000,
-    "myr": 200, "nok": 300, "nzd": 50, "pln": 200, "ron": 200, "sek": 300, "sgd": 50, "thb": 1000,
-}  # fmt: skip
-#: Three-decimal currencies: Stripe takes them in thousandths whose last digit must be 0.
-THREE_DECIMAL_CURRENCIES = frozenset({"bhd", "jod", "kwd", "omr", "tnd"})
-#: Two-decimal on the wire, but only whole units may be charged (the decimals must be 00).
-WHOLE_UNIT_CURRENCIES = frozenset({"isk", "ugx"})
+#: The amount rules (largest amount, each currency's minimum and step) are the domain's data module,
+#: Stripe's table in one place: the emulator refuses exactly what the saga's order parsing is told
+#: Stripe refuses (functions/payment_saga/currencies.py, which cites its source).
+MAX_AMOUNT = currencies.MAX_AMOUNT
 
 #: Outcomes a test can force on the next confirm (no Stripe test card produces them here).
 FORCEABLE_STATUSES = frozenset({"processing", "requires_action"})
@@ -275,7 +267,7 @@ def _amount(params: dict[str, Any]) -> tuple[int, str]:
     currency = string(params, "currency").lower()
     if not re.fullmatch(r"[a-z]{3}", currency):
         raise BadRequest(f"Invalid currency: {currency}.", param="currency", code="parameter_invalid_string")
-    step = _amount_step(currency)
+    step = currencies.amount_step(currency.upper())
     if amount % step:
         raise BadRequest(
             f"Invalid amount: {currency} amounts must be a multiple of {step} minor units (the last"
@@ -284,14 +276,6 @@ def _amount(params: dict[str, Any]) -> tuple[int, str]:
             code="invalid_charge_amount",
         )
     return amount, currency
-
-
-def _amount_step(currency: str) -> int:
-    return 10 if currency in THREE_DECIMAL_CURRENCIES else 100 if currency in WHOLE_UNIT_CURRENCIES else 1
-
-
-def _minimum_amount(currency: str) -> int:
-    return MINIMUM_AMOUNTS.get(currency, 1)
 
 
 def _off_session(params: dict[str, Any], *, confirm: bool) -> bool:
@@ -389,7 +373,7 @@ def check_references(request: CreateRequest, customer: Any) -> None:
 
     Checked while executing (after the idempotency layer), so these 400s are saved under the key.
     """
-    minimum = _minimum_amount(request.currency)
+    minimum = currencies.minimum_amount(request.currency.upper())
     if request.amount < minimum:
         raise BadRequest(
             f"Amount must be at least {minimum} minor units of {request.currency} (Stripe's minimum charge"
