@@ -40,7 +40,7 @@ def test_send_and_trace_against_a_deployed_stack(
     assert cli.main(["trace", names[0], "--stack", deployed, "--region", REGION]) == 0
     trace = capsys.readouterr().out
     assert "Claim Order" in trace
-    assert ("Order Charged" in trace) or ("Duplicate Suppressed" in trace)
+    assert ("Mark Complete" in trace) or ("Duplicate Suppressed" in trace)
 
 
 def test_send_rejects_a_missing_local_stack_with_a_clear_message(

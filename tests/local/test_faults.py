@@ -118,7 +118,11 @@ def test_claim_writes_that_never_land_fail_the_claim_visibly_and_charge_nothing(
     result = saga.driver.wait(saga.driver.start(order(), name="claim-down"))
 
     assert result.error == "ClaimFailed"
-    assert saga.driver.claim("ORDER-003") is None  # no write landed: nothing to release
+    # No claim write landed, and none ever can: Release Claim fenced the order with a tombstone,
+    # released NOT_CHARGED at attempt 0 (which the outcome relay re-queues).
+    claim = saga.driver.claim("ORDER-003")
+    assert claim is not None
+    assert (claim["status"], claim["releaseReason"], claim["attempt"]) == ("RELEASED", "NOT_CHARGED", "0")
     assert saga.charges("ORDER-003") == 0
 
 
