@@ -24,7 +24,10 @@ if TYPE_CHECKING:
     from mypy_boto3_secretsmanager import SecretsManagerClient
 
 logger = Logger()
-tracer = Tracer()
+# X-Ray subsegments for the AWS SDK's calls, which every function makes. Not patch_all: it would also
+# import and patch requests (only Charge and the sweeper call Stripe: provider() patches it there) and
+# sqlite3, which nothing uses, in every function's cold start.
+tracer = Tracer(patch_modules=("botocore",))
 metrics = Metrics()
 
 #: Standard retry mode with a few attempts: DynamoDB throttles are retried by the SDK first, then
@@ -64,6 +67,7 @@ def claims_store() -> ClaimsStore:
 @functools.cache
 def provider() -> StripeProvider:
     """The payment provider: ``PAYMENT_API_KEY`` if set (local runs, tests), else the secret."""
+    tracer.patch(modules=("requests",))  # the Stripe SDK's HTTP calls, as X-Ray subsegments
     return StripeProvider(
         _api_key(),
         api_base=os.environ.get("PAYMENT_API_BASE") or None,
