@@ -12,6 +12,7 @@ from moto import mock_aws
 from saga_local.moto_adapter import SFN_CONFIG
 from saga_local.stack import REGION, table_request
 from saga_local.template import load_template
+from tests.helpers import FakeClock
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -29,19 +30,6 @@ os.environ.update(
         "POWERTOOLS_METRICS_NAMESPACE": "PaymentSaga",
     }
 )
-
-
-class FakeClock:
-    """A clock tests move by hand: leases expire without sleeping."""
-
-    def __init__(self, now: float = 1_790_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

@@ -18,14 +18,7 @@ from payment_saga.claims import ClaimsStore
 from payment_saga.orders import ORDER_ID_PATTERN, Order
 from payment_saga.sweep_lock import LEASE_MARGIN_SECONDS, SWEEP_LOCK_KEY, SweepLock, lease_for
 from saga_local.lambda_api import LambdaContext
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_790_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.helpers import FakeClock
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from saga_local.template import ROOT, load_template
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from tests.conftest import FakeClock
+    from tests.helpers import FakeClock
 
 ORDER = Order("ORDER-003", 15000, "BRL", "cus_123", "pm_card_visa")
 A = "arn:aws:states:us-east-1:123456789012:execution:saga:A"

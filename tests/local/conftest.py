@@ -19,7 +19,7 @@ from tests.statemachine.conftest import provider_dedupe, saga  # noqa: F401
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from tests.statemachine.conftest import Saga
+    from tests.helpers import Saga
 
 # -- the sweeper (functions/payment_saga/reconcile.py), when it is there ---------------------------
 

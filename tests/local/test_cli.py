@@ -10,7 +10,7 @@ import pytest
 
 from saga_local import cli
 from saga_local.stack import REGION
-from tests.statemachine.conftest import Saga
+from tests.helpers import Saga
 
 
 @pytest.fixture

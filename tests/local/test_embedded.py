@@ -14,7 +14,7 @@ import pytest
 
 from saga_local.embedded import EmbeddedStack
 from saga_local.faults import Fault, FaultPlan
-from tests.statemachine.conftest import order
+from tests.helpers import order
 
 
 @pytest.fixture(scope="module")

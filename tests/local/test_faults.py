@@ -17,11 +17,11 @@ from botocore.exceptions import ClientError
 from handlers.start_execution import execution_name
 from saga_local.faults import Fault, FaultPlan, call_error, redeliver
 from saga_local.stack import REGION
+from tests.helpers import order
 from tests.local.conftest import sweep
-from tests.statemachine.conftest import order
 
 if TYPE_CHECKING:
-    from tests.statemachine.conftest import Saga
+    from tests.helpers import Saga
 
 
 def task_errors(saga: Saga, arn: str) -> list[str]:

@@ -18,12 +18,12 @@ import pytest
 
 from saga_local.faults import ChargeRequest, Fault, declined_attempts_sent_again
 from saga_local.stack import REGION
-from tests.statemachine.conftest import order
+from tests.helpers import order
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from tests.statemachine.conftest import Saga
+    from tests.helpers import Saga
 
 TABLE = "lost-answer-probe"
 

@@ -17,14 +17,14 @@ from saga_local.faults import Fault
 from saga_local.provider_emulator import SAVED_PAYMENT_METHOD
 from saga_local.template import ROOT
 from saga_local.usage import transitions
+from tests.helpers import order
 from tests.local.conftest import sweep
-from tests.statemachine.conftest import order
 
 if TYPE_CHECKING:
     import pytest
 
     from saga_local.events import OutcomeEvent, OutcomeLog
-    from tests.statemachine.conftest import Saga
+    from tests.helpers import Saga
 
 
 def log(saga: Saga) -> OutcomeLog:

@@ -63,12 +63,12 @@ from saga_local.faults import (
     redeliver,
 )
 from saga_local.provider_emulator import FAULT_KINDS
+from tests.helpers import order
 from tests.local.conftest import SWEEPER_MISSING, reconcile, sweep
-from tests.statemachine.conftest import order
 
 if TYPE_CHECKING:
     from saga_local.driver import ExecutionResult
-    from tests.statemachine.conftest import Saga
+    from tests.helpers import Saga
 
 ROUTES = ["direct", "sqs", "redelivered"]
 EXAMPLES = int(os.environ.get("SAGA_PROPERTY_EXAMPLES", "25"))

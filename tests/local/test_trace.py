@@ -23,10 +23,10 @@ import pytest
 
 from saga_local.faults import Fault
 from saga_local.trace import OUTCOME_COLORS, load_definition, render_html, render_text, trace_steps
-from tests.statemachine.conftest import order
+from tests.helpers import order
 
 if TYPE_CHECKING:
-    from tests.statemachine.conftest import Saga
+    from tests.helpers import Saga
 
 # Expected paths are read from the definition (the state machine gains and loses states); only the
 # Task names, which the template's functions give, are named here.

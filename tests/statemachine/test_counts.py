@@ -10,7 +10,7 @@ import json
 from collections import Counter
 
 from saga_local.usage import dynamodb_calls, execution_usage
-from tests.statemachine.conftest import Saga, order
+from tests.helpers import Saga, order
 
 
 def run_alone(saga: Saga, name: str) -> tuple[dict[str, float], dict[str, int]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from saga_local.faults import Fault
-from tests.statemachine.conftest import Saga, order
+from tests.helpers import Saga, order
 
 WRITES = [
     ("ClaimOrderFunction", "after:dynamodb.UpdateItem"),

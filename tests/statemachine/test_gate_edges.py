@@ -23,8 +23,8 @@ from payment_saga.claims import ClaimsStore
 from payment_saga.orders import order_from_message
 from payment_saga.payments import StripeProvider, idempotency_key
 from saga_local.stack import LOCAL_API_KEY, REGION
+from tests.helpers import Saga, order
 from tests.network import Network
-from tests.statemachine.conftest import Saga, order
 
 #: The execution whose steps these tests replay (a redriven one, a zombie...).
 TOKEN = "arn:aws:states:us-east-1:123456789012:execution:payment-saga-PaymentSagaStateMachine:earlier"

@@ -18,8 +18,8 @@ from payment_saga.claims import NO_OWNER, ClaimsStore, ReleaseReason
 from payment_saga.orders import order_from_message
 from saga_local.faults import Fault
 from saga_local.stack import REGION
+from tests.helpers import Saga, order
 from tests.network import Network
-from tests.statemachine.conftest import Saga, order
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from saga_local.stack import LOCAL_API_KEY
-from tests.statemachine.conftest import Saga, order
+from tests.helpers import Saga, order
 
 CARD_NUMBER = re.compile(r"(?<!\d)(?:\d[ -]?){13,19}(?!\d)")
 EMF_TIMESTAMP = re.compile(r'"Timestamp":\d+')

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from saga_local.provider_emulator import SAVED_PAYMENT_METHOD, TEST_CUSTOMER
-from tests.statemachine.conftest import Saga, order
+from tests.helpers import Saga, order
 
 #: Bodies that can never become an order, and the start of the reason each is dead-lettered with.
 BAD_BODIES = {

@@ -11,7 +11,7 @@ from handlers import runtime as handler_runtime
 from payment_saga.payments import StripeProvider
 from saga_local.faults import Fault
 from saga_local.stack import LOCAL_API_KEY
-from tests.statemachine.conftest import Saga, order
+from tests.helpers import Saga, order
 
 HAPPY = ["Claim Order", "Charge Payment", "Mark Complete"]
 

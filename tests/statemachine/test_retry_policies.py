@@ -20,8 +20,8 @@ from payment_saga.claims import ClaimsStore
 from payment_saga.orders import order_from_message
 from saga_local.faults import Fault
 from saga_local.stack import REGION
+from tests.helpers import Saga, order
 from tests.network import Network
-from tests.statemachine.conftest import Saga, order
 
 #: More throttles in a row than the catch-all retrier (3 retries) absorbs, fewer than the Lambda one (6).
 BURST = 5

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from saga_local.template import ROOT
-from tests.statemachine.conftest import Saga
+from tests.helpers import Saga
 
 #: The step samples, in the order they run on a fresh stack.
 STEP_SAMPLES = [

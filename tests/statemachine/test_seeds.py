@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.statemachine.conftest import Saga, order
+from tests.helpers import Saga, order
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from payment_saga.payments import StripeProvider
 from payment_saga.reconcile import ReconcileOutcome, ReconcileReport, reconcile
 from saga_local.faults import Fault
 from saga_local.stack import LOCAL_API_KEY, REGION
-from tests.statemachine.conftest import Saga, order
+from tests.helpers import Saga, order
 
 #: The template's default lease (ClaimLeaseSeconds): the sweeper looks once it has run out.
 LEASE = 900

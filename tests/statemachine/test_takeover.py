@@ -19,7 +19,7 @@ from payment_saga.orders import order_from_message
 from payment_saga.payments import StripeProvider, idempotency_key
 from saga_local.faults import Fault
 from saga_local.stack import LOCAL_API_KEY, REGION
-from tests.statemachine.conftest import Saga, order
+from tests.helpers import Saga, order
 
 DEAD = "arn:aws:states:us-east-1:123456789012:execution:payment-saga-PaymentSagaStateMachine:dead-holder"
 

@@ -25,23 +25,14 @@ from payment_saga.payments import (
     stripe_secret_from_string,
 )
 from saga_local.provider_emulator import IDEMPOTENCY_TTL_SECONDS, ProviderEmulator
+from tests.helpers import FakeClock
 
 API_KEY = "sk_test_emulator_only_fake_key"
 
 
-class FakeClock:
-    """The emulator's clock, moved by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1_800_000_000.0)
 
 
 @pytest.fixture

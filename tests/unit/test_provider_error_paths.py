@@ -19,22 +19,15 @@ from payment_saga.errors import ChargeNotAttempted, PaymentOutcomeUnknown
 from payment_saga.orders import Order
 from payment_saga.payments import Charge, StripeProvider, idempotency_key
 from saga_local.provider_emulator import ProviderEmulator
+from tests.helpers import FakeClock
 
 API_KEY = "sk_test_emulator_only_fake_key"
 START = 1_800_000_000.0
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(START)
 
 
 @pytest.fixture

@@ -1,0 +1,67 @@
+"""Helpers shared by tests across folders (conftest files keep fixtures only).
+
+``Saga`` bundles a provisioned stack with its runtime, provider emulator and driver; ``order`` builds
+the seed-000 order message; ``FakeClock`` moves time by hand so leases expire without sleeping.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+
+from saga_local.driver import Driver
+from saga_local.faults import FaultPlan
+from saga_local.lambda_runtime import InProcessRuntime
+from saga_local.moto_adapter import EngineHooks
+from saga_local.provider_emulator import ProviderEmulator
+from saga_local.stack import REGION, Stack
+
+
+class FakeClock:
+    """A clock tests move by hand: leases expire without sleeping."""
+
+    def __init__(self, now: float = 1_790_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Saga:
+    """One provisioned stack, its runtime and provider, and a driver."""
+
+    def __init__(
+        self, stack: Stack, runtime: InProcessRuntime, provider: ProviderEmulator, hooks: EngineHooks
+    ) -> None:
+        self.stack = stack
+        self.runtime = runtime
+        self.provider = provider
+        self.hooks = hooks
+        self.faults: FaultPlan = runtime.faults
+        self.driver = Driver(lambda service: boto3.client(service, region_name=REGION), stack)
+
+    def charges(self, order_id: str) -> int:
+        return len(self.provider.charges_for(order_id))
+
+    def invocations(self, function: str | None = None, order_id: str | None = None) -> int:
+        return sum(
+            1
+            for r in self.runtime.records
+            if (function is None or r.function == function) and (order_id is None or r.order_id == order_id)
+        )
+
+
+def order(order_id: str = "ORDER-003", **overrides: Any) -> dict[str, Any]:
+    """The seed-000 order (150.00 BRL) unless told otherwise."""
+    return {
+        "orderId": order_id,
+        "amount": 15000,
+        "currency": "BRL",
+        "customerId": "cus_123",
+        "paymentMethod": "pm_card_visa",
+        **overrides,
+    }
