@@ -4,6 +4,7 @@ saga demo                      the lab of field report 000, guard off then on, t
 saga up                        start the embedded local stack and keep it running
 saga send [FILE] [--copies N]  send an order (events/order.json by default)
 saga trace EXECUTION [--html]  an execution state by state, or as a graph page
+saga events [--order-id ID]    the outcome events published (charged, declined, re-queued...)
 saga invoke FUNCTION -e EVENT  one function on one event, as `sam local invoke` runs it (no Docker)
 saga simulate --orders N ...   many orders, duplicates and concurrency; a report
 saga chaos --orders N ...      the same with random faults everywhere, then the sweeper

@@ -3,7 +3,7 @@
 Lambda reports a handler's exception to Step Functions as ``Error`` = the exception's
 class name, so the class names below are the API that ``statemachine/payment_saga.asl.json``
 matches in ``ErrorEquals``. Rename one and the state machine silently stops catching it:
-``tests/static/test_asl_contract.py`` checks the two stay in step.
+``tests/static/test_asl.py`` checks the two stay in step.
 """
 
 from __future__ import annotations
