@@ -72,7 +72,7 @@ class Result:
 
 
 @dataclass
-class TestRun:
+class PytestRun:
     outcome: str  # passed, failed, timeout, error
     first_failure: str
     output: str
@@ -89,7 +89,7 @@ class Runner:
         self.root = root
         self.timeout = timeout
 
-    def pytest(self, tests: Sequence[str]) -> TestRun:
+    def pytest(self, tests: Sequence[str]) -> PytestRun:
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
         started = time.monotonic()
         with subprocess.Popen(  # noqa: S603 - our own interpreter, our own arguments
@@ -108,17 +108,17 @@ class Runner:
             except subprocess.TimeoutExpired:
                 kill(process)
                 output, _ = process.communicate()
-                return TestRun("timeout", f"timed out after {self.timeout:g} s", output, self.timeout)
+                return PytestRun("timeout", f"timed out after {self.timeout:g} s", output, self.timeout)
             finally:
                 with self.lock:
                     self.running.discard(process)
         seconds = time.monotonic() - started
         if process.returncode == 0:
-            return TestRun("passed", "", output, seconds)
+            return PytestRun("passed", "", output, seconds)
         if process.returncode == 1:
-            return TestRun("failed", first_failure(output), output, seconds)
+            return PytestRun("failed", first_failure(output), output, seconds)
         # 2: interrupted or collection errors, 3: internal error, 4: usage, 5: no tests collected.
-        return TestRun("error", f"pytest exited {process.returncode}: {last_line(output)}", output, seconds)
+        return PytestRun("error", f"pytest exited {process.returncode}: {last_line(output)}", output, seconds)
 
     def run(self, mutant: Mutant) -> Result:
         target = self.root / mutant.path
@@ -135,7 +135,7 @@ class Runner:
         return judge(mutant, run)
 
 
-def judge(mutant: Mutant, run: TestRun) -> Result:
+def judge(mutant: Mutant, run: PytestRun) -> Result:
     def result(status: str, detail: str) -> Result:
         return Result(mutant.id, mutant.path, mutant.description, status, run.seconds, detail)
 

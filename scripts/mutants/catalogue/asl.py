@@ -198,5 +198,7 @@ m.asl(
     "asl-execution-outlives-lease",
     set_path(("TimeoutSeconds",), 3600),
     "the execution may run for an hour, longer than the claim's 15-minute lease",
-    tests=("tests/static/test_template.py",),
+    tests=(
+        "tests/static/test_template.py::test_a_claim_outlasts_every_execution_that_could_still_act_on_it",
+    ),
 )
