@@ -122,6 +122,18 @@ chaos: install ## 1,000 orders x 4 deliveries, random faults at every step, then
 property-long: install ## The property-based test with 500 examples (SAGA_PROPERTY_EXAMPLES; 25 in make test)
 	SAGA_PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) $(BIN)/python -m pytest tests/local/test_properties.py -q
 
+# Issue 11: the figures, side by side in one run. stdout is JSON Lines: each benchmark is one line of the
+# recipe below and prints one JSON object on one line, named by its "benchmark" key; builds, installs and
+# progress go to stderr. To add a benchmark, add its line.
+BENCH_BARE_DIR := .aws-sam/bench-bare
+.PHONY: bench
+bench: ## Benchmarks, one JSON object a line: cold start as shipped vs a bare Powertools handler
+	@$(MAKE) install tools sam-build >&2
+	@PATH="$$(dirname "$(PYTHON313)"):$$PATH" $(SAM_ENV) $(SAM) build --template-file bench/bare/template.yaml \
+		--build-dir $(BENCH_BARE_DIR) --cache-dir .aws-sam/bench-bare-cache --cached --no-use-container \
+		--region us-east-1 >&2
+	@$(BIN)/python bench/cold_start.py --python "$(PYTHON313)" --functions $(SAM_BUILD_DIR) --bare $(BENCH_BARE_DIR)
+
 # Issue 8: every interleaving of a few deliveries, the sweeper and up to 2-3 faults, the real code in
 # every step (tests/model). `make test` explores the CI scopes; this explores the full ones.
 .PHONY: model
