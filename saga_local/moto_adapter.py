@@ -33,6 +33,7 @@ import threading
 import time as _time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+from unittest import mock
 
 import moto
 from moto.awslambda import models as lambda_models
@@ -172,6 +173,8 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
     """Install the patches for the duration of the block. Not re-entrant across runtimes."""
     check_moto_version()
     hooks = EngineHooks(retry_time_scale=retry_time_scale)
+    saved_environment = ExecutionWorker._get_evaluation_environment
+    saved_entrypoint = ExecutionWorker._get_evaluation_entrypoint
 
     def invoke(
         self: Any, function_name: str, qualifier: str | None, body: Any, headers: Any, response_headers: Any
@@ -204,34 +207,19 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
                 _PROGRAMS[definition] = program
         return program
 
-    saved_invoke = lambda_models.LambdaBackend.invoke
-    saved_time = retrier_decl.time
-    saved_environment = ExecutionWorker._get_evaluation_environment
-    saved_entrypoint = ExecutionWorker._get_evaluation_entrypoint
-    saved_call_action = DynamoHandler.__dict__.get("call_action")
-    saved_boto3 = engine_boto_client.boto3
-    saved_retention = SQSBackend.is_message_valid_based_on_retention_period
-    SQSBackend.is_message_valid_based_on_retention_period = _retention_check
-    saved_parse = engine_json_path.parse
-    engine_boto_client.boto3 = _CachedBoto3(saved_boto3)
-    engine_json_path.parse = functools.lru_cache(maxsize=4096)(saved_parse)
-    lambda_models.LambdaBackend.invoke = invoke
-    retrier_decl.time = _ScaledTime(hooks)
-    ExecutionWorker._get_evaluation_environment = evaluation_environment
-    ExecutionWorker._get_evaluation_entrypoint = evaluation_entrypoint
+    # Every patch is undone on the way out, in reverse order, whatever happens in the block.
+    patches: list[tuple[Any, str, Any]] = [
+        (lambda_models.LambdaBackend, "invoke", invoke),
+        (retrier_decl, "time", _ScaledTime(hooks)),
+        (ExecutionWorker, "_get_evaluation_environment", evaluation_environment),
+        (ExecutionWorker, "_get_evaluation_entrypoint", evaluation_entrypoint),
+        (engine_boto_client, "boto3", _CachedBoto3(engine_boto_client.boto3)),
+        (engine_json_path, "parse", functools.lru_cache(maxsize=4096)(engine_json_path.parse)),
+        (SQSBackend, "is_message_valid_based_on_retention_period", _retention_check),
+    ]
     if not getattr(DynamoHandler.call_action, "__saga_locked__", False):
-        DynamoHandler.call_action = _locked(DynamoHandler.call_action)
-    try:
+        patches.append((DynamoHandler, "call_action", _locked(DynamoHandler.call_action)))
+    with contextlib.ExitStack() as stack:
+        for owner, name, value in patches:
+            stack.enter_context(mock.patch.object(owner, name, value))
         yield hooks
-    finally:
-        lambda_models.LambdaBackend.invoke = saved_invoke
-        retrier_decl.time = saved_time
-        engine_boto_client.boto3 = saved_boto3
-        SQSBackend.is_message_valid_based_on_retention_period = saved_retention
-        engine_json_path.parse = saved_parse
-        ExecutionWorker._get_evaluation_environment = saved_environment
-        ExecutionWorker._get_evaluation_entrypoint = saved_entrypoint
-        if saved_call_action is None:
-            del DynamoHandler.call_action
-        else:
-            DynamoHandler.call_action = saved_call_action
