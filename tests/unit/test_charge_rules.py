@@ -269,16 +269,20 @@ def test_a_payment_intent_for_another_amount_or_currency_is_never_taken_for_the_
 # -- the secret -----------------------------------------------------------------------------------
 
 
-def test_a_key_of_any_shape_is_never_repeated_from_a_provider_message(canned: CannedStripe) -> None:
-    """A proxy or a misconfigured gateway may quote the key in full; it must not reach a log."""
+def test_a_key_of_any_shape_quoted_by_the_provider_is_not_repeated_in_the_steps_error(
+    canned: CannedStripe,
+) -> None:
+    """The step's error message becomes the execution's Cause in the Step Functions console. A proxy
+    or gateway in front of the provider may quote the key in full, and not every key looks like
+    Stripe's (which a pattern would catch anyway)."""
     key = "gateway-credential-0123456789"
-    canned.queue(
-        "POST", "/v1/payment_intents", 401, error_body("invalid_request_error", f"Invalid key {key}")
-    )
+    failure = error_body("api_error", f"upstream refused credential {key}")
+    canned.queue("POST", "/v1/payment_intents", 500, failure)
 
-    with pytest.raises(ChargeNotAttempted) as raised:
+    with pytest.raises(PaymentOutcomeUnknown) as raised:
         charge(provider_for(canned.url, key))
 
+    assert "upstream refused credential" in str(raised.value)
     assert key not in str(raised.value)
 
 
@@ -338,3 +342,26 @@ def test_reconciliation_does_not_take_a_payment_awaiting_authentication_for_no_c
 
     with pytest.raises(PaymentOutcomeUnknown, match="in flight"):
         provider.find_charge(ORDER, attempt=1, idempotency_key=KEY)
+
+
+def test_the_list_proof_for_an_attempt_never_counts_another_attempts_payment_intents(
+    emulator: ProviderEmulator,
+) -> None:
+    """Attempt 1 was declined; attempt 2 (the customer's retry) never reached the provider. The list
+    shows every PaymentIntent of the account, so attempt 2's record must keep only its own: taking
+    attempt 1's failed PaymentIntent for attempt 2's would record a decline the customer never had."""
+    provider = provider_for(emulator.url)
+    declining = Order("ORDER-003", 15000, "BRL", "cus_123", "pm_card_chargeDeclined")
+    with pytest.raises(PaymentDeclined):
+        provider.charge(declining, attempt=1, idempotency_key=KEY)
+    now = int(emulator.now())
+
+    record = provider.list_attempt(
+        ORDER,
+        attempt=2,
+        idempotency_key=idempotency_key("ORDER-003", 2),
+        created_from=now - 3600,
+        created_to=now + 60,
+    )
+
+    assert (record.charge, record.failed_ids, record.declined) == (None, (), False)

@@ -12,6 +12,7 @@ STATIC = "tests/static/test_asl.py"
 PATHS = "tests/statemachine/test_paths.py"
 CRASHES = "tests/statemachine/test_crashes.py"
 POLICIES = "tests/statemachine/test_retry_policies.py"
+HOLES = "tests/statemachine/test_holes.py"
 
 ASL = Catalogue(ASL_PATH, (STATIC, PATHS, CRASHES))
 m = ASL
@@ -188,8 +189,20 @@ m.asl(
     "rule only matters once that routing is broken",
 )
 m.asl(
+    "asl-kept-claim-reported-failed",
+    set_path(("States", "Why Released?", "Choices", 0, "Next"), "Claim Failed"),
+    "a claim kept after a failed takeover ends as Claim Failed (send it again), not in reconciliation",
+    tests=(HOLES, PATHS),
+)
+m.asl(
+    "asl-busy-not-requeued",
+    drop_rule(CLAIM, "Catch", "ClaimBusy"),
+    "a payment attempt that finds another one open is not put back on the queue: the retry is lost",
+    tests=(HOLES, PATHS),
+)
+m.asl(
     "asl-why-released-swapped",
-    set_path(("States", "Why Released?", "Choices", 0, "Next"), "Charge Not Attempted"),
+    set_path(("States", "Why Released?", "Choices", 1, "Next"), "Charge Not Attempted"),
     "a released decline is reported as Charge Not Attempted",
     tests=(PATHS,),
 )

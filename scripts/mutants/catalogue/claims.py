@@ -61,10 +61,16 @@ m.text(
     "only the latest declined payment attempt is remembered (hole 2: an earlier one is charged again)",
 )
 m.text(
-    "claims-reclaim-ignores-decline",
-    "if holder.status is ClaimStatus.RELEASED and not holder.declined(order.payment_attempt):",
-    "if holder.status is ClaimStatus.RELEASED:",
-    "a redelivery of a declined payment attempt tries to claim the order again",
+    "claims-declined-not-a-duplicate",
+    "if holder.declined(order.payment_attempt):\n            # This payment attempt was declined",
+    "if False:\n            # This payment attempt was declined",
+    "a redelivery of a declined payment attempt is not answered as a duplicate (it tries to claim)",
+)
+m.text(
+    "claims-busy-not-told",
+    "if holder.status is ClaimStatus.CLAIMED and holder.payment_attempt != order.payment_attempt:",
+    "if False:",
+    "a customer's retry that finds another payment attempt open is a duplicate, not BUSY (it is lost)",
 )
 m.text(
     "claims-one-write-short",

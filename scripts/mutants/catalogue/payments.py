@@ -8,7 +8,11 @@ from model import Catalogue
 
 PAYMENTS = Catalogue(
     "functions/payment_saga/payments.py",
-    ("tests/unit/test_charge_rules.py", "tests/unit/test_payments.py"),
+    (
+        "tests/unit/test_charge_rules.py",
+        "tests/unit/test_payments.py",
+        "tests/unit/test_provider_error_paths.py",
+    ),
 )
 m = PAYMENTS
 #: What reconciliation decides from the provider's records is tested with the sweeper too.
