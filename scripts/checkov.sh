@@ -3,7 +3,9 @@
 #
 # Every finding is either fixed in the template or skipped in the resource's own Metadata with the
 # reason written next to it (Metadata: checkov: skip: - id: CKV_AWS_... comment: "...");
-# tests/static/test_security.py checks that each skip says why. Extra arguments go to checkov.
+# tests/static/test_security.py checks that each skip says why. The skips shared by several functions and
+# their log groups are written by scripts/template_sections.py from scripts/template_sections.yaml (edit
+# them there). Extra arguments go to checkov.
 #
 # checkov pins its own boto3/botocore (older than the project's boto3>=1.40), so it lives in its own
 # venv, .venv-checkov, installed once and stamped with its version. Offline apart from that install:

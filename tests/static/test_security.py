@@ -8,7 +8,8 @@
 * Data at rest: queues, the claims table and the alarm topic are encrypted.
 * The provider's key: only in Secrets Manager, never in a function's environment.
 * The orders queue caps message size; the state machine's logs leave execution data out.
-* checkov skips (``scripts/checkov.sh`` runs checkov itself): each one says why, in the resource.
+* checkov skips (``scripts/checkov.sh`` runs checkov itself): each one says why, in the resource (the
+  shared ones are rendered there from ``scripts/template_sections.yaml``, and reviewed here as they land).
 """
 
 from __future__ import annotations

@@ -1,0 +1,188 @@
+"""Write the per-function blocks of ``template.yaml`` from a short spec: a new function is not 60 lines.
+
+Three blocks of the template are the same for every function but for a name and a few words: the
+checkov skips of the saga's synchronously invoked functions, the functions' log groups, and their
+throttle alarms. ``scripts/template_sections.yaml`` holds what differs; this script renders the
+blocks, in plain CloudFormation, between markers in the template::
+
+    # BEGIN GENERATED throttle-alarms (scripts/template_sections.py)
+    ...
+    # END GENERATED throttle-alarms
+
+so that what people read, lint and deploy stays the explicit template (no macro, no transform), and
+``tests/static/test_template_sections.py`` fails while the two differ.
+
+Usage: ``.venv/bin/python scripts/template_sections.py`` rewrites the blocks; ``--check`` only
+reports (exit 1) a template that differs from what it would write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE_PATH = ROOT / "template.yaml"
+SPEC_PATH = Path(__file__).with_suffix(".yaml")
+#: Folded text is wrapped to this many columns, indentation included.
+WIDTH = 112
+
+SECTION = re.compile(
+    r"^(?P<indent> *)# BEGIN GENERATED (?P<name>[a-z-]+)\b[^\n]*\n"
+    r"(?P<body>.*?)"
+    r"^(?P=indent)# END GENERATED (?P=name)\n",
+    re.MULTILINE | re.DOTALL,
+)
+FUNCTION = re.compile(r"^  (\w+):\n    Type: AWS::Serverless::Function$", re.MULTILINE)
+#: The sections the template must hold (function-checkov-skips once per function that shares the reasons).
+SECTIONS = ("function-checkov-skips", "function-log-groups", "throttle-alarms")
+ALARM_TOPIC = (
+    '[!If [CreateAlarmTopic, !Ref AlarmTopic, !Sub "arn:${AWS::Partition}:sns:${AWS::Region}:'
+    '${AWS::AccountId}:${AlarmTopicName}"]]'
+)
+
+
+class SpecError(Exception):
+    """The spec and the template disagree (a function without its alarm, an alarm without its function)."""
+
+
+def folded(key: str, text: str, indent: int, base: int) -> list[str]:
+    """``key: >-`` and ``text`` wrapped under it (to ``WIDTH`` once indented by ``base``): YAML that
+    reads back as exactly ``text``."""
+    pad = " " * (indent + 2)
+    lines = textwrap.wrap(text, WIDTH - base - len(pad), break_long_words=False, break_on_hyphens=False)
+    rendered = [f"{' ' * indent}{key}: >-", *(pad + line for line in lines)]
+    if yaml.safe_load("\n".join(rendered)) != {key: text}:
+        raise SpecError(f"{key}: {text!r} does not survive a folded scalar")
+    return rendered
+
+
+def comment(text: str, base: int) -> list[str]:
+    return ["# " + line for line in textwrap.wrap(text, WIDTH - base - 2, break_on_hyphens=False)]
+
+
+def skips(entries: list[dict[str, str]], indent: int, base: int) -> list[str]:
+    """A resource's ``checkov: skip:`` list, each check with its reason."""
+    pad = " " * indent
+    lines = [f"{pad}checkov:", f"{pad}  skip:"]
+    for entry in entries:
+        lines.append(f"{pad}    - id: {entry['id']}")
+        lines.extend(folded("comment", entry["comment"], indent + 6, base))
+    return lines
+
+
+def log_group(function: str, spec: dict[str, Any], base: int) -> list[str]:
+    return [
+        f"{function}LogGroup:",
+        "  Type: AWS::Logs::LogGroup",
+        "  Metadata:",
+        *skips(spec["log_group_skips"], 4, base),
+        "  Properties:",
+        f"    LogGroupName: !Sub /aws/lambda/${{AWS::StackName}}-{function}",
+        "    RetentionInDays: !Ref LogRetentionDays",
+    ]
+
+
+def throttle_alarm(function: str, alarm: dict[str, Any], base: int) -> list[str]:
+    """``<Name>ThrottlesAlarm``: the function's Throttles above 0, over its window (one minute by default)."""
+    name = function.removesuffix("Function")
+    kebab = re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()
+    window = [
+        f"    Period: {alarm.get('period', 60)}",
+        f"    EvaluationPeriods: {alarm.get('evaluation_periods', 1)}",
+    ]
+    if "datapoints_to_alarm" in alarm:
+        window.append(f"    DatapointsToAlarm: {alarm['datapoints_to_alarm']}")
+    return [
+        *comment(alarm.get("comment", ""), base),
+        f"{name}ThrottlesAlarm:",
+        "  Type: AWS::CloudWatch::Alarm",
+        "  Properties:",
+        f"    AlarmName: !Sub ${{AWS::StackName}}-throttles-{kebab}",
+        *folded("AlarmDescription", alarm["description"], 4, base),
+        "    Namespace: AWS/Lambda",
+        "    MetricName: Throttles",
+        "    Dimensions:",
+        "      - Name: FunctionName",
+        f"        Value: !Ref {function}",
+        "    Statistic: Sum",
+        *window,
+        "    Threshold: 0",
+        "    ComparisonOperator: GreaterThanThreshold",
+        "    TreatMissingData: notBreaching",
+        f"    AlarmActions: {ALARM_TOPIC}",
+        f"    OKActions: {ALARM_TOPIC}",
+    ]
+
+
+def blocks(resources: list[list[str]]) -> str:
+    """Resources one blank line apart, as in the rest of the template."""
+    return "\n\n".join("\n".join(lines) for lines in resources) + "\n"
+
+
+def section(name: str, functions: list[str], spec: dict[str, Any], base: int) -> str:
+    """The text between the markers of section ``name``, to be indented by ``base`` spaces."""
+    alarms: dict[str, Any] = spec["throttle_alarms"]
+    if name == "function-checkov-skips":
+        return "\n".join(skips(spec["function_skips"], 0, base)) + "\n"
+    if name == "function-log-groups":
+        return blocks([log_group(function, spec, base) for function in functions])
+    if name == "throttle-alarms":
+        return blocks([throttle_alarm(function, alarms[function], base) for function in functions])
+    raise SpecError(f"template.yaml: unknown generated section {name!r}")
+
+
+def render(template: str, spec: dict[str, Any]) -> str:
+    """``template`` with every generated section rewritten from ``spec``."""
+    functions = FUNCTION.findall(template)
+    alarms = set(spec["throttle_alarms"])
+    if alarms != set(functions):
+        missing, unknown = sorted(set(functions) - alarms), sorted(alarms - set(functions))
+        raise SpecError(f"throttle_alarms: no entry for {missing}; not a function of the template: {unknown}")
+    found = {match["name"] for match in SECTION.finditer(template)}
+    if found != set(SECTIONS):
+        raise SpecError(f"template.yaml has generated sections {sorted(found)}, expected {sorted(SECTIONS)}")
+
+    def replace(match: re.Match[str]) -> str:
+        indent = match["indent"]
+        body = section(match["name"], functions, spec, len(indent))
+        body = textwrap.indent(body, indent, lambda line: line.strip() != "")
+        begin, _, _ = match.group(0).partition("\n")
+        return f"{begin}\n{body}{indent}# END GENERATED {match['name']}\n"
+
+    return SECTION.sub(replace, template)
+
+
+def load_spec(path: Path = SPEC_PATH) -> dict[str, Any]:
+    spec: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return spec
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report a template that differs (exit 1)")
+    args = parser.parse_args(argv)
+    current = TEMPLATE_PATH.read_text(encoding="utf-8")
+    wanted = render(current, load_spec())
+    if wanted == current:
+        return 0
+    if args.check:
+        diff = difflib.unified_diff(
+            current.splitlines(keepends=True), wanted.splitlines(keepends=True), "template.yaml", "rendered"
+        )
+        sys.stdout.writelines(diff)
+        return 1
+    TEMPLATE_PATH.write_text(wanted, encoding="utf-8")
+    print("template.yaml: generated sections rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""The per-function blocks of ``template.yaml`` are what ``scripts/template_sections.py`` renders.
+
+The checkov skips shared by the saga's functions, the functions' log groups and their throttle alarms
+are written from ``scripts/template_sections.yaml``: a hand edit inside a generated section, or a
+function added without its entry in the spec, fails here instead of drifting.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from saga_local.template import load_template
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE_PATH = ROOT / "template.yaml"
+SCRIPT_PATH = ROOT / "scripts" / "template_sections.py"
+RUN = ".venv/bin/python scripts/template_sections.py"
+
+
+@pytest.fixture(scope="module")
+def sections() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("template_sections", SCRIPT_PATH)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_template_is_what_the_spec_renders(sections: ModuleType) -> None:
+    current = TEMPLATE_PATH.read_text(encoding="utf-8")
+    assert sections.render(current, sections.load_spec()) == current, (
+        f"template.yaml differs from scripts/template_sections.yaml: edit the spec, then run `{RUN}`"
+    )
+
+
+def test_a_hand_edit_inside_a_generated_section_is_undone(sections: ModuleType) -> None:
+    current = TEMPLATE_PATH.read_text(encoding="utf-8")
+    edited = current.replace("Period: 300", "Period: 60", 1)
+    assert edited != current
+    assert sections.render(edited, sections.load_spec()) == current
+
+
+def test_a_new_function_gets_its_log_group_and_throttle_alarm_from_one_spec_entry(
+    sections: ModuleType, tmp_path: Path
+) -> None:
+    """Adding a function: its resource plus a description in the spec; the rest is written for it."""
+    current = TEMPLATE_PATH.read_text(encoding="utf-8")
+    new_function = (
+        "  RefundPaymentFunction:\n"
+        "    Type: AWS::Serverless::Function\n"
+        "    Metadata:\n"
+        "      # BEGIN GENERATED function-checkov-skips (scripts/template_sections.py)\n"
+        "      # END GENERATED function-checkov-skips\n"
+        "    Properties:\n"
+        "      Handler: handlers.refund_payment.handler\n\n"
+    )
+    template = current.replace("  OutcomeEventBus:\n", new_function + "  OutcomeEventBus:\n", 1)
+    spec = sections.load_spec()
+
+    with pytest.raises(sections.SpecError, match="RefundPaymentFunction"):
+        sections.render(template, spec)
+
+    spec["throttle_alarms"]["RefundPaymentFunction"] = {"description": "The refund Lambda is throttled."}
+    rendered = tmp_path / "template.yaml"
+    rendered.write_text(sections.render(template, spec), encoding="utf-8")
+    resources = load_template(rendered)["Resources"]
+
+    skipped = [skip["id"] for skip in resources["RefundPaymentFunction"]["Metadata"]["checkov"]["skip"]]
+    assert skipped == [skip["id"] for skip in spec["function_skips"]]
+    log_group = resources["RefundPaymentFunctionLogGroup"]["Properties"]
+    assert log_group["LogGroupName"] == {"Fn::Sub": "/aws/lambda/${AWS::StackName}-RefundPaymentFunction"}
+    alarm = resources["RefundPaymentThrottlesAlarm"]["Properties"]
+    assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": "RefundPaymentFunction"}}]
+    assert alarm["AlarmName"] == {"Fn::Sub": "${AWS::StackName}-throttles-refund-payment"}
+    assert alarm["AlarmDescription"] == "The refund Lambda is throttled."
+    # Everything that was there before is still there, unchanged.
+    assert {name: r for name, r in resources.items() if "RefundPayment" not in name} == load_template(
+        TEMPLATE_PATH
+    )["Resources"]
+
+
+def test_long_folded_text_reads_back_exactly(sections: ModuleType) -> None:
+    """Wrapping never splits a word at a hyphen (a folded scalar would read the break back as a space)."""
+    text = "account-level " * 20 + "ScalingConfig.MaximumConcurrency (*ThrottlesAlarm): done."
+    lines = sections.folded("AlarmDescription", text, 4, 2)
+    assert all(len(line) + 2 <= sections.WIDTH for line in lines)
+    assert len(lines) > 3
+    assert not any(re.search(r"-$", line) for line in lines[1:])
+    assert yaml.safe_load("\n".join(lines)) == {"AlarmDescription": text}
