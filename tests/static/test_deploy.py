@@ -271,7 +271,10 @@ def test_the_local_stack_fills_the_partition_in_as_aws(template: Template, saga:
             (name, "Arn"): f"arn:aws:lambda:us-east-1:123456789012:function:{name}"
             for name in template.functions
         },
-        refs={"OutcomeEventBus": "payment-saga-outcomes"},
+        refs={
+            "OutcomeEventBus": "payment-saga-outcomes",
+            "OrdersQueue": "https://sqs.us-east-1.amazonaws.com/123456789012/payment-saga-orders",
+        },
     )
     definition = json.loads(state_machine_definition(template.data, saga.logical_id, resolver))
     resources = {state["Resource"] for state in definition["States"].values() if state["Type"] == "Task"}
