@@ -62,6 +62,7 @@ from saga_local.faults import (
     kinds_at,
     redeliver,
 )
+from saga_local.moto_adapter import deliver_delayed_messages
 from saga_local.provider_emulator import FaultKind as ProviderFaultKind
 
 if TYPE_CHECKING:
@@ -73,6 +74,8 @@ if TYPE_CHECKING:
     from saga_local.stack import Stack
 
 PROVIDER_FAULT_KINDS: tuple[ProviderFaultKind, ...] = get_args(ProviderFaultKind)
+#: Rounds of "later" after the sweep: delayed re-queues delivered, run, and swept again.
+LATER_ROUNDS = 3
 #: The sweeper's default wait before it trusts "the provider's search found nothing" (seconds).
 SEARCH_GRACE_SECONDS = 3600
 
@@ -396,9 +399,9 @@ def run_chaos(
     finally:
         redeliveries.stop()
     redeliveries.after_the_end()
-    _wait_idle(stack)
+    simulate.settle(stack)
     stack.faults.late.land_all()  # every write still in flight lands before anything is judged
-    _wait_idle(stack)
+    simulate.settle(stack)
     order_ids = [order["orderId"] for order in orders]
     before = simulate.measure(stack, orders, deliveries=ran.deliveries, wall_seconds=ran.wall_seconds)
     violations_before = broken_invariants(order_ids, stack.driver.claims(), stack.provider.charges())
@@ -406,8 +409,18 @@ def run_chaos(
     sweep_began = time.monotonic()
     now = time.time() + claim_lease_seconds(stack.stack) + SEARCH_GRACE_SECONDS + 1
     swept = sweep(stack, now=now)
-    if swept is not None and stack.driver.queue_depth():
-        _wait_idle(stack, pump=True)  # the sweeper put orders back on the queue: let them run
+    for _ in range(LATER_ROUNDS if swept is not None else 0):
+        # Later: the outcome relay re-queues what the sweeper released NOT_CHARGED, orders re-queued
+        # with a delay (behind an open attempt) come back, they run, and what they leave open is
+        # swept again.
+        simulate.settle(stack)
+        stack.faults.late.land_all()
+        delivered = deliver_delayed_messages()
+        simulate.settle(stack)
+        more = sweep(stack, now=now) or []
+        swept = [*(swept or []), *more]
+        if not delivered and not more:
+            break
     sweep_seconds = time.monotonic() - sweep_began
     after = violations_after = None
     if swept is not None:
@@ -455,17 +468,6 @@ def _inject_provider_faults(stack: EmbeddedStack, schedule: FaultSchedule) -> li
             )
         )
     return injected
-
-
-def _wait_idle(stack: EmbeddedStack, timeout: float = 600.0, *, pump: bool = False) -> None:
-    if pump:
-        stack.driver.pump(pollers=2, timeout=timeout)
-        return
-    deadline = time.monotonic() + timeout
-    while stack.driver.running() or stack.driver.queue_depth():
-        if time.monotonic() > deadline:
-            raise TimeoutError("executions still running after the redeliveries")
-        time.sleep(0.2)
 
 
 def render(report: ChaosReport) -> str:

@@ -223,3 +223,24 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
         for owner, name, value in patches:
             stack.enter_context(mock.patch.object(owner, name, value))
         yield hooks
+
+
+def deliver_delayed_messages() -> int:
+    """Let time pass for SQS: every message waiting out a ``DelaySeconds`` (in this process's moto,
+    any queue) can be received now. Returns how many there were.
+
+    The state machine re-queues an order behind an open payment attempt for 15 minutes, and the
+    outcome relay re-queues an order proven never charged with a delay: a local run that judges
+    what happens *later* (after the sweeper, say) delivers them now instead of waiting.
+    """
+    from moto.sqs.models import sqs_backends
+
+    delivered = 0
+    for regions in list(sqs_backends.values()):
+        for backend in list(regions.values()):
+            for queue in list(backend.queues.values()):
+                for message in list(queue._messages):
+                    if message.delayed:
+                        message.delayed_until = 0
+                        delivered += 1
+    return delivered

@@ -195,8 +195,12 @@ def run(
     if progress is not None:
         watcher.start()
     try:
-        stack.driver.pump(
-            pollers=concurrency, timeout=timeout, busy=producer.is_alive, max_running=MAX_RUNNING_EXECUTIONS
+        settle(
+            stack,
+            pollers=concurrency,
+            timeout=timeout,
+            busy=producer.is_alive,
+            max_running=MAX_RUNNING_EXECUTIONS,
         )
     finally:
         stop.set()
@@ -204,6 +208,56 @@ def run(
             watcher.join()
     wall = time.monotonic() - began
     return measure(stack, batch, deliveries=deliveries, wall_seconds=wall)
+
+
+def settle(
+    stack: Any,
+    *,
+    pollers: int = 2,
+    timeout: float = 600.0,
+    busy: Callable[[], bool] | None = None,
+    max_running: int | None = None,
+) -> None:
+    """Run the orders queue's pollers and the outcome relay until nothing can happen *now*: no
+    message visible or in flight, no execution running, the relay drained.
+
+    Messages delayed into the future (an order re-queued behind an open payment attempt waits 15
+    minutes) are left for later; :func:`saga_local.moto_adapter.deliver_delayed_messages` lets
+    that time pass. (``Driver.pump`` waits for them, which locally means waiting those minutes.)
+    """
+    driver = stack.driver
+    deadline = time.monotonic() + timeout
+    stop = threading.Event()
+    saturated = None if max_running is None else (lambda: driver.running_count() >= max_running)
+    threads = [
+        threading.Thread(
+            target=driver.event_source.run, args=(stop,), kwargs={"saturated": saturated}, daemon=True
+        )
+        for _ in range(pollers)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        while time.monotonic() < deadline:
+            relayed = driver.relay() if hasattr(driver, "relay") else 0
+            if (busy is None or not busy()) and not relayed and _idle(driver):
+                time.sleep(0.05)  # a poller mid-batch finishes before the stack is called idle
+                if _idle(driver) and not (driver.relay() if hasattr(driver, "relay") else 0):
+                    return
+            time.sleep(0.1)
+        raise TimeoutError(f"stack still busy after {timeout} s")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+
+
+def _idle(driver: Any) -> bool:
+    attributes = driver.sqs.get_queue_attributes(
+        QueueUrl=driver.stack.queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return not any(int(v) for v in attributes.values()) and not driver.running()
 
 
 def _watch(

@@ -84,3 +84,12 @@ def test_botocore_resends_after_a_read_timeout_and_sleeps_with_its_endpoint_modu
     assert issubclass(ReadTimeoutError, TransientRetryableChecker._TRANSIENT_EXCEPTION_CLS)
     # install_retry_sleep_skip replaces this module's ``time`` for the fault's one retry.
     assert "time.sleep(handler_response)" in inspect.getsource(endpoint.Endpoint._needs_retry)
+
+
+def test_a_delayed_sqs_message_is_held_by_its_delayed_until_time() -> None:
+    # deliver_delayed_messages sets it to 0 on every delayed message of every queue.
+    from moto.sqs.models import Message, Queue
+
+    assert "self.delayed_until = " in inspect.getsource(Message.delay)
+    assert "self.delayed_until" in inspect.getsource(Message.delayed.fget)  # type: ignore[attr-defined]
+    assert "_messages" in inspect.getsource(Queue.__init__)
