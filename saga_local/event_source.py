@@ -29,6 +29,8 @@ class EventSourceStats:
     failed: int = 0
     invocation_errors: int = 0
     throttled: int = 0
+    #: Polls that raised (a failed receive): retried, as Lambda's pollers retry.
+    poll_errors: int = 0
 
 
 @dataclass
@@ -132,5 +134,14 @@ class SqsEventSource:
             if saturated is not None and saturated():
                 time.sleep(idle_sleep)
                 continue
-            if not self.poll_once():
+            try:
+                polled = self.poll_once()
+            except Exception:  # noqa: BLE001 - a poller must outlive a failed poll, as Lambda's does
+                # moto's SQS is not thread-safe everywhere (a receive can raise "Set changed size
+                # during iteration" under concurrent pollers). Lambda's pollers retry a failed
+                # receive; so does this one. Nothing is lost: an unreceived message stays queued,
+                # a received one reappears after its visibility timeout.
+                self.stats.poll_errors += 1
+                polled = False
+            if not polled:
                 time.sleep(idle_sleep)

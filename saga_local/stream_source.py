@@ -51,6 +51,8 @@ class StreamSourceStats:
     retries: int = 0
     bisections: int = 0
     sent_to_on_failure: int = 0
+    #: Polls that raised: retried on the next poll, from the same shard iterator.
+    poll_errors: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ class StreamEventSource:
         self._iterator: str | None = None
         self._shard_id: str | None = None
         self._lock = threading.Lock()  # one batch at a time: ParallelizationFactor 1
+        self._undelivered: list[dict[str, Any]] = []
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -151,14 +154,18 @@ class StreamEventSource:
     def poll_once(self) -> int:
         """Read what the stream holds, hand the matching records over in batches. Returns records read."""
         with self._lock:
-            records = self._read()
+            # Records read but not yet delivered (a poll that raised half-way) go first: the shard
+            # iterator has moved past them, and Lambda's poller would not skip them either.
+            records = self._undelivered or self._read()
             if not records:
                 return 0
+            self._undelivered = records
             self.stats.read += len(records)
             matching = [r for r in records if self.matches(r)]
             self.stats.matched += len(matching)
             for start in range(0, len(matching), self.mapping.batch_size):
                 self._deliver(matching[start : start + self.mapping.batch_size])
+            self._undelivered = []
             _trim_consumed(self.stream_arn, records[-1]["dynamodb"]["SequenceNumber"])
             return len(records)
 
@@ -175,7 +182,12 @@ class StreamEventSource:
     def run(self, stop: threading.Event, *, idle_sleep: float = 0.05) -> None:
         """Poll until ``stop`` is set."""
         while not stop.is_set():
-            if not self.poll_once():
+            try:
+                polled = self.poll_once()
+            except Exception:  # noqa: BLE001 - a poller must outlive a failed poll, as Lambda's does
+                self.stats.poll_errors += 1
+                polled = False
+            if not polled:
                 time.sleep(idle_sleep)
 
     def _deliver(self, batch: list[dict[str, Any]]) -> None:
