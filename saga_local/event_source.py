@@ -131,17 +131,15 @@ class SqsEventSource:
         not thousands of threads fighting over two cores.
         """
         while not stop.is_set():
-            if saturated is not None and saturated():
-                time.sleep(idle_sleep)
-                continue
             try:
-                polled = self.poll_once()
+                polled = 0 if saturated is not None and saturated() else self.poll_once()
             except Exception:  # noqa: BLE001 - a poller must outlive a failed poll, as Lambda's does
-                # moto's SQS is not thread-safe everywhere (a receive can raise "Set changed size
-                # during iteration" under concurrent pollers). Lambda's pollers retry a failed
-                # receive; so does this one. Nothing is lost: an unreceived message stays queued,
-                # a received one reappears after its visibility timeout.
+                # moto is not thread-safe everywhere: under concurrent pollers a receive can raise
+                # "Set changed size during iteration", and the in-flight count (ListExecutions) can
+                # meet an execution whose status is not set yet. Lambda's pollers retry a failed
+                # poll; so does this one. Nothing is lost: an unreceived message stays queued, a
+                # received one reappears after its visibility timeout.
                 self.stats.poll_errors += 1
-                polled = False
+                polled = 0
             if not polled:
                 time.sleep(idle_sleep)

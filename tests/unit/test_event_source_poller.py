@@ -55,3 +55,21 @@ def test_a_failed_receive_does_not_kill_the_poller_and_the_next_message_is_deliv
     assert source.stats.poll_errors == 1
     assert function.invocations == 1  # the message after the failed receive reached the function
     assert sqs.deleted == ["r-1"]
+
+
+def test_a_failed_in_flight_count_does_not_kill_the_poller_either() -> None:
+    stop = threading.Event()
+    sqs, function = FlakySqs(stop), Lambda()
+    source = SqsEventSource(sqs, function, "queue-url", "queue-arn", "start-function")
+    checks = iter([RuntimeError("execution status not set yet")])
+
+    def saturated() -> bool:
+        error = next(checks, None)
+        if error is not None:
+            raise error
+        return False
+
+    source.run(stop, idle_sleep=0.0, saturated=saturated)
+
+    assert source.stats.poll_errors == 2  # the count, then the receive
+    assert function.invocations == 1
