@@ -6,6 +6,7 @@ the tests prove is what the demo shows.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -18,7 +19,7 @@ from saga_local.events import OutcomeLog
 from saga_local.stream_source import StreamEventSource, stream_event_source
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from saga_local.stack import Stack
 
@@ -143,17 +144,7 @@ class Driver:
         ``max_running`` pauses the pollers while that many executions are running.
         """
         deadline = time.monotonic() + timeout
-        stop = threading.Event()
-        saturated = None if max_running is None else (lambda: self.running_count() >= max_running)
-        threads = [
-            threading.Thread(
-                target=self.event_source.run, args=(stop,), kwargs={"saturated": saturated}, daemon=True
-            )
-            for _ in range(pollers)
-        ]
-        for thread in threads:
-            thread.start()
-        try:
+        with self.polling(pollers=pollers, max_running=max_running):
             pause = 0.05
             while time.monotonic() < deadline:
                 relayed = self.relay()
@@ -171,6 +162,25 @@ class Driver:
                 time.sleep(pause)
                 pause = min(pause * 1.5, 0.5)
             raise TimeoutError(f"stack still busy after {timeout} s: depth={self.queue_depth()}")
+
+    @contextlib.contextmanager
+    def polling(self, *, pollers: int = 1, max_running: int | None = None) -> Iterator[None]:
+        """Run ``pollers`` SQS event source threads for the duration of the block, then stop them.
+
+        ``max_running`` pauses the pollers while that many executions are running.
+        """
+        stop = threading.Event()
+        saturated = None if max_running is None else (lambda: self.running_count() >= max_running)
+        threads = [
+            threading.Thread(
+                target=self.event_source.run, args=(stop,), kwargs={"saturated": saturated}, daemon=True
+            )
+            for _ in range(pollers)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            yield
         finally:
             stop.set()
             for thread in threads:

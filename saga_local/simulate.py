@@ -227,17 +227,7 @@ def settle(
     """
     driver = stack.driver
     deadline = time.monotonic() + timeout
-    stop = threading.Event()
-    saturated = None if max_running is None else (lambda: driver.running_count() >= max_running)
-    threads = [
-        threading.Thread(
-            target=driver.event_source.run, args=(stop,), kwargs={"saturated": saturated}, daemon=True
-        )
-        for _ in range(pollers)
-    ]
-    for thread in threads:
-        thread.start()
-    try:
+    with driver.polling(pollers=pollers, max_running=max_running):
         while time.monotonic() < deadline:
             relayed = driver.relay() if hasattr(driver, "relay") else 0
             if (busy is None or not busy()) and not relayed and _idle(driver):
@@ -246,10 +236,6 @@ def settle(
                     return
             time.sleep(0.1)
         raise TimeoutError(f"stack still busy after {timeout} s")
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join()
 
 
 def _idle(driver: Any) -> bool:
