@@ -27,9 +27,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
 
-from saga_local import simulate
-from saga_local.embedded import EmbeddedStack
-from saga_local.moto_adapter import Invocation
+from saga_local.aws.embedded import EmbeddedStack
+from saga_local.aws.moto_adapter import Invocation
+from saga_local.commands import simulate
 
 
 def bare_definition(function_arn: str) -> str:
@@ -120,7 +120,7 @@ def main() -> None:
             Handler="noop.handler",
             Code={"ZipFile": b"PK\x05\x06" + b"\x00" * 18},
         )
-        from saga_local import moto_adapter
+        from saga_local.aws import moto_adapter
 
         # Route the noop function past the handlers: re-enter the patch with a composed runtime.
         stack._exit.enter_context(moto_adapter.patched_moto(NoopThenReal(stack.runtime, "bench-noop")))

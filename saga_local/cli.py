@@ -27,16 +27,16 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from saga_local.aws.template import ROOT
 from saga_local.paths import STATE_DIR
-from saga_local.template import ROOT
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from pathlib import Path
 
-    from saga_local.archive import RecordedExecution
-    from saga_local.driver import ExecutionResult
-    from saga_local.embedded import EmbeddedStack
+    from saga_local.aws.archive import RecordedExecution
+    from saga_local.aws.driver import ExecutionResult
+    from saga_local.aws.embedded import EmbeddedStack
 
 ZERO_DECIMAL = {
     "BIF",
@@ -125,7 +125,7 @@ def handlers_quiet() -> Iterator[None]:
 
 
 def _act(out: Out, stack: EmbeddedStack, order: dict[str, Any], copies: int) -> list[ExecutionResult]:
-    from saga_local import archive
+    from saga_local.aws import archive
 
     before = set(stack.driver.execution_arns())
     stack.driver.send(order, copies=copies)
@@ -152,7 +152,7 @@ def _charges_line(out: Out, stack: EmbeddedStack, order: dict[str, Any]) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from saga_local.embedded import EmbeddedStack
+    from saga_local.aws.embedded import EmbeddedStack
 
     out = Out()
     began = time.monotonic()
@@ -271,9 +271,9 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from saga_local.embedded import EmbeddedStack
-    from saga_local.invoke import write_sam_env_file
-    from saga_local.stack import REGION
+    from saga_local.aws.embedded import EmbeddedStack
+    from saga_local.aws.stack import REGION
+    from saga_local.commands.invoke import write_sam_env_file
 
     out = Out()
     log_dir = STATE_DIR / "logs"
@@ -320,7 +320,7 @@ def up_banner(
     The AWS CLI lines name ``--endpoint-url`` explicitly: AWS CLI v1 (and v2 before 2.13) ignore
     ``AWS_ENDPOINT_URL``. Credentials and region come from the environment in both versions.
     """
-    from saga_local.stack import REGION
+    from saga_local.aws.stack import REGION
 
     queue, machine = outputs["OrdersQueueUrl"], outputs["PaymentSagaStateMachineArn"]
     lines = [f"Embedded stack running on {endpoint}  (Ctrl-C stops it)"]
@@ -419,7 +419,7 @@ def find_execution(args: argparse.Namespace) -> RecordedExecution:
     """The execution ``args.execution`` names: on the target stack (``--stack``, or the local stack of
     `saga up` when one runs), else among those `saga demo` recorded. Raises SystemExit, in words,
     when neither knows it."""
-    from saga_local import archive
+    from saga_local.aws import archive
 
     where = "no local stack is running (`saga up` starts one)"
     recent: list[str] = []
@@ -465,8 +465,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    """The outcome events the stack published (saga_local/events.py)."""
-    from saga_local import events
+    """The outcome events the stack published (saga_local/commands/events.py)."""
+    from saga_local.commands import events
 
     target = resolve_target(args)
     text = events.command(target.clients, target.outputs, target.where, order_id=args.order_id, raw=args.json)
@@ -478,8 +478,8 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from saga_local import simulate
-    from saga_local.embedded import EmbeddedStack
+    from saga_local.aws.embedded import EmbeddedStack
+    from saga_local.commands import simulate
 
     progress = None if args.json else simulate.progress_bar
     with (
@@ -512,8 +512,8 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     from payment_saga.claims import ClaimsStore
     from payment_saga.payments import StripeProvider
     from payment_saga.reconcile import reconcile
-    from saga_local.reconcile import reconcile_deployed, render
-    from saga_local.stack import LOCAL_API_KEY
+    from saga_local.aws.stack import LOCAL_API_KEY
+    from saga_local.commands.sweep import reconcile_deployed, render
 
     if args.stack:
         report = reconcile_deployed(args.stack, apply=args.apply, region=args.region)
@@ -532,7 +532,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def cmd_redrive(args: argparse.Namespace) -> int:
-    from saga_local.redrive import redrive, render
+    from saga_local.commands.redrive import redrive, render
 
     target = resolve_target(args)
     sqs = target.clients("sqs")
@@ -557,7 +557,7 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     """One function on one event, as `sam local invoke` runs it: result on stdout, logs on stderr."""
     from pathlib import Path
 
-    from saga_local.invoke import SAM_ENV_FILE, InvokeError, invoke
+    from saga_local.commands.invoke import SAM_ENV_FILE, InvokeError, invoke
 
     if args.env_vars:
         env_vars = Path(args.env_vars)
@@ -587,7 +587,7 @@ def cmd_invoke(args: argparse.Namespace) -> int:
 
 def _sweeper_schedule() -> str:
     """The sweeper's ScheduleV2 expression, from template.yaml."""
-    from saga_local.template import functions, load_template
+    from saga_local.aws.template import functions, load_template
 
     for spec in functions(load_template()).values():
         for event in spec.events.values():
@@ -597,10 +597,10 @@ def _sweeper_schedule() -> str:
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    """AWS cost per million orders, from usage counted in a local run, prices from saga_local/prices.json."""
-    from saga_local import cost
-    from saga_local.cost_measure import GB, PLATFORM_LOG_BYTES, measure_order, sweeps_per_month
-    from saga_local.embedded import EmbeddedStack
+    """AWS cost per million orders, from usage counted in a local run; list prices in commands/prices.json."""
+    from saga_local.aws.embedded import EmbeddedStack
+    from saga_local.commands import cost
+    from saga_local.commands.cost_measure import GB, PLATFORM_LOG_BYTES, measure_order, sweeps_per_month
 
     assumed = {"xray_sampled": args.xray_sampling, "cold_start_share": args.cold_starts}
     # LogLevel as deployed (INFO): the function logs are a line of the bill.
@@ -781,7 +781,7 @@ def _add_redrive(sub: Any) -> None:
 
 
 def _add_chaos(sub: Any) -> None:
-    # Its options are saga_local.chaos's own: main() hands everything after `chaos` to it.
+    # Its options are saga_local.commands.chaos's own: main() hands everything after `chaos` to it.
     sub.add_parser(
         "chaos", help="simulate with faults at every step, then sweep (saga chaos --help)", add_help=False
     )
@@ -834,7 +834,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command == "chaos":
-        from saga_local import chaos
+        from saga_local.commands import chaos
 
         return int(chaos.main(extra))
     if extra:

@@ -10,12 +10,12 @@ from typing import Any
 
 import boto3
 
-from saga_local.driver import Driver
-from saga_local.faults import FaultPlan
-from saga_local.lambda_runtime import InProcessRuntime
-from saga_local.moto_adapter import EngineHooks
-from saga_local.provider_emulator import ProviderEmulator
-from saga_local.stack import REGION, Stack
+from saga_local.aws.driver import Driver
+from saga_local.aws.moto_adapter import EngineHooks
+from saga_local.aws.stack import REGION, Stack
+from saga_local.runtime.faults import FaultPlan
+from saga_local.runtime.runtimes import InProcessRuntime
+from saga_local.stripe_emulator import ProviderEmulator
 
 
 class FakeClock:

@@ -21,9 +21,9 @@ from payment_saga.claims import (
 )
 from payment_saga.errors import ClaimLost, OrderConflict
 from payment_saga.orders import Order
-from saga_local.faults import FaultPlan
-from saga_local.lambda_runtime import InProcessRuntime
-from saga_local.moto_adapter import patched_moto
+from saga_local.aws.moto_adapter import patched_moto
+from saga_local.runtime.faults import FaultPlan
+from saga_local.runtime.runtimes import InProcessRuntime
 
 ORDER = Order("ORDER-003", 15000, "BRL", "cus_123", "pm_card_visa")
 A = "arn:aws:states:us-east-1:123456789012:execution:saga:A"

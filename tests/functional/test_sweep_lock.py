@@ -17,7 +17,7 @@ from handlers import sweeper
 from payment_saga.claims import ClaimsStore
 from payment_saga.orders import ORDER_ID_PATTERN, Order
 from payment_saga.sweep_lock import LEASE_MARGIN_SECONDS, SWEEP_LOCK_KEY, SweepLock, lease_for
-from saga_local.lambda_api import LambdaContext
+from saga_local.runtime.api import LambdaContext
 from tests.helpers import FakeClock
 
 

@@ -17,10 +17,10 @@ from payment_saga.errors import ClaimLost, PaymentOutcomeUnknown
 from payment_saga.orders import Order
 from payment_saga.payments import AttemptRecord, Charge, StripeProvider, idempotency_key
 from payment_saga.reconcile import ReconcileOutcome, ReconcileReport, reconcile, searchable_order
-from saga_local.lambda_api import LambdaContext
-from saga_local.provider_emulator import ProviderEmulator
-from saga_local.stack import LOCAL_API_KEY
-from saga_local.template import ROOT, load_template
+from saga_local.aws.stack import LOCAL_API_KEY
+from saga_local.aws.template import ROOT, load_template
+from saga_local.runtime.api import LambdaContext
+from saga_local.stripe_emulator import ProviderEmulator
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from saga_local.chaos import ChaosConfig, broken_invariants, main, plan_faults, render, run_chaos
-from saga_local.embedded import EmbeddedStack
-from saga_local.provider_emulator import LedgerEntry
-from saga_local.simulate import LOST_ENDINGS, make_orders, money, order_ending
+from saga_local.aws.embedded import EmbeddedStack
+from saga_local.commands.chaos import ChaosConfig, broken_invariants, main, plan_faults, render, run_chaos
+from saga_local.commands.simulate import LOST_ENDINGS, make_orders, money, order_ending
+from saga_local.stripe_emulator import LedgerEntry
 
 if TYPE_CHECKING:
-    from saga_local.chaos import ChaosReport
+    from saga_local.commands.chaos import ChaosReport
 
 SMALL = ChaosConfig(
     orders=30,
@@ -47,7 +47,7 @@ def small_run() -> ChaosReport:
 
 def test_a_small_chaos_run_keeps_the_promise(small_run: ChaosReport) -> None:
     if small_run.sweep is None:
-        pytest.skip("saga_local/reconcile.py (reconcile_stack) is not there yet: the run cannot be judged")
+        pytest.skip("saga_local.commands.sweep (reconcile_stack) is not there yet: the run cannot be judged")
     assert small_run.promise_kept, render(small_run)
     assert small_run.before.double_charged_orders == 0
     assert small_run.declined_sent_again == []

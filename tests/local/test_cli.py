@@ -9,7 +9,7 @@ import boto3
 import pytest
 
 from saga_local import cli
-from saga_local.stack import REGION
+from saga_local.aws.stack import REGION
 from tests.helpers import Saga
 
 
@@ -102,7 +102,7 @@ def test_redrive_against_a_deployed_stack_charges_each_order_once(saga: Saga, de
 def test_trace_of_an_unknown_execution_is_answered_in_words(
     saga: Saga, deployed: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    from saga_local import archive
+    from saga_local.aws import archive
 
     monkeypatch.setattr(archive, "ARCHIVE_DIR", tmp_path)
     saga.driver.send(
@@ -129,7 +129,7 @@ def test_trace_of_an_unknown_execution_is_answered_in_words(
 def test_trace_reads_an_execution_recorded_after_its_stack_is_gone(
     saga: Saga, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from saga_local import archive
+    from saga_local.aws import archive
 
     saga.driver.send(
         json.dumps(

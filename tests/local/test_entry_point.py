@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
+from saga_local.aws.template import ROOT
 from saga_local.cli import build_parser
-from saga_local.template import ROOT
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -15,8 +15,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from handlers.start_execution import execution_name
-from saga_local.faults import Fault, FaultPlan, call_error, redeliver
-from saga_local.stack import REGION
+from saga_local.aws.stack import REGION
+from saga_local.runtime.faults import Fault, FaultPlan, call_error, redeliver
 from tests.helpers import order
 from tests.local.conftest import sweep
 
@@ -272,7 +272,7 @@ def test_execution_stopped_after_the_claim_leaves_a_claim_the_sweeper_releases(s
 
 
 def test_call_errors_delays_stops_lost_answers_and_late_writes_fire_in_worker_processes_too() -> None:
-    from saga_local.embedded import EmbeddedStack
+    from saga_local.aws.embedded import EmbeddedStack
 
     plan = FaultPlan(
         [

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
-from saga_local.faults import ChargeRequest, Fault, declined_attempts_sent_again
-from saga_local.stack import REGION
+from saga_local.aws.stack import REGION
+from saga_local.runtime.faults import ChargeRequest, Fault, declined_attempts_sent_again
 from tests.helpers import order
 
 if TYPE_CHECKING:

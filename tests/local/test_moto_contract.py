@@ -1,4 +1,4 @@
-"""The moto internals saga_local.moto_adapter relies on, pinned to the exact moto version we use.
+"""The moto internals saga_local.aws.moto_adapter relies on, pinned to the exact moto version we use.
 
 If moto changes any of these, this file fails first and says which assumption broke, instead of
 the local stack quietly running Lambdas in Docker, waiting out real retry delays, or letting two
@@ -18,7 +18,7 @@ from moto.stepfunctions.parser.asl.eval.states import ExecutionData
 from moto.stepfunctions.parser.asl.utils import boto_client, json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
-from saga_local.moto_adapter import MOTO_VERSION
+from saga_local.aws.moto_adapter import MOTO_VERSION
 
 
 def test_moto_is_the_version_the_adapter_was_written_against() -> None:
@@ -58,7 +58,7 @@ def test_sqs_retention_check_computes_queue_attributes() -> None:
     assert 'get_queue_attributes(\n            queue_name, ["MessageRetentionPeriod"]' in source
 
 
-# -- what saga_local.faults relies on for ``lost_answer`` and ``late_write`` -----------------------
+# -- what saga_local.runtime.faults relies on for ``lost_answer`` and ``late_write`` -----------------------
 
 
 def test_moto_answers_requests_from_a_before_send_handler_we_can_call_ourselves() -> None:

@@ -2,7 +2,7 @@
 
 The stack is the one ``sam deploy`` would create (``template.yaml``): the claims table's stream read
 by the outcome relay through its event source mapping (filter, batches, partial failures: emulated
-by ``saga_local.stream_source``), the outcome bus, and its archive queue (on locally) from which the
+by ``saga_local.aws.stream_source``), the outcome bus, and its archive queue (on locally) from which the
 events are read back. "Exactly one per order" is after deduplication by ``eventId``, since delivery
 is at least once.
 """
@@ -12,18 +12,18 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from saga_local.events import command, final_outcomes
-from saga_local.faults import Fault
-from saga_local.provider_emulator import SAVED_PAYMENT_METHOD
-from saga_local.template import ROOT
-from saga_local.usage import transitions
+from saga_local.aws.template import ROOT
+from saga_local.commands.events import command, final_outcomes
+from saga_local.commands.usage import transitions
+from saga_local.runtime.faults import Fault
+from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD
 from tests.helpers import order
 from tests.local.conftest import sweep
 
 if TYPE_CHECKING:
     import pytest
 
-    from saga_local.events import OutcomeEvent, OutcomeLog
+    from saga_local.commands.events import OutcomeEvent, OutcomeLog
     from tests.helpers import Saga
 
 

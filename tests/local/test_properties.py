@@ -50,8 +50,10 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from saga_local.chaos import broken_invariants
-from saga_local.faults import (
+from saga_local.aws.moto_adapter import deliver_delayed_messages
+from saga_local.commands.chaos import broken_invariants
+from saga_local.commands.simulate import settle
+from saga_local.runtime.faults import (
     KINDS,
     LANDS_AFTER,
     POINTS,
@@ -62,14 +64,12 @@ from saga_local.faults import (
     kinds_at,
     redeliver,
 )
-from saga_local.moto_adapter import deliver_delayed_messages
-from saga_local.provider_emulator import FAULT_KINDS
-from saga_local.simulate import settle
+from saga_local.stripe_emulator import FAULT_KINDS
 from tests.helpers import order
 from tests.local.conftest import SWEEPER_MISSING, reconcile, sweep
 
 if TYPE_CHECKING:
-    from saga_local.driver import ExecutionResult
+    from saga_local.aws.driver import ExecutionResult
     from tests.helpers import Saga
 
 ROUTES = ["direct", "sqs", "redelivered"]

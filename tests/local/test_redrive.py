@@ -15,9 +15,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from saga_local.embedded import EmbeddedStack
-from saga_local.redrive import RedriveReport, redrive
-from saga_local.stack import REGION
+from saga_local.aws.embedded import EmbeddedStack
+from saga_local.aws.stack import REGION
+from saga_local.commands.redrive import RedriveReport, redrive
 
 if TYPE_CHECKING:
     pass

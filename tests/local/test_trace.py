@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from saga_local.faults import Fault
+from saga_local.runtime.faults import Fault
 from saga_local.trace import OUTCOME_COLORS, load_definition, render_html, render_text, trace_steps
 from tests.helpers import order
 

@@ -52,7 +52,7 @@ class ModelTable:
         schema = client.describe_table(TableName=table_name)["Table"]["KeySchema"]
         self._key_names = [element["AttributeName"] for element in schema]
         # Copying the contents in and out goes straight to moto's table (moto is pinned: see
-        # saga_local/moto_adapter.py); only the call under test goes through boto3.
+        # saga_local/aws/moto_adapter.py); only the call under test goes through boto3.
         self._moto_table = dynamodb_backends[DEFAULT_ACCOUNT_ID][client.meta.region_name].get_table(
             table_name
         )

@@ -47,9 +47,9 @@ import stripe
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from saga_local.provider_emulator import ProviderEmulator
-from saga_local.stack import LOCAL_API_KEY, REGION, table_request
-from saga_local.template import load_template
+from saga_local.aws.stack import LOCAL_API_KEY, REGION, table_request
+from saga_local.aws.template import load_template
+from saga_local.stripe_emulator import ProviderEmulator
 from tests.model import asl
 from tests.model.dynamo import WRITES, ModelTable
 from tests.model.stripe_link import InProcessLink, emulator_restore, emulator_snapshot, emulator_summary
@@ -811,7 +811,7 @@ def _patched(target: Any, attribute: str, value: Any) -> Iterator[None]:
 
 
 def _root() -> Any:
-    from saga_local.template import ROOT
+    from saga_local.aws.template import ROOT
 
     return ROOT
 

@@ -1,6 +1,6 @@
 """The provider for the model: the real ``StripeProvider`` and ``stripe`` SDK, the emulator in-process.
 
-The SDK talks to :class:`~saga_local.provider_emulator.ProviderEmulator` through :class:`InProcessLink`,
+The SDK talks to :class:`~saga_local.stripe_emulator.ProviderEmulator` through :class:`InProcessLink`,
 an ``stripe.HTTPClient`` that hands each request to the emulator's request handler directly instead
 of over a socket: same wire format, same idempotency layer and faults, no thread and no network, so
 one step of the model is deterministic and takes a millisecond, not a round trip.
@@ -29,7 +29,7 @@ import stripe
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from saga_local.provider_emulator import ProviderEmulator
+    from saga_local.stripe_emulator import ProviderEmulator
 
     Reply = tuple[str, int, dict[str, str]]
     Send = Callable[[], Reply]

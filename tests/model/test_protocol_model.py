@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from payment_saga.claims import ClaimOutcome, ClaimResult, ClaimsStore
-from saga_local.provider_emulator import ProviderEmulator
+from saga_local.stripe_emulator import ProviderEmulator
 from tests.model.explore import Explorer
 from tests.model.protocol import Delivery, Scope
 from tests.model.scopes import selected

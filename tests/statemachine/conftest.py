@@ -1,7 +1,7 @@
 """The real ASL executed by moto's Step Functions, the real handlers in-process, a Stripe emulator.
 
 Everything a test of the state machine needs comes from ``template.yaml`` through
-``saga_local.stack.provision``: no second list of resources to drift from what is deployed.
+``saga_local.aws.stack.provision``: no second list of resources to drift from what is deployed.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 import boto3
 import pytest
 
-from saga_local.lambda_runtime import InProcessRuntime
-from saga_local.moto_adapter import patched_moto
-from saga_local.provider_emulator import ProviderEmulator
-from saga_local.stack import LOCAL_API_KEY, REGION, provision
+from saga_local.aws.moto_adapter import patched_moto
+from saga_local.aws.stack import LOCAL_API_KEY, REGION, provision
+from saga_local.runtime.runtimes import InProcessRuntime
+from saga_local.stripe_emulator import ProviderEmulator
 from tests.helpers import Saga
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from saga_local.faults import Fault
+from saga_local.runtime.faults import Fault
 from tests.helpers import Saga, order
 
 WRITES = [

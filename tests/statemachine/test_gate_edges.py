@@ -22,7 +22,7 @@ from handlers import runtime as handler_runtime
 from payment_saga.claims import ClaimsStore
 from payment_saga.orders import order_from_message
 from payment_saga.payments import StripeProvider, idempotency_key
-from saga_local.stack import LOCAL_API_KEY, REGION
+from saga_local.aws.stack import LOCAL_API_KEY, REGION
 from tests.helpers import Saga, order
 from tests.network import Network
 

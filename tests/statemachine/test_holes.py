@@ -16,8 +16,8 @@ import pytest
 from handlers import runtime as handler_runtime
 from payment_saga.claims import NO_OWNER, ClaimsStore, ReleaseReason
 from payment_saga.orders import order_from_message
-from saga_local.faults import Fault
-from saga_local.stack import REGION
+from saga_local.aws.stack import REGION
+from saga_local.runtime.faults import Fault
 from tests.helpers import Saga, order
 from tests.network import Network
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from saga_local.stack import LOCAL_API_KEY
+from saga_local.aws.stack import LOCAL_API_KEY
 from tests.helpers import Saga, order
 
 CARD_NUMBER = re.compile(r"(?<!\d)(?:\d[ -]?){13,19}(?!\d)")

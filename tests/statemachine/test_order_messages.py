@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from saga_local.provider_emulator import SAVED_PAYMENT_METHOD, TEST_CUSTOMER
+from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD, TEST_CUSTOMER
 from tests.helpers import Saga, order
 
 #: Bodies that can never become an order, and the start of the reason each is dead-lettered with.

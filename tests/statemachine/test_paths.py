@@ -9,8 +9,8 @@ import pytest
 from handlers import charge_payment
 from handlers import runtime as handler_runtime
 from payment_saga.payments import StripeProvider
-from saga_local.faults import Fault
-from saga_local.stack import LOCAL_API_KEY
+from saga_local.aws.stack import LOCAL_API_KEY
+from saga_local.runtime.faults import Fault
 from tests.helpers import Saga, order
 
 HAPPY = ["Claim Order", "Charge Payment", "Mark Complete"]

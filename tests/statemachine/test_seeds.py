@@ -51,7 +51,7 @@ def test_seed_000_malformed_bodies_go_to_the_dead_letter_queue_and_block_nobody(
 def test_seed_000_claimed_row_left_by_a_crash_does_not_make_every_retry_skip(saga: Saga) -> None:
     """A worker died between claim and charge; with a plain marker every later retry skipped the order."""
     # The Claim step dies right after its write on every attempt of this execution: a stuck CLAIMED row.
-    from saga_local.faults import Fault
+    from saga_local.runtime.faults import Fault
 
     saga.faults.add(Fault("ClaimOrderFunction", "after:dynamodb.UpdateItem", "die", times=4))
     first = saga.driver.wait(saga.driver.start(order(), name="crashed"))

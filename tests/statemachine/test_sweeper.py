@@ -11,8 +11,8 @@ import pytest
 from payment_saga.claims import ClaimsStore, ReleaseReason
 from payment_saga.payments import StripeProvider
 from payment_saga.reconcile import ReconcileOutcome, ReconcileReport, reconcile
-from saga_local.faults import Fault
-from saga_local.stack import LOCAL_API_KEY, REGION
+from saga_local.aws.stack import LOCAL_API_KEY, REGION
+from saga_local.runtime.faults import Fault
 from tests.helpers import Saga, order
 
 #: The template's default lease (ClaimLeaseSeconds): the sweeper looks once it has run out.

@@ -17,8 +17,8 @@ from handlers import charge_payment
 from payment_saga.claims import ClaimsStore
 from payment_saga.orders import order_from_message
 from payment_saga.payments import StripeProvider, idempotency_key
-from saga_local.faults import Fault
-from saga_local.stack import LOCAL_API_KEY, REGION
+from saga_local.aws.stack import LOCAL_API_KEY, REGION
+from saga_local.runtime.faults import Fault
 from tests.helpers import Saga, order
 
 DEAD = "arn:aws:states:us-east-1:123456789012:execution:payment-saga-PaymentSagaStateMachine:dead-holder"

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from samtranslator.translator.transform import transform
 
-from saga_local.template import load_template
+from saga_local.aws.template import load_template
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

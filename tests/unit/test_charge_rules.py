@@ -23,7 +23,7 @@ import pytest
 from payment_saga.errors import ChargeNotAttempted, PaymentDeclined, PaymentOutcomeUnknown
 from payment_saga.orders import Order
 from payment_saga.payments import Charge, StripeProvider, idempotency_key
-from saga_local.provider_emulator import ProviderEmulator
+from saga_local.stripe_emulator import ProviderEmulator
 
 API_KEY = "sk_test_canned_fake_key"
 ORDER = Order(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from saga_local.event_source import SqsEventSource
+from saga_local.aws.event_source import SqsEventSource
 
 
 class FlakySqs:

@@ -24,7 +24,7 @@ from payment_saga.payments import (
     idempotency_key,
     stripe_secret_from_string,
 )
-from saga_local.provider_emulator import IDEMPOTENCY_TTL_SECONDS, ProviderEmulator
+from saga_local.stripe_emulator import IDEMPOTENCY_TTL_SECONDS, ProviderEmulator
 from tests.helpers import FakeClock
 
 API_KEY = "sk_test_emulator_only_fake_key"

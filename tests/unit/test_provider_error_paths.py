@@ -18,7 +18,7 @@ import stripe
 from payment_saga.errors import ChargeNotAttempted, PaymentOutcomeUnknown
 from payment_saga.orders import Order
 from payment_saga.payments import Charge, StripeProvider, idempotency_key
-from saga_local.provider_emulator import ProviderEmulator
+from saga_local.stripe_emulator import ProviderEmulator
 from tests.helpers import FakeClock
 
 API_KEY = "sk_test_emulator_only_fake_key"

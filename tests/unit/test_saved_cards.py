@@ -14,7 +14,7 @@ import pytest
 from payment_saga.errors import ChargeNotAttempted
 from payment_saga.orders import Order
 from payment_saga.payments import StripeProvider, idempotency_key
-from saga_local.provider_emulator import (
+from saga_local.stripe_emulator import (
     OTHER_TEST_CUSTOMER,
     SAVED_PAYMENT_METHOD,
     TEST_CUSTOMER,

@@ -1,6 +1,6 @@
 """The local stream event source keeps Lambda's promises: partial failures, bisection, retries, on-failure.
 
-``saga_local.stream_source`` stands in for the event source mapping of OutcomeRelayFunction; what the
+``saga_local.aws.stream_source`` stands in for the event source mapping of OutcomeRelayFunction; what the
 relay's at-least-once delivery rests on is checked here with a scripted function, record by record.
 """
 
@@ -10,7 +10,7 @@ import io
 import json
 from typing import Any
 
-from saga_local.stream_source import StreamEventSource, StreamMapping
+from saga_local.aws.stream_source import StreamEventSource, StreamMapping
 
 
 def records(n: int) -> list[dict[str, Any]]:

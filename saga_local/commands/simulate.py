@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from saga_local.embedded import EmbeddedStack
+    from saga_local.aws.embedded import EmbeddedStack
 
 DECLINING_CARD = "pm_card_chargeDeclined"
 #: Digits after the decimal point where a currency's minor unit is not a hundredth (ISO 4217).
@@ -222,7 +222,7 @@ def settle(
     message visible or in flight, no execution running, the relay drained.
 
     Messages delayed into the future (an order re-queued behind an open payment attempt waits 15
-    minutes) are left for later; :func:`saga_local.moto_adapter.deliver_delayed_messages` lets
+    minutes) are left for later; :func:`saga_local.aws.moto_adapter.deliver_delayed_messages` lets
     that time pass. (``Driver.pump`` waits for them, which locally means waiting those minutes.)
     """
     driver = stack.driver

@@ -29,14 +29,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from saga_local.aws.template import ROOT, functions, load_template, parameter_defaults
 from saga_local.paths import STATE_DIR
-from saga_local.template import ROOT, functions, load_template, parameter_defaults
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from saga_local.stack import Stack
-    from saga_local.template import FunctionSpec
+    from saga_local.aws.stack import Stack
+    from saga_local.aws.template import FunctionSpec
 
 #: The env-vars file ``saga up`` writes (SAM CLI's ``--env-vars`` format).
 SAM_ENV_FILE = STATE_DIR / "sam-env.json"
@@ -211,7 +211,7 @@ def invoke(
             [
                 sys.executable,
                 "-m",
-                "saga_local.invoke_child",
+                "saga_local.runtime.invoke_child",
                 spec.handler,
                 str(spec.timeout),
                 str(spec.memory_mb),

@@ -1,6 +1,6 @@
 """A Lambda "container": one process running one function's handler, invocation after invocation.
 
-Started by :class:`saga_local.lambda_runtime.WorkerRuntime` with the function's environment. It
+Started by :class:`saga_local.runtime.runtimes.WorkerRuntime` with the function's environment. It
 imports the handler once (the cold start), then serves requests read from a pipe, one at a time,
 and writes each response to another pipe; the handler's own stdout and stderr (its structured
 logs) go wherever the parent pointed them, as Lambda sends them to CloudWatch Logs.
@@ -10,7 +10,7 @@ until the parent kills it at the function's timeout, ``oom`` allocates until the
 limit (the function's memory size over what the runtime already uses) raises MemoryError.
 ``throttle_call`` / ``error_call`` raise the AWS SDK's error from the call, ``delay`` sleeps (past
 the function's timeout the parent kills it, as Lambda would), ``stop`` stops the invoking
-execution and goes on (see :mod:`saga_local.faults`). ``lost_answer`` sends the request to the
+execution and goes on (see :mod:`saga_local.runtime.faults`). ``lost_answer`` sends the request to the
 moto server, drops its answer and lets botocore send it again (or, for the provider, sends the
 create twice with one ``Idempotency-Key``); ``late_write`` hands the unsent request to the parent,
 which holds it and sends it later, and dies.
@@ -59,7 +59,7 @@ def _fire(point: str, model: Any = None) -> None:
     if kind == "oom":
         _exhaust_memory()
     if kind in ("throttle_call", "error_call"):
-        from saga_local.faults import call_error
+        from saga_local.runtime.faults import call_error
 
         raise call_error(kind, point.partition(":")[2], model)
     if kind == "delay":
@@ -131,7 +131,7 @@ def _limit_memory(memory_mb: int) -> None:
 def _install_hooks(calls: dict[str, int]) -> None:
     import boto3
 
-    from saga_local.faults import apply_request, install_retry_sleep_skip, lost_answer_error
+    from saga_local.runtime.faults import apply_request, install_retry_sleep_skip, lost_answer_error
 
     def before(event_name: str, model: Any = None, **_: Any) -> None:
         global _sends
@@ -214,7 +214,7 @@ def main() -> None:
     sys.path.insert(0, functions_dir)
     calls: dict[str, int] = {}
     if os.environ.get("SAGA_LOCAL_GUARD_OFF") == "1":
-        from saga_local.guard_off import disable_claim_guard
+        from saga_local.runtime.guard import disable_claim_guard
 
         disable_claim_guard()
     _install_hooks(calls)
@@ -222,7 +222,7 @@ def main() -> None:
 
     module_name, _, attr = handler_path.rpartition(".")
     handler = getattr(importlib.import_module(module_name), attr)
-    from saga_local.lambda_api import LambdaContext, lambda_error
+    from saga_local.runtime.api import LambdaContext, lambda_error
 
     _limit_memory(memory_mb)
     os.write(response_fd, b'{"ready": true}\n')

@@ -1,7 +1,8 @@
 """The process ``saga invoke`` runs a function in: one cold start, one invocation, then exit.
 
-Usage (by :mod:`saga_local.invoke` only): ``python -m saga_local.invoke_child HANDLER TIMEOUT MEMORY``,
-the event on stdin, the function's environment already set. Like the Lambda runtime, it prints
+Usage (by :mod:`saga_local.commands.invoke` only):
+``python -m saga_local.runtime.invoke_child HANDLER TIMEOUT MEMORY``, the event on stdin, the
+function's environment already set. Like the Lambda runtime, it prints
 ``START`` / ``END`` / ``REPORT`` around the invocation; the handler's logs and those lines go to
 stderr, the result (or Lambda's error payload) to stdout. Exit status 0 when the handler returned,
 1 when it raised.
@@ -17,7 +18,7 @@ import time
 import traceback
 import uuid
 
-from saga_local.lambda_api import LambdaContext, lambda_error
+from saga_local.runtime.api import LambdaContext, lambda_error
 
 
 def main(argv: list[str]) -> int:

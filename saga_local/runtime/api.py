@@ -1,6 +1,6 @@
 """What Lambda's Python runtime gives a handler and returns for it: kept free of moto and boto3.
 
-Imported by the worker processes (``saga_local.lambda_worker``), which must start fast.
+Imported by the worker processes (``saga_local.runtime.worker``), which must start fast.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from saga_local.faults import ERROR_TYPES
+from saga_local.runtime.faults import ERROR_TYPES
 
 
 @dataclass

@@ -22,10 +22,10 @@ from payment_saga.claims import ClaimsStore
 from payment_saga.clock import iso_utc, system_clock
 from payment_saga.payments import StripeProvider, stripe_secret_from_string
 from payment_saga.reconcile import DEFAULT_SEARCH_GRACE_SECONDS, ReconcileReport, reconcile
-from saga_local.stack import LOCAL_API_KEY
+from saga_local.aws.stack import LOCAL_API_KEY
 
 if TYPE_CHECKING:
-    from saga_local.embedded import EmbeddedStack
+    from saga_local.aws.embedded import EmbeddedStack
 
 
 def reconcile_stack(

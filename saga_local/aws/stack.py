@@ -18,7 +18,7 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from saga_local.template import (
+from saga_local.aws.template import (
     FunctionSpec,
     Resolver,
     functions,

@@ -4,10 +4,10 @@
 Lambda's ``CodeUri``) and calls them in the caller's thread: fast, used by the tests. A failed
 invocation is reported as Lambda reports it: ``FunctionError: Unhandled`` and a payload of
 ``{"errorType": <exception class name>, "errorMessage": ...}``, or for a death injected by a
-:class:`~saga_local.faults.Fault`, ``Runtime.ExitError`` / ``Sandbox.Timedout`` /
+:class:`~saga_local.runtime.faults.Fault`, ``Runtime.ExitError`` / ``Sandbox.Timedout`` /
 ``Runtime.OutOfMemory``. The worker-process runtime of the local stack shares this contract.
 Faults that do not end the invocation (AWS call errors, stalls, a stopped execution) are fired
-from the same hooks; :mod:`saga_local.faults` describes every kind.
+from the same hooks; :mod:`saga_local.runtime.faults` describes every kind.
 """
 
 from __future__ import annotations
@@ -29,7 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from saga_local.faults import (
+from saga_local.aws.moto_adapter import Invocation, Throttled
+from saga_local.aws.template import ROOT
+from saga_local.runtime.api import LambdaContext, death_error, lambda_error, order_id_of
+from saga_local.runtime.faults import (
     CALL_KINDS,
     ERROR_TYPES,
     FATAL_KINDS,
@@ -42,16 +45,13 @@ from saga_local.faults import (
     install_retry_sleep_skip,
     lost_answer_error,
 )
-from saga_local.lambda_api import LambdaContext, death_error, lambda_error, order_id_of
-from saga_local.moto_adapter import Invocation, Throttled
-from saga_local.template import ROOT
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
-    from saga_local.faults import Fault
-    from saga_local.template import FunctionSpec
+    from saga_local.aws.template import FunctionSpec
+    from saga_local.runtime.faults import Fault
 
 FUNCTIONS_DIR = ROOT / "functions"
 
@@ -467,7 +467,7 @@ class WorkerRuntime:
             [
                 sys.executable,
                 "-m",
-                "saga_local.lambda_worker",
+                "saga_local.runtime.worker",
                 str(request_read),
                 str(response_write),
                 str(FUNCTIONS_DIR),

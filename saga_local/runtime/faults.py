@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from saga_local.driver import Driver
+    from saga_local.aws.driver import Driver
 
 FaultKind = Literal[
     "die",

@@ -5,7 +5,7 @@ drawn at random, reproducibly from ``--seed``:
 
 * for each order and each step function (Claim, Charge, Mark Complete, Release), with
   :attr:`ChaosConfig.step_fault_rate`, one fault of any kind at any point of that function
-  (:data:`~saga_local.faults.POINTS`, :func:`~saga_local.faults.kinds_at`): deaths, timeouts,
+  (:data:`~saga_local.runtime.faults.POINTS`, :func:`~saga_local.runtime.faults.kinds_at`): deaths, timeouts,
   out-of-memory, Lambda throttles, DynamoDB throttles and 500s, stalls, requests applied whose
   answer is lost and that botocore (or the provider's HTTP client) sends again, and writes sent by
   a Lambda that dies and landing later, after the state machine moved on; sometimes aimed at a
@@ -51,8 +51,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_args
 
-from saga_local import simulate
-from saga_local.faults import (
+from saga_local.aws.moto_adapter import deliver_delayed_messages
+from saga_local.commands import simulate
+from saga_local.runtime.faults import (
     LANDS_AFTER,
     POINTS,
     START_FUNCTION,
@@ -62,16 +63,15 @@ from saga_local.faults import (
     kinds_at,
     redeliver,
 )
-from saga_local.moto_adapter import deliver_delayed_messages
-from saga_local.provider_emulator import FaultKind as ProviderFaultKind
+from saga_local.stripe_emulator import FaultKind as ProviderFaultKind
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from payment_saga.reconcile import ReconcileDecision
-    from saga_local.embedded import EmbeddedStack
-    from saga_local.provider_emulator import LedgerEntry, ProviderFault
-    from saga_local.stack import Stack
+    from saga_local.aws.embedded import EmbeddedStack
+    from saga_local.aws.stack import Stack
+    from saga_local.stripe_emulator import LedgerEntry, ProviderFault
 
 PROVIDER_FAULT_KINDS: tuple[ProviderFaultKind, ...] = get_args(ProviderFaultKind)
 #: Rounds of "later" after the sweep: delayed re-queues delivered, run, and swept again.
@@ -291,7 +291,7 @@ class Resolved:
 def sweep(stack: EmbeddedStack, *, now: float) -> list[Resolved] | None:
     """Run the sweeper (``apply=True``) at ``now``; what it did per claim, or None if it is missing."""
     try:
-        from saga_local.reconcile import reconcile_stack
+        from saga_local.commands.sweep import reconcile_stack
     except ImportError:  # the sweeper is being written: the report says so and the run is not judged
         return None
     report = reconcile_stack(stack, apply=True, now=now)
@@ -541,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the chaos; 0 if the promise held, 1 if it broke, 2 if it could not be judged (no sweeper)."""
     args = build_parser().parse_args(argv)
     config = ChaosConfig(orders=args.orders, copies=args.copies, concurrency=args.concurrency, seed=args.seed)
-    from saga_local.embedded import EmbeddedStack
+    from saga_local.aws.embedded import EmbeddedStack
 
     progress = None if args.json else simulate.progress_bar
     # Powertools warns on every invocation that publishes no metric (a duplicate, a death).

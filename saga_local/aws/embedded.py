@@ -3,13 +3,13 @@
 * AWS is moto's server (pinned), on 127.0.0.1, so real clients work against it:
   ``aws --endpoint-url http://127.0.0.1:PORT stepfunctions get-execution-history ...``.
 * Step Functions executes the real ASL from ``statemachine/``; every resource comes from
-  ``template.yaml`` (``saga_local.stack.provision``).
-* Lambda is :class:`~saga_local.lambda_runtime.WorkerRuntime`: the real handlers in worker
+  ``template.yaml`` (``saga_local.aws.stack.provision``).
+* Lambda is :class:`~saga_local.runtime.runtimes.WorkerRuntime`: the real handlers in worker
   processes, each function's environment, timeout and memory from the template.
 * The SQS event source polls the orders queue and invokes the start function as Lambda does; the
-  claims table's stream is read for the outcome relay the same way (``saga_local.stream_source``),
+  claims table's stream is read for the outcome relay the same way (``saga_local.aws.stream_source``),
   and the outcome bus is copied to an archive queue (``saga events``).
-* The payment provider is :class:`~saga_local.provider_emulator.ProviderEmulator`.
+* The payment provider is :class:`~saga_local.stripe_emulator.ProviderEmulator`.
 
 Two things are compressed in time, and only these: Retry waits (``retry_time_scale``; the waits
 the ASL asked for are recorded) and the queues' visibility timeout (``visibility_timeout``), so a
@@ -34,12 +34,12 @@ from botocore.config import Config
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
-from saga_local.driver import Driver
-from saga_local.faults import FaultPlan
-from saga_local.lambda_runtime import InProcessRuntime, WorkerRuntime
-from saga_local.moto_adapter import SFN_CONFIG, EngineHooks, check_moto_version, patched_moto
-from saga_local.provider_emulator import ProviderEmulator
-from saga_local.stack import LOCAL_API_KEY, REGION, Stack, provision
+from saga_local.aws.driver import Driver
+from saga_local.aws.moto_adapter import SFN_CONFIG, EngineHooks, check_moto_version, patched_moto
+from saga_local.aws.stack import LOCAL_API_KEY, REGION, Stack, provision
+from saga_local.runtime.faults import FaultPlan
+from saga_local.runtime.runtimes import InProcessRuntime, WorkerRuntime
+from saga_local.stripe_emulator import ProviderEmulator
 
 #: Credentials for the local endpoint: moto accepts anything. Not a secret.
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}

@@ -14,14 +14,14 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from saga_local.event_source import SqsEventSource
-from saga_local.events import OutcomeLog
-from saga_local.stream_source import StreamEventSource, stream_event_source
+from saga_local.aws.event_source import SqsEventSource
+from saga_local.aws.stream_source import StreamEventSource, stream_event_source
+from saga_local.commands.events import OutcomeLog
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from saga_local.stack import Stack
+    from saga_local.aws.stack import Stack
 
 TERMINAL = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 

@@ -37,7 +37,7 @@ from moto.events.models import EventPattern
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from saga_local.template import FunctionSpec
+    from saga_local.aws.template import FunctionSpec
 
 
 @dataclass
@@ -283,7 +283,7 @@ class StreamEventSource:
 def _streams_backend() -> Any:
     from moto.dynamodbstreams.models import dynamodbstreams_backends
 
-    from saga_local.stack import ACCOUNT_ID, REGION
+    from saga_local.aws.stack import ACCOUNT_ID, REGION
 
     return dynamodbstreams_backends[ACCOUNT_ID][REGION]
 
@@ -300,7 +300,7 @@ def _trim_consumed(stream_arn: str, last_sequence_number: str) -> None:
     records dropped keeps every number (and the next one) as it was. Under the DynamoDB lock, so no
     write adds a record meanwhile.
     """
-    from saga_local.moto_adapter import _DYNAMODB_LOCK
+    from saga_local.aws.moto_adapter import _DYNAMODB_LOCK
 
     backend = _streams_backend()
     with _DYNAMODB_LOCK:

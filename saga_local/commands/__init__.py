@@ -1,0 +1,1 @@
+"""The ``saga`` subcommands' implementations (``saga_local.cli`` parses, these run)."""
