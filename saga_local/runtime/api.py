@@ -13,6 +13,10 @@ from typing import Any
 
 from saga_local.runtime.faults import ERROR_TYPES
 
+#: The demo's one switch: set to "1" in a worker's environment by ``WorkerRuntime(guard_off=True)``
+#: only; the worker then applies :func:`saga_local.runtime.guard.disable_claim_guard`.
+GUARD_OFF_ENV = "SAGA_LOCAL_GUARD_OFF"
+
 
 @dataclass
 class LambdaContext:

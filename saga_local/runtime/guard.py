@@ -1,20 +1,40 @@
 """The lab's ``IDEMPOTENCY=0`` switch, for ``saga demo`` only: bypass the claim, to show what it prevents.
 
-This module lives in ``saga_local`` and is applied only inside the local stack's worker processes
-when the stack is started with the guard off. Nothing under ``functions/`` knows it exists, and
-``sam deploy`` never ships it.
+One switch, one seam. The local runtime's ``guard_off`` (``EmbeddedStack(guard=False)``) starts each
+worker process with ``GUARD_OFF_ENV`` (:mod:`saga_local.runtime.api`) set, and the worker calls
+:func:`disable_claim_guard` before it imports the handler. That puts :class:`UnguardedClaimsStore`
+where the handlers' store factory (``handlers.runtime.claims_store``) finds ``ClaimsStore``;
+nothing else is touched.
+
+The class overrides the store's methods through ``@override``, so mypy fails the build the day one of
+them is renamed or its signature changes, instead of the demo quietly charging once (the first act
+then shows four charges no more: ``tests/local/test_demo.py`` checks it does).
+
+Nothing under ``functions/`` knows this module exists, and ``sam deploy`` never ships it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from payment_saga import claims
+from payment_saga.claims import Claim, ClaimOutcome, ClaimResult, ClaimsStore, ClaimStatus
+
+if TYPE_CHECKING:
+    from typing_extensions import override
+
+    from payment_saga.orders import Order
+else:  # Python 3.11 has no typing.override; the check is mypy's, at runtime it is the identity.
+
+    def override(method: Any) -> Any:
+        return method
 
 
-def disable_claim_guard() -> None:
-    """Every claim "wins" as a new first attempt; completions and the charge's re-check always pass."""
-    from payment_saga.claims import Claim, ClaimOutcome, ClaimResult, ClaimsStore, ClaimStatus
+class UnguardedClaimsStore(ClaimsStore):
+    """A claims store with no gate: every claim wins as a new first attempt; re-checks always pass."""
 
-    def claim(self: ClaimsStore, order: Any, *, token: str) -> ClaimOutcome:
+    @override
+    def claim(self, order: Order, *, token: str) -> ClaimOutcome:
         now = int(self._clock())
         row = Claim(
             order.order_id,
@@ -28,14 +48,18 @@ def disable_claim_guard() -> None:
         )
         return ClaimOutcome(ClaimResult.NEW, row)
 
-    def complete(self: ClaimsStore, order_id: str, *, token: str, charge_id: str) -> Claim:
+    @override
+    def complete(self, order_id: str, *, token: str, charge_id: str) -> Claim:
         now = int(self._clock())
         return Claim(order_id, ClaimStatus.COMPLETED, token, 1, "", "", now, now, charge_id=charge_id)
 
-    def check_held(self: ClaimsStore, order_id: str, **_kwargs: Any) -> None:
-        return None
+    @override
+    def check_held(self, order_id: str, *, token: str, attempt: int, margin_seconds: int) -> Claim:
+        # Charge Payment re-reads the claim before charging; with the guard off there is none to read.
+        now = int(self._clock())
+        return Claim(order_id, ClaimStatus.CLAIMED, token, attempt, "", "", now + margin_seconds, now)
 
-    ClaimsStore.claim = claim  # type: ignore[method-assign]
-    ClaimsStore.complete = complete  # type: ignore[method-assign]
-    # Charge Payment re-reads the claim before charging; with the guard off there is none to read.
-    ClaimsStore.check_held = check_held  # type: ignore[method-assign,assignment]
+
+def disable_claim_guard() -> None:
+    """Have the handlers' store factory build :class:`UnguardedClaimsStore` (call before importing one)."""
+    claims.ClaimsStore = UnguardedClaimsStore  # type: ignore[misc]

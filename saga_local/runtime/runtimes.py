@@ -31,7 +31,7 @@ import boto3
 
 from saga_local.aws.moto_adapter import Invocation, Throttled
 from saga_local.aws.template import ROOT
-from saga_local.runtime.api import LambdaContext, death_error, lambda_error, order_id_of
+from saga_local.runtime.api import GUARD_OFF_ENV, LambdaContext, death_error, lambda_error, order_id_of
 from saga_local.runtime.faults import (
     CALL_KINDS,
     ERROR_TYPES,
@@ -458,7 +458,7 @@ class WorkerRuntime:
             "AWS_LAMBDA_FUNCTION_TIMEOUT": str(spec.timeout),
         }
         if self.guard_off:
-            environment["SAGA_LOCAL_GUARD_OFF"] = "1"
+            environment[GUARD_OFF_ENV] = "1"
         output: Any = subprocess.DEVNULL
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)

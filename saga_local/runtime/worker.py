@@ -213,7 +213,9 @@ def main() -> None:
     functions_dir, handler_path, memory_mb = sys.argv[3], sys.argv[4], int(sys.argv[5])
     sys.path.insert(0, functions_dir)
     calls: dict[str, int] = {}
-    if os.environ.get("SAGA_LOCAL_GUARD_OFF") == "1":
+    from saga_local.runtime.api import GUARD_OFF_ENV, LambdaContext, lambda_error
+
+    if os.environ.get(GUARD_OFF_ENV) == "1":
         from saga_local.runtime.guard import disable_claim_guard
 
         disable_claim_guard()
@@ -222,7 +224,6 @@ def main() -> None:
 
     module_name, _, attr = handler_path.rpartition(".")
     handler = getattr(importlib.import_module(module_name), attr)
-    from saga_local.runtime.api import LambdaContext, lambda_error
 
     _limit_memory(memory_mb)
     os.write(response_fd, b'{"ready": true}\n')
