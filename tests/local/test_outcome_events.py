@@ -13,7 +13,7 @@ import json
 from typing import TYPE_CHECKING
 
 from saga_local.aws.template import ROOT
-from saga_local.commands.events import command, final_outcomes
+from saga_local.commands.events import OutcomeEvent, command, final_outcomes, tally
 from saga_local.commands.usage import transitions
 from saga_local.runtime.faults import Fault
 from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD
@@ -23,7 +23,7 @@ from tests.local.conftest import sweep
 if TYPE_CHECKING:
     import pytest
 
-    from saga_local.commands.events import OutcomeEvent, OutcomeLog
+    from saga_local.commands.events import OutcomeLog
     from tests.helpers import Saga
 
 
@@ -225,4 +225,75 @@ def test_the_relay_on_its_sample_event_publishes_a_charge_and_a_decline(saga: Sa
     assert [(e.detail_type, e.event_id) for e in log(saga).events()] == [
         ("OrderCharged", "ORDER-201/attempt-1/charged"),
         ("OrderDeclined", "ORDER-202/attempt-1/declined"),
+    ]
+
+
+# -- counting the events against the orders (``saga chaos``'s count) ------------------------------
+
+
+def event(
+    kind: str, order_id: str, attempt: int, payment_attempt: str = "initial", **detail: str
+) -> OutcomeEvent:
+    what = {"OrderCharged": "charged", "OrderDeclined": "declined", "OrderNeedsAttention": "needs-attention"}
+    return OutcomeEvent(
+        detail_type=kind,
+        detail={
+            "eventId": f"{order_id}/attempt-{attempt}/{what.get(kind, kind)}",
+            "orderId": order_id,
+            "attempt": attempt,
+            "paymentAttempt": payment_attempt,
+            **detail,
+        },
+        time="2026-11-30T16:10:01Z",
+        event_bus_id=f"bus-{order_id}-{attempt}-{kind}",
+    )
+
+
+def test_a_decline_then_the_customers_paid_retry_is_one_order_that_ended_charged() -> None:
+    events = [
+        event("OrderDeclined", "A", 1),
+        event("OrderCharged", "A", 2, "retry-1", chargeId="pi_a"),
+        event("OrderDeclined", "B", 1),
+        event("OrderDeclined", "B", 2, "retry-1"),  # the customer's second card declined too
+        event("OrderCharged", "C", 1, chargeId="pi_c"),
+        event("OrderCharged", "C", 1, chargeId="pi_c"),  # delivered twice: one event
+    ]
+
+    counted = tally(events, ["A", "B", "C"], {"A": ["pi_a"], "C": ["pi_c"]})
+
+    assert counted.exact, counted.problems
+    assert counted.final_by_order == {"A": "OrderCharged", "B": "OrderDeclined", "C": "OrderCharged"}
+    assert counted.by_final == {"OrderCharged": 2, "OrderDeclined": 1}
+    assert counted.duplicates == 1
+
+
+def test_an_order_without_a_final_event_or_with_two_ends_breaks_the_count() -> None:
+    events = [
+        event("OrderNeedsReconciliation", "LOST", 1),
+        event("OrderReleased", "LOST", 1),  # released, never re-queued nor charged: no end
+        event("OrderCharged", "TWICE", 1, chargeId="pi_1"),
+        event("OrderCharged", "TWICE", 2, chargeId="pi_2"),
+        event("OrderCharged", "AFTER", 1, chargeId="pi_3"),
+        event("OrderDeclined", "AFTER", 2, "retry-1"),  # nothing may follow a charge
+        event("OrderDeclined", "SAME", 1),
+        event("OrderNeedsAttention", "SAME", 2),  # two ends of one payment attempt
+    ]
+    ledger = {"TWICE": ["pi_1", "pi_2"], "AFTER": ["pi_3"]}
+
+    counted = tally(events, ["LOST", "TWICE", "AFTER", "SAME"], ledger)
+
+    assert not counted.exact
+    assert counted.missing == ["LOST"]
+    assert counted.charged_twice == ["TWICE"]
+    assert sorted({p.split(":")[0] for p in counted.problems}) == ["AFTER", "SAME", "TWICE"]
+
+
+def test_the_final_outcome_must_agree_with_the_providers_ledger() -> None:
+    events = [event("OrderCharged", "A", 1, chargeId="pi_a"), event("OrderDeclined", "B", 1)]
+
+    counted = tally(events, ["A", "B"], {"A": ["pi_other"], "B": ["pi_b"]})
+
+    assert counted.problems == [
+        "A: OrderCharged with pi_a, the provider has pi_other",
+        "B: ended OrderDeclined, but the provider charged pi_b",
     ]
