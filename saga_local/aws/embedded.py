@@ -74,7 +74,7 @@ class EmbeddedStack:
         log_dir: where the functions' JSON logs go (worker processes; in-process handlers log to
             this process's stdout).
         quiet: ``LogLevel=WARNING``, for runs that print a report (in-process handlers still print
-            their EMF metric lines: see :func:`saga_local.cli.handlers_quiet`).
+            their EMF metric lines: see :func:`saga_local.commands.output.handlers_quiet`).
     """
 
     def __init__(
