@@ -18,16 +18,31 @@ drawn at random, reproducibly from ``--seed``:
   MessageId), half of them while the execution it started runs and half after it ended;
 * with :attr:`ChaosConfig.retry_rate` per declined order, the customer pays again (a new
   ``paymentAttempt``, with a card that works or not), and the first attempt arrives once more
-  afterwards: a declined attempt must never reach the provider again.
+  afterwards: a declined attempt must never reach the provider again;
+* a provider outage (:class:`Outage`): from :attr:`ChaosConfig.outage_start_seconds` into the run,
+  for :attr:`ChaosConfig.outage_seconds` of wall time (3 minutes by default), every call to every
+  endpoint of the provider fails (a 500 before anything is applied). The charges of that window
+  end in Needs Reconciliation with their claims kept; the sweeper releases them NOT_CHARGED and the
+  outcome relay puts them back on the orders queue, where they must be charged exactly once;
+* the provider's search lags :attr:`ChaosConfig.search_lag_seconds` (two hours by default), longer
+  than the sweeper's grace (one hour): the search sees none of the run's PaymentIntents, so every
+  release rests on the list (``GET /v1/payment_intents``) and every completion the sweeper makes
+  was found there.
 
 Then every write still in flight lands, the sweeper runs with a clock past every lease and the
-search grace, and the report says, at the provider's ledger and in the claims table: charges,
-double charges, lost orders (a claim released NOT_CHARGED is lost until the order is charged),
-declined attempts sent to the provider again, the money ordered and billed per currency, how each
-order ended before and after the sweep, which orders the sweeper resolved and how, and the
-verdict. The exit status is 0 only if the promise held: no order charged twice, none lost, no
-declined attempt sent again, every needs-reconciliation resolved, and invariants 6 (release only
-on proof) and 7 (the completed charge is the ledger's) unbroken.
+search grace, and "later" is played out: the relay re-queues what was released, delayed messages
+are delivered, they run, and what they leave open is swept again, until nothing moves. The report
+says, at the provider's ledger and in the claims table: charges, double charges, lost orders (a
+claim released NOT_CHARGED is lost until the order is charged), declined attempts sent to the
+provider again, the money ordered and billed per currency, how each order ended before and after
+the sweep, which orders the sweeper resolved and how, the outage and the search lag, the outcome
+events (one line per type) counted against the orders
+(:func:`saga_local.commands.events.tally`: after deduplication by ``eventId`` every order has
+exactly one final outcome event, or declines of earlier payment attempts before it, and it agrees
+with the provider's ledger), and the verdict.
+The exit status is 0 only if the promise held: no order charged twice, none lost, no declined
+attempt sent again, every needs-reconciliation resolved, invariants 6 (release only on proof) and
+7 (the completed charge is the ledger's) unbroken, and the outcome events exact.
 
 The stack is the embedded one, in-process (``retry_time_scale=0``: the ASL's Retry waits are
 recorded, not slept), with a short visibility timeout so redriven messages come back in seconds.
@@ -53,6 +68,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from saga_local.aws.moto_adapter import deliver_delayed_messages
 from saga_local.commands import simulate
+from saga_local.commands.events import OutcomeTally, tally
 from saga_local.runtime.faults import (
     LANDS_AFTER,
     POINTS,
@@ -63,6 +79,7 @@ from saga_local.runtime.faults import (
     kinds_at,
     redeliver,
 )
+from saga_local.stripe_emulator import Endpoint
 from saga_local.stripe_emulator import FaultKind as ProviderFaultKind
 
 if TYPE_CHECKING:
@@ -71,11 +88,14 @@ if TYPE_CHECKING:
     from payment_saga.reconcile import ReconcileDecision
     from saga_local.aws.embedded import EmbeddedStack
     from saga_local.aws.stack import Stack
-    from saga_local.stripe_emulator import LedgerEntry, ProviderFault
+    from saga_local.stripe_emulator import LedgerEntry, ProviderEmulator, ProviderFault
 
 PROVIDER_FAULT_KINDS: tuple[ProviderFaultKind, ...] = get_args(ProviderFaultKind)
-#: Rounds of "later" after the sweep: delayed re-queues delivered, run, and swept again.
-LATER_ROUNDS = 3
+#: Every endpoint the provider emulator serves: an outage fails them all.
+PROVIDER_ENDPOINTS: tuple[Endpoint, ...] = get_args(Endpoint)
+#: Rounds of "later" after the sweep, at most: delayed re-queues delivered, run, and swept again
+#: (an order is re-queued at most MaxRequeueAttempts (5) times).
+LATER_ROUNDS = 6
 #: The sweeper's default wait before it trusts "the provider's search found nothing" (seconds).
 SEARCH_GRACE_SECONDS = 3600
 
@@ -103,6 +123,12 @@ class ChaosConfig:
     retry_rate: float = 0.5
     #: Seconds before a message the start function failed is delivered again.
     visibility_timeout: int = 2
+    #: Wall-time seconds into the run when the provider goes down (:class:`Outage`).
+    outage_start_seconds: float = 60.0
+    #: How long every call to the provider fails (0: no outage).
+    outage_seconds: float = 180.0
+    #: How far behind the provider's search is: longer than the sweeper's grace.
+    search_lag_seconds: float = 7200.0
 
 
 @dataclass(frozen=True)
@@ -230,6 +256,91 @@ class Redeliverer:
             self.counts["failed (SQS would deliver again)"] += 1
 
 
+# -- the provider's outage ---------------------------------------------------------------------
+
+
+class Outage:
+    """The provider down for a window of wall time: every call to every endpoint fails.
+
+    From ``start_after`` seconds after :meth:`start` for ``seconds``, a failure rate of 1 on each
+    endpoint the emulator serves (``fail_before_apply``: a 500, nothing applied, as when Stripe's
+    API is down); then the rates are removed again, leaving every other fault of the run in place.
+    ``calls_failed`` counts the requests that reached the provider meanwhile (each one failed,
+    unless a fault aimed at its order was due first). An outage that has not begun when the run
+    is over never happens (:meth:`finish`); one under way lasts its whole window.
+    """
+
+    def __init__(self, provider: ProviderEmulator, *, start_after: float, seconds: float) -> None:
+        self.provider = provider
+        self.start_after = start_after
+        self.seconds = seconds
+        self.began: float | None = None  # seconds after start()
+        self.ended: float | None = None
+        self.calls_failed = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="chaos-provider-outage", daemon=True)
+        self._clock = time.monotonic()
+
+    def start(self) -> None:
+        if self.seconds > 0:
+            self._clock = time.monotonic()
+            self._thread.start()
+
+    def finish(self) -> None:
+        """Wait until the outage is over (it lasts its whole window, even past the last order); one
+        that has not begun yet is called off."""
+        with self._lock:
+            if self.began is None:
+                self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def abort(self) -> None:
+        """End the outage now (the run failed)."""
+        self._stop.set()
+        self.finish()
+
+    def _run(self) -> None:
+        if self._stop.wait(self.start_after):
+            return
+        with self._lock:
+            if self._stop.is_set():  # called off meanwhile
+                return
+            before = self._requests()
+            self.began = time.monotonic() - self._clock
+            for endpoint in PROVIDER_ENDPOINTS:
+                self.provider.set_failure_rate("fail_before_apply", 1.0, endpoint=endpoint)
+        try:
+            self._stop.wait(self.seconds)
+        finally:
+            for endpoint in PROVIDER_ENDPOINTS:
+                self.provider.set_failure_rate("fail_before_apply", 0.0, endpoint=endpoint)
+            self.ended = time.monotonic() - self._clock
+            self.calls_failed = self._requests() - before
+
+    def _requests(self) -> int:
+        return sum(self.provider.request_count(endpoint) for endpoint in PROVIDER_ENDPOINTS)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "startAfterSeconds": self.start_after,
+            "seconds": self.seconds,
+            "began": None if self.began is None else round(self.began, 1),
+            "ended": None if self.ended is None else round(self.ended, 1),
+            "callsFailed": self.calls_failed,
+        }
+
+    def line(self) -> str:
+        if self.began is None or self.ended is None:
+            return "provider outage      none"
+        return (
+            f"provider outage      {self.ended - self.began:.0f} s, from {self.began:.0f} s to"
+            f" {self.ended:.0f} s into the run: every call failed (500 before applying),"
+            f" {self.calls_failed} calls"
+        )
+
+
 # -- checking ----------------------------------------------------------------------------------
 
 
@@ -321,6 +432,21 @@ class ChaosReport:
     #: Charges sent for a payment attempt the provider had already declined.
     declined_sent_again: list[str] = field(default_factory=list)
     late_writes: dict[str, int] = field(default_factory=dict)
+    #: The provider's outage (:meth:`Outage.to_dict`).
+    outage: dict[str, Any] = field(default_factory=dict)
+    outage_line: str = "provider outage      none"
+    search_lag_seconds: float = 0.0
+    #: Requests the sweeps sent to the provider's search and list.
+    sweeper_requests: dict[str, int] = field(default_factory=dict)
+    #: The outcome events counted against the orders (None: the stack archives no outcome event).
+    outcomes: OutcomeTally | None = None
+
+    @property
+    def requeued_endings(self) -> dict[str, int]:
+        """Orders the relay re-queued, by their final outcome (``none`` if they have none)."""
+        if self.outcomes is None:
+            return {}
+        return dict(Counter(self.outcomes.final_by_order.get(o, "none") for o in self.outcomes.requeued))
 
     @property
     def sweep_counts(self) -> dict[str, int]:
@@ -336,6 +462,7 @@ class ChaosReport:
             "no order lost": (after or self.before).lost_orders == 0,
             "every needs-reconciliation resolved": after is not None and after.needs_reconciliation == 0,
             "invariants 6 and 7 hold": not self.violations_before and not self.violations_after,
+            "each order exactly one final outcome event": self.outcomes is not None and self.outcomes.exact,
         }
 
     @property
@@ -360,6 +487,11 @@ class ChaosReport:
             "violationsBefore": self.violations_before,
             "violationsAfter": self.violations_after,
             "wallSeconds": self.wall_seconds,
+            "outage": self.outage,
+            "searchLagSeconds": self.search_lag_seconds,
+            "sweeperRequests": self.sweeper_requests,
+            "outcomeEvents": None if self.outcomes is None else self.outcomes.to_dict(),
+            "requeuedEndings": self.requeued_endings,
             "checks": self.checks,
             "promiseKept": self.promise_kept,
         }
@@ -371,19 +503,23 @@ def run_chaos(
     *,
     progress: Callable[[int, int, float], None] | None = None,
 ) -> ChaosReport:
-    """Inject, run (``simulate.run``), redeliver, land late writes, measure, sweep, measure again."""
+    """Inject, run (``simulate.run``) through the outage, redeliver, land late writes, measure, sweep
+    and play out later, measure again, and count the outcome events against the orders."""
     began = time.monotonic()
     rng = random.Random(config.seed)
     orders = simulate.make_orders(config.orders, decline_rate=config.decline_rate, seed=config.seed)
     schedule = plan_faults(orders, config, rng)
     stack.faults.extend(schedule.faults)
     provider_faults = _inject_provider_faults(stack, schedule)
+    stack.provider.search_lag_seconds = config.search_lag_seconds
     redeliveries = Redeliverer(
         stack,
         orders,
         budget=round(config.orders * config.copies * config.redelivery_rate),
         seed=config.seed + 1,
     )
+    outage = Outage(stack.provider, start_after=config.outage_start_seconds, seconds=config.outage_seconds)
+    outage.start()
     redeliveries.start()
     try:
         ran = simulate.run(
@@ -396,8 +532,12 @@ def run_chaos(
             progress=progress,
             retry_rate=config.retry_rate,
         )
+    except BaseException:
+        outage.abort()
+        raise
     finally:
         redeliveries.stop()
+    outage.finish()  # the outage lasts its whole window; what it left open is settled below
     redeliveries.after_the_end()
     simulate.settle(stack)
     stack.faults.late.land_all()  # every write still in flight lands before anything is judged
@@ -407,20 +547,7 @@ def run_chaos(
     violations_before = broken_invariants(order_ids, stack.driver.claims(), stack.provider.charges())
 
     sweep_began = time.monotonic()
-    now = time.time() + claim_lease_seconds(stack.stack) + SEARCH_GRACE_SECONDS + 1
-    swept = sweep(stack, now=now)
-    for _ in range(LATER_ROUNDS if swept is not None else 0):
-        # Later: the outcome relay re-queues what the sweeper released NOT_CHARGED, orders re-queued
-        # with a delay (behind an open attempt) come back, they run, and what they leave open is
-        # swept again.
-        simulate.settle(stack)
-        stack.faults.late.land_all()
-        delivered = deliver_delayed_messages()
-        simulate.settle(stack)
-        more = sweep(stack, now=now) or []
-        swept = [*(swept or []), *more]
-        if not delivered and not more:
-            break
+    swept, sweeper_requests = sweep_and_play_out_later(stack)
     sweep_seconds = time.monotonic() - sweep_began
     after = violations_after = None
     if swept is not None:
@@ -454,7 +581,58 @@ def run_chaos(
             "landed": len(stack.faults.late.landed),
             "failed to land": len(stack.faults.late.failed),
         },
+        outage=outage.to_dict(),
+        outage_line=outage.line(),
+        search_lag_seconds=stack.provider.search_lag_seconds,
+        sweeper_requests=dict(sweeper_requests),
+        outcomes=count_outcome_events(stack, order_ids),
     )
+
+
+def sweep_and_play_out_later(stack: EmbeddedStack) -> tuple[list[Resolved] | None, Counter[str]]:
+    """Sweep with a clock past every lease and the grace; then, until nothing moves (at most
+    :data:`LATER_ROUNDS` times), let later happen: the outcome relay re-queues what the sweeper
+    released NOT_CHARGED, orders re-queued with a delay (behind an open attempt, or by the relay)
+    come back, they run, and what they leave open is swept again, with a clock past their leases.
+    Returns what the sweeps did, and the requests they sent to the provider's search and list.
+    """
+    lease = claim_lease_seconds(stack.stack)
+    requests: Counter[str] = Counter()
+
+    def sweep_now() -> list[Resolved] | None:
+        asked = _search_and_list_requests(stack)
+        resolved = sweep(stack, now=time.time() + lease + SEARCH_GRACE_SECONDS + 1)
+        requests.update({k: n - asked[k] for k, n in _search_and_list_requests(stack).items()})
+        return resolved
+
+    swept = sweep_now()
+    for _ in range(LATER_ROUNDS if swept is not None else 0):
+        simulate.settle(stack)
+        stack.faults.late.land_all()
+        delivered = deliver_delayed_messages()
+        simulate.settle(stack)
+        more = sweep_now() or []
+        swept = [*(swept or []), *more]
+        if not delivered and not more:
+            break
+    return swept, requests
+
+
+def count_outcome_events(stack: EmbeddedStack, order_ids: list[str]) -> OutcomeTally | None:
+    """Every outcome event the run published (read from the archive queue), counted against its
+    orders and the provider's ledger (:func:`saga_local.commands.events.tally`); None without an archive."""
+    log = stack.driver.outcome_log
+    if log is None:
+        return None
+    ledger: dict[str, list[str]] = defaultdict(list)
+    for charge in stack.provider.charges():
+        if charge.order_id is not None:
+            ledger[charge.order_id].append(charge.charge_id)
+    return tally(log.collect(), order_ids, ledger)
+
+
+def _search_and_list_requests(stack: EmbeddedStack) -> dict[str, int]:
+    return {endpoint: stack.provider.request_count(endpoint) for endpoint in ("search", "list")}
 
 
 def _inject_provider_faults(stack: EmbeddedStack, schedule: FaultSchedule) -> list[ProviderFault]:
@@ -479,14 +657,19 @@ def render(report: ChaosReport) -> str:
     )
     lines.extend(f"  {n:6d}  {kind}" for kind, n in report.faults_by_kind.items())
     lines.append("  by function: " + _counts(report.faults_by_function))
+    lines.append(report.outage_line)
     lines.append(f"late writes          {_counts(report.late_writes)}")
     lines.append(f"redeliveries         {_counts(report.redeliveries)}")
     lines.append(f"dead letters         {report.dead_letters}")
     lines.append(f"declined attempts sent to the provider again  {len(report.declined_sent_again)}")
     lines.append(f"endings, before the sweep  {_counts(report.before.order_endings)}")
     lines.extend(_render_sweep(report))
+    lines.extend(_render_outcomes(report))
     problems = report.before.problems + report.violations_before + report.violations_after
     problems += report.declined_sent_again
+    if report.outcomes is not None:
+        problems += [f"{o}: no final outcome event" for o in report.outcomes.missing[:20]]
+        problems += report.outcomes.problems[:20]
     if report.after is not None:
         problems += report.after.problems
     if problems:
@@ -513,6 +696,36 @@ def _render_sweep(report: ChaosReport) -> list[str]:
     return lines
 
 
+def _render_outcomes(report: ChaosReport) -> list[str]:
+    """One line per outcome type, then each order's final outcome counted against the orders."""
+    outcomes = report.outcomes
+    if outcomes is None:
+        return ["outcome events       none read: the stack has no outcome archive (OutcomeArchive=Enabled)"]
+    lines = [
+        f"outcome events       {sum(outcomes.by_type.values())} distinct"
+        f" ({outcomes.duplicates} duplicate deliveries dropped by eventId)"
+    ]
+    lines.extend(f"  {n:6d}  {kind}" for kind, n in sorted(outcomes.by_type.items()))
+    lines.append(
+        f"final outcome events per order ({report.before.orders} orders: exactly one each, after"
+        " declines of earlier payment attempts)"
+    )
+    lines.extend(f"  {n:6d}  {kind}" for kind, n in sorted(outcomes.by_final.items()))
+    lines.append(f"  {len(outcomes.missing):6d}  without a final outcome event")
+    lines.append(f"  {len(outcomes.charged_twice):6d}  with two OrderCharged")
+    lines.append(f"  {len(outcomes.problems):6d}  with final events out of rule or against the ledger")
+    lines.append(
+        f"re-queued by the relay  {len(outcomes.requeued)} orders, ended: {_counts(report.requeued_endings)}"
+    )
+    lines.append(
+        f"search lag           {report.search_lag_seconds:.0f} s"
+        f" (the sweeper's grace: {SEARCH_GRACE_SECONDS} s);"
+        f" the sweeps asked the search {report.sweeper_requests.get('search', 0)} times and the list"
+        f" {report.sweeper_requests.get('list', 0)} times"
+    )
+    return lines
+
+
 def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{name} {n}" for name, n in sorted(counts.items())) or "none"
 
@@ -532,6 +745,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency", type=int, default=defaults.concurrency, help="concurrent SQS pollers"
     )
     parser.add_argument("--seed", type=int, default=defaults.seed, help="the same seed draws the same faults")
+    parser.add_argument(
+        "--outage-start",
+        type=float,
+        default=defaults.outage_start_seconds,
+        help="seconds into the run when the provider goes down",
+    )
+    parser.add_argument(
+        "--outage-seconds",
+        type=float,
+        default=defaults.outage_seconds,
+        help="how long every call to the provider fails (0: no outage)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--log-file", help="where the functions' JSON logs go (default: discarded)")
     return parser
@@ -540,7 +765,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the chaos; 0 if the promise held, 1 if it broke, 2 if it could not be judged (no sweeper)."""
     args = build_parser().parse_args(argv)
-    config = ChaosConfig(orders=args.orders, copies=args.copies, concurrency=args.concurrency, seed=args.seed)
+    config = ChaosConfig(
+        orders=args.orders,
+        copies=args.copies,
+        concurrency=args.concurrency,
+        seed=args.seed,
+        outage_start_seconds=args.outage_start,
+        outage_seconds=args.outage_seconds,
+    )
     from saga_local.aws.embedded import EmbeddedStack
 
     progress = None if args.json else simulate.progress_bar

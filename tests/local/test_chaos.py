@@ -2,7 +2,9 @@
 
 The rates are turned up so that 30 orders exercise every path the big run does: stopped
 executions and unknown outcomes that leave claims for the sweeper, redeliveries, start-function
-failures that redrive messages.
+failures that redrive messages, a provider outage (a few seconds here, minutes in the big run)
+whose orders the sweeper releases and the relay sends again, a search lag longer than the
+sweeper's grace; then the outcome events are counted against the orders.
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ from typing import TYPE_CHECKING
 import pytest
 
 from saga_local.aws.embedded import EmbeddedStack
-from saga_local.commands.chaos import ChaosConfig, broken_invariants, main, plan_faults, render, run_chaos
+from saga_local.commands.chaos import (
+    SEARCH_GRACE_SECONDS,
+    ChaosConfig,
+    broken_invariants,
+    main,
+    plan_faults,
+    render,
+    run_chaos,
+)
+from saga_local.commands.events import OutcomeEvent, final_outcomes, tally
 from saga_local.commands.simulate import LOST_ENDINGS, make_orders, money, order_ending
 from saga_local.stripe_emulator import LedgerEntry
 
@@ -34,15 +45,42 @@ SMALL = ChaosConfig(
     stop_rate=0.2,
     redelivery_rate=0.1,
     visibility_timeout=1,
+    outage_start_seconds=1.0,
+    outage_seconds=3.0,
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class SmallRun:
+    report: ChaosReport
+    #: Every outcome event delivery the run published, as read from the archive queue.
+    events: list[OutcomeEvent]
+    #: orderId -> the provider's charge ids.
+    ledger: dict[str, list[str]]
+
+    @property
+    def order_ids(self) -> list[str]:
+        return [
+            o["orderId"] for o in make_orders(SMALL.orders, decline_rate=SMALL.decline_rate, seed=SMALL.seed)
+        ]
+
+
 @pytest.fixture(scope="module")
-def small_run() -> ChaosReport:
+def small() -> SmallRun:
     with EmbeddedStack(
         runtime="inprocess", retry_time_scale=0, visibility_timeout=SMALL.visibility_timeout
     ) as stack:
-        return run_chaos(stack, SMALL)
+        report = run_chaos(stack, SMALL)
+        assert stack.driver.outcome_log is not None
+        ledger: dict[str, list[str]] = {}
+        for entry in stack.provider.charges():
+            ledger.setdefault(entry.order_id or "", []).append(entry.charge_id)
+        return SmallRun(report, stack.driver.outcome_log.collect(), ledger)
+
+
+@pytest.fixture(scope="module")
+def small_run(small: SmallRun) -> ChaosReport:
+    return small.report
 
 
 def test_a_small_chaos_run_keeps_the_promise(small_run: ChaosReport) -> None:
@@ -96,6 +134,80 @@ def test_the_report_is_words_and_figures_with_money_and_what_the_sweeper_did(sma
     assert "declined attempts sent to the provider again  0" in text
 
 
+def test_the_outage_leaves_orders_for_the_sweeper_and_the_relay_charges_them_later(
+    small_run: ChaosReport,
+) -> None:
+    assert small_run.outage["callsFailed"] > 0, "the provider's outage met no call: start it earlier"
+    outcomes = small_run.outcomes
+    assert outcomes is not None
+    assert outcomes.by_type["OrderNeedsReconciliation"] > 0
+    assert small_run.sweep_counts.get("released", 0) > 0, "the sweeper released nothing NOT_CHARGED"
+    assert outcomes.requeued, "the relay re-queued no order"
+    # Each order sent again ends charged (or in another customer-visible end), never without an end.
+    assert set(small_run.requeued_endings) <= {"OrderCharged", "OrderNeedsAttention", "OrderDeclined"}
+    assert small_run.requeued_endings.get("OrderCharged", 0) > 0
+
+
+def test_with_the_search_behind_the_grace_the_sweepers_decisions_rest_on_the_list(
+    small_run: ChaosReport,
+) -> None:
+    assert small_run.search_lag_seconds > SEARCH_GRACE_SECONDS
+    assert small_run.sweeper_requests["list"] > 0
+    # The search saw none of the run's PaymentIntents: every charge the sweeper found, it found in
+    # the list, and no release let a landed charge be charged again.
+    assert small_run.sweep_counts.get("completed", 0) > 0
+    assert small_run.after is not None
+    assert small_run.after.double_charged_orders == 0
+
+
+def test_every_order_has_exactly_one_final_outcome_event_that_agrees_with_the_ledger(
+    small_run: ChaosReport,
+) -> None:
+    outcomes = small_run.outcomes
+    assert outcomes is not None
+    assert outcomes.missing == []
+    assert outcomes.problems == []
+    assert outcomes.charged_twice == []
+    assert sum(outcomes.by_final.values()) == SMALL.orders
+    assert small_run.after is not None
+    assert outcomes.by_final["OrderCharged"] == small_run.after.charged
+    assert outcomes.by_final["OrderDeclined"] == small_run.after.declined
+    assert small_run.checks["each order exactly one final outcome event"]
+    text = render(small_run)
+    assert f"  {outcomes.by_type['OrderCharged']:6d}  OrderCharged" in text
+    assert "       0  without a final outcome event" in text
+    assert "       0  with two OrderCharged" in text
+
+
+def test_the_verdict_fails_when_an_order_has_no_final_outcome_event(small: SmallRun) -> None:
+    # The run's own events, but every delivery of one order's OrderCharged dropped, as if the relay
+    # had lost it; and every other event delivered twice (at least once: that is allowed).
+    finals = final_outcomes(small.events)
+    order_id = next(o for o in small.order_ids if finals.get(o) == ["OrderCharged"])
+    kept = [e for e in small.events if (e.order_id, e.detail_type) != (order_id, "OrderCharged")]
+
+    outcomes = tally([*kept, *kept], small.order_ids, small.ledger)
+
+    assert outcomes.missing == [order_id]
+    assert outcomes.problems == []
+    assert outcomes.duplicates >= len(kept)
+    broken = dataclasses.replace(small.report, outcomes=outcomes)
+    assert not broken.checks["each order exactly one final outcome event"]
+    assert not broken.promise_kept
+    assert "FAIL  each order exactly one final outcome event" in render(broken)
+
+
+def test_the_verdict_fails_when_an_order_has_two_charge_events(small: SmallRun) -> None:
+    charged = next(e for e in small.events if e.detail_type == "OrderCharged")
+    again = dataclasses.replace(charged, detail={**charged.detail, "eventId": charged.event_id + "-again"})
+
+    outcomes = tally([*small.events, again], small.order_ids, small.ledger)
+
+    assert outcomes.charged_twice == [charged.order_id]
+    assert not dataclasses.replace(small.report, outcomes=outcomes).promise_kept
+    assert tally(small.events, small.order_ids, small.ledger).exact, "the run's own events are exact"
+
+
 def test_the_same_seed_draws_the_same_faults() -> None:
     orders = make_orders(50, seed=3)
 
@@ -133,10 +245,13 @@ def test_the_audit_catches_each_broken_invariant() -> None:
 
 
 def test_main_prints_a_json_report_and_exits_by_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
-    status = main(["--orders", "3", "--copies", "2", "--concurrency", "1", "--seed", "5", "--json"])
+    flags = ["--orders", "3", "--copies", "2", "--concurrency", "1", "--seed", "5", "--json"]
+    status = main([*flags, "--outage-start", "0", "--outage-seconds", "0.5"])
 
     report = json.loads(capsys.readouterr().out)
     assert report["before"]["orders"] == 3
+    assert report["outage"]["seconds"] == 0.5
+    assert sum(report["outcomeEvents"]["byFinal"].values()) == 3
     assert report["before"]["deliveries"] >= 6  # and the customers' retries of declined orders
     assert status == (0 if report["promiseKept"] else 1)
 
