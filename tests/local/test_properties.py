@@ -51,7 +51,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from saga_local.aws.moto_adapter import deliver_delayed_messages
-from saga_local.commands.chaos import broken_invariants
+from saga_local.commands.chaos import LATER_ROUNDS, broken_invariants
 from saga_local.commands.simulate import settle
 from saga_local.runtime.faults import (
     KINDS,
@@ -287,13 +287,16 @@ def run(saga: Saga, scenario: Scenario, ids: list[str]) -> None:
 
 def later(saga: Saga) -> None:
     """Time passes after the sweep: orders re-queued with a delay (behind an open payment attempt,
-    or proven never charged) come back and run; whatever they leave open is swept again."""
-    for _ in range(3):
+    or proven never charged) come back and run; whatever they leave open is swept again, so that
+    the last thing that happens is a sweep that finds nothing to decide (as ``saga chaos`` does, for
+    at most as many rounds: an order is re-queued at most MaxRequeueAttempts times)."""
+    for _ in range(LATER_ROUNDS):
         settle(saga, timeout=120)  # the outcome relay re-queues what the sweep released NOT_CHARGED
         saga.faults.late.land_all()
         delivered = deliver_delayed_messages()
         settle(saga, timeout=120)
-        if not delivered and not sweep(saga).decisions:
+        decided = sweep(saga).decisions  # every round, a round that delivered included
+        if not delivered and not decided:
             return
 
 
