@@ -6,10 +6,17 @@
 * a message that is not deleted becomes visible again after the visibility timeout, and the
   queue's redrive policy moves it to the dead-letter queue after ``maxReceiveCount`` receives
   (moto's SQS applies that, as SQS does).
+* a batch stays invisible while its invocation runs. AWS asks for a visibility timeout of at least
+  the function's timeout (six times, says Lambda's guide), so an invocation never outlives it; the
+  local stack compresses the timeout to seconds, so that a failed message comes back quickly, and
+  keeps that promise by extending the batch's visibility while the invocation runs. Without it a
+  slow batch on a busy machine came back while it ran, was received again and again, and was
+  dead-lettered after ``maxReceiveCount`` receives: a delivery lost.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -18,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 
 @dataclass
@@ -31,6 +38,10 @@ class EventSourceStats:
     throttled: int = 0
     #: Polls that raised (a failed receive): retried, as Lambda's pollers retry.
     poll_errors: int = 0
+    #: Visibility extensions of batches still being handled (see the module's docstring).
+    extended: int = 0
+    #: Deletes SQS refused (the message comes back and is handled again: a redelivery, not a loss).
+    delete_failed: int = 0
 
 
 @dataclass
@@ -46,6 +57,8 @@ class SqsEventSource:
     report_batch_item_failures: bool = True
     region: str = "us-east-1"
     stats: EventSourceStats = field(default_factory=EventSourceStats)
+    #: The queue's visibility timeout in seconds (read from the queue when None).
+    visibility_timeout: int | None = None
 
     def poll_once(self, wait_seconds: int = 0) -> int:
         """Receive one batch and hand it to the function. Returns how many messages were received."""
@@ -61,17 +74,53 @@ class SqsEventSource:
             return 0
         self.stats.batches += 1
         self.stats.messages += len(messages)
-        failed_ids = self._invoke(messages)
+        with self._kept_invisible(messages):
+            failed_ids = self._invoke(messages)
         to_delete = [m for m in messages if m["MessageId"] not in failed_ids]
+        refused = 0
         for start in range(0, len(to_delete), 10):
             chunk = to_delete[start : start + 10]
-            self.sqs.delete_message_batch(
+            response = self.sqs.delete_message_batch(
                 QueueUrl=self.queue_url,
                 Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)],
             )
-        self.stats.deleted += len(to_delete)
+            refused += len(response.get("Failed", []))
+        self.stats.delete_failed += refused
+        self.stats.deleted += len(to_delete) - refused
         self.stats.failed += len(messages) - len(to_delete)
         return len(messages)
+
+    @contextlib.contextmanager
+    def _kept_invisible(self, messages: list[dict[str, Any]]) -> Iterator[None]:
+        """Extend the batch's visibility every half timeout until the block ends."""
+        timeout = self._visibility_timeout()
+        done = threading.Event()
+
+        def extend() -> None:
+            while not done.wait(timeout / 2):
+                entries = [
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": timeout}
+                    for i, m in enumerate(messages)
+                ]
+                with contextlib.suppress(Exception):  # a missed extension is retried half a timeout on
+                    self.sqs.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)
+                    self.stats.extended += 1
+
+        heartbeat = threading.Thread(target=extend, daemon=True)
+        heartbeat.start()
+        try:
+            yield
+        finally:
+            done.set()
+            heartbeat.join()
+
+    def _visibility_timeout(self) -> int:
+        if self.visibility_timeout is None:
+            attributes = self.sqs.get_queue_attributes(
+                QueueUrl=self.queue_url, AttributeNames=["VisibilityTimeout"]
+            )["Attributes"]
+            self.visibility_timeout = max(int(attributes["VisibilityTimeout"]), 1)
+        return self.visibility_timeout
 
     def _invoke(self, messages: list[dict[str, Any]]) -> set[str]:
         """Invoke the function; return the MessageIds that must stay on the queue."""
