@@ -329,6 +329,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             decline_rate=args.decline_rate,
             seed=args.seed,
             progress=progress,
+            retire_after=simulate.RETIRE_AFTER_SECONDS,
         )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))

@@ -8,22 +8,53 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from saga_local.aws import moto_adapter
 from saga_local.aws.event_source import SqsEventSource
 from saga_local.aws.stream_source import StreamEventSource, stream_event_source
 from saga_local.commands.events import OutcomeLog
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
     from saga_local.aws.stack import Stack
 
 TERMINAL = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+
+
+#: The start Lambda names an execution ``<orderId>-<MessageId>``: the order id with anything but
+#: letters, digits, ``-`` and ``_`` made ``_``, cut to leave room for the 36-character MessageId
+#: within the 80 characters a name may have (functions/handlers/start_execution.py).
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_MESSAGE_ID_LENGTH = 36
+_ORDER_ROOM = 80 - _MESSAGE_ID_LENGTH - 1
+
+
+def _order_key(order_id: str) -> str:
+    return _UNSAFE.sub("_", order_id)[:_ORDER_ROOM]
+
+
+def _order_key_of_name(name: str) -> str | None:
+    cut = len(name) - _MESSAGE_ID_LENGTH - 1
+    return name[:cut] if cut > 0 and name[cut] == "-" else None
+
+
+@dataclass(frozen=True)
+class ExecutionSummary:
+    """One execution as a report counts it: ``order_key`` is the order id its name carries."""
+
+    name: str
+    order_key: str | None
+    status: str
+    error: str | None
+    start_date: datetime
 
 
 @dataclass(frozen=True)
@@ -170,7 +201,7 @@ class Driver:
         ``max_running`` pauses the pollers while that many executions are running.
         """
         stop = threading.Event()
-        saturated = None if max_running is None else (lambda: self.running_count() >= max_running)
+        saturated = None if max_running is None else _Saturation(self.running_count, max_running)
         threads = [
             threading.Thread(
                 target=self.event_source.run, args=(stop,), kwargs={"saturated": saturated}, daemon=True
@@ -289,19 +320,49 @@ class Driver:
             messages.update({m["MessageId"]: m for m in fresh})
         return list(messages.values())
 
-    def outcome_counts(self) -> Counter[str]:
-        """Executions by status, failures by their error: cheap (DescribeExecution only for failures)."""
-        counts: Counter[str] = Counter()
+    def executions(
+        self, *, since: datetime | None = None, order_ids: Iterable[str] | None = None
+    ) -> list[ExecutionSummary]:
+        """Every execution (retired ones too, see :meth:`retire_executions`), or those started at or
+        after ``since`` for one of ``order_ids`` (read from the execution's name, which the start
+        Lambda makes ``<orderId>-<MessageId>``). A failure's error costs one DescribeExecution."""
+        keys = None if order_ids is None else {_order_key(order_id) for order_id in order_ids}
+        listed: list[dict[str, Any]] = [
+            {"name": r.name, "executionArn": r.arn, "status": r.status, "startDate": r.start_date}
+            for r in moto_adapter.retired_executions(self.stack.state_machine_arn)
+        ]
         for page in self.sfn.get_paginator("list_executions").paginate(
             stateMachineArn=self.stack.state_machine_arn
         ):
-            for execution in page["executions"]:
-                if execution["status"] == "FAILED":
-                    error = self.sfn.describe_execution(executionArn=execution["executionArn"]).get("error")
-                    counts[error or "FAILED"] += 1
-                else:
-                    counts[execution["status"]] += 1
-        return counts
+            listed.extend(page["executions"])
+        summaries = []
+        for execution in listed:
+            order_key = _order_key_of_name(execution["name"])
+            if keys is not None and order_key not in keys:
+                continue
+            if since is not None and execution["startDate"] < since:
+                continue
+            error = None
+            if execution["status"] == "FAILED":
+                error = self.sfn.describe_execution(executionArn=execution["executionArn"]).get("error")
+            summaries.append(
+                ExecutionSummary(
+                    execution["name"], order_key, execution["status"], error, execution["startDate"]
+                )
+            )
+        return summaries
+
+    def outcome_counts(
+        self, *, since: datetime | None = None, order_ids: Iterable[str] | None = None
+    ) -> Counter[str]:
+        """Executions by status, failures by their error (scoped as :meth:`executions` is)."""
+        return Counter(e.error or e.status for e in self.executions(since=since, order_ids=order_ids))
+
+    def retire_executions(self, *, closed_for: float) -> int:
+        """Retire the succeeded executions closed more than ``closed_for`` seconds ago, as Step
+        Functions' retention does (:func:`saga_local.aws.moto_adapter.retire_executions`): they leave
+        ListExecutions and DescribeExecution, and still count in :meth:`executions`."""
+        return moto_adapter.retire_executions(self.stack.state_machine_arn, closed_for=closed_for)
 
     def outcomes(self) -> Counter[str]:
         return Counter(r.outcome for r in self.results(with_path=False))
@@ -314,3 +375,28 @@ class Driver:
                 row = {k: next(iter(v.values())) for k, v in item.items()}
                 rows[row["orderId"]] = row
         return rows
+
+
+class _Saturation:
+    """Whether ``limit`` executions are running, asked at most every ``interval`` seconds.
+
+    Every poller asks before every poll; each answer is a ListExecutions that serialises every
+    running execution, which cost a fifth of a busy run's CPU when each poller asked on its own.
+    A cap read a tenth of a second late is still a cap.
+    """
+
+    def __init__(self, count: Callable[[], int], limit: int, *, interval: float = 0.1) -> None:
+        self._count = count
+        self._limit = limit
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._read_at = -interval
+        self._running = 0
+
+    def __call__(self) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._read_at >= self._interval:
+                self._running = self._count()
+                self._read_at = now
+            return self._running >= self._limit

@@ -15,11 +15,18 @@ followed by a store with no lock. This module patches three internals, all guard
   execution's own environment, so one program serves many executions).
 * the engine's clients and JSONPath parser -> cached: moto builds a new boto3 client for every
   Lambda task and re-parses every JSONPath on every evaluation, which dominates a busy run.
+* EventBridge's target input -> its JSONPaths parsed once: moto re-parses them (building a
+  parser, tables and all) for every target of every event put, a tenth of a busy run's CPU.
 * SQS's retention check -> reads the queue's retention period directly: moto computes every
   queue attribute (walking every message) for every message it considers receiving, which makes
   a receive quadratic in the queue's depth. Same answer, linear time.
 * the execution's context object -> gains ``Execution.RedriveCount`` (0), which AWS has carried
   since executions could be redriven and the Charge step reads; moto 5.2.5 omits it.
+* Step Functions' executions -> retirable (:func:`retire_executions`): a closed execution past a
+  horizon leaves moto's list, as Step Functions' retention removes it, and keeps its name (a start
+  under it still answers ``ExecutionAlreadyExists``) and a summary for reports
+  (:func:`retired_executions`). moto keeps every execution with its history, and walks them all on
+  every start, describe and list: a long local run grew by ~70 MB and slowed per 1,000 orders.
 * DynamoDB's request handling -> serialised behind one lock, so a conditional write (and the
   ``ALL_OLD`` item it returns, which moto reads *before* applying the write) is atomic under
   concurrent requests, as it is in DynamoDB. Without it two racing claims can both win.
@@ -28,24 +35,30 @@ followed by a store with no lock. This module patches three internals, all guard
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import threading
 import time as _time
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from unittest import mock
 
+import jsonpath_ng.ext as jsonpath_ext
 import moto
 from moto.awslambda import models as lambda_models
 from moto.awslambda.exceptions import LambdaClientError
 from moto.core.config import DefaultConfig
 from moto.dynamodb.responses import DynamoHandler
 from moto.sqs.models import SQSBackend
+from moto.stepfunctions.exceptions import ExecutionAlreadyExists
+from moto.stepfunctions.models import StateMachine
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.utils import boto_client as engine_boto_client
 from moto.stepfunctions.parser.asl.utils import json_path as engine_json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+from moto.stepfunctions.parser.models import StepFunctionsParserBackend, stepfunctions_parser_backends
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -160,6 +173,98 @@ def _prewarm_heap_keys(root: Any) -> None:
             stack.extend(node.values())
 
 
+@dataclass(frozen=True)
+class RetiredExecution:
+    """What a report needs of an execution moto no longer keeps (ListExecutions' fields, and the error)."""
+
+    name: str
+    arn: str
+    status: str
+    start_date: datetime.datetime
+    stop_date: datetime.datetime
+
+
+#: Starts and retirements of executions, one at a time: moto appends to the state machine's list
+#: while a retirement replaces it.
+_EXECUTIONS_LOCK = threading.RLock()
+
+
+#: Per moto state machine (gone with it): its retired executions by name. Not an attribute of the
+#: state machine, which moto deep-copies into every execution it starts.
+_RETIRED: weakref.WeakKeyDictionary[Any, dict[str, RetiredExecution]] = weakref.WeakKeyDictionary()
+
+
+def _retired_of(state_machine: Any) -> dict[str, RetiredExecution]:
+    with _EXECUTIONS_LOCK:
+        return _RETIRED.setdefault(state_machine, {})
+
+
+def _start_execution(original: Any) -> Any:
+    @functools.wraps(original)
+    def start_execution(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with _EXECUTIONS_LOCK:
+            return original(self, *args, **kwargs)
+
+    return start_execution
+
+
+def _name_idempotency(original: Any) -> Any:
+    @functools.wraps(original)
+    def handle(self: Any, name: str, execution_input: str) -> Any:
+        retired = _retired_of(self).get(name)
+        if retired is not None:  # closed, so Step Functions refuses the name whatever the input
+            raise ExecutionAlreadyExists("Execution Already Exists: '" + retired.arn + "'")
+        return original(self, name, execution_input)
+
+    return handle
+
+
+def _state_machines(state_machine_arn: str) -> Iterator[Any]:
+    for regions in list(stepfunctions_parser_backends.values()):
+        for backend in list(regions.values()):
+            for state_machine in list(backend.state_machines):
+                if state_machine.arn == state_machine_arn:
+                    yield state_machine
+
+
+def retire_executions(state_machine_arn: str, *, closed_for: float) -> int:
+    """Drop the executions of ``state_machine_arn`` closed more than ``closed_for`` seconds ago
+    from moto, keeping each one's name and summary (:func:`retired_executions`). Returns how many.
+
+    Step Functions keeps a closed execution for a retention period, then it is gone from
+    ListExecutions and DescribeExecution, and its name stays refused. This is that, with a horizon
+    a long local run can afford. Executions that did not succeed are kept (what ``saga trace`` is
+    for); so is every execution of a run that does not call this.
+    """
+    horizon = datetime.datetime.now(tz=datetime.UTC) - datetime.timedelta(seconds=closed_for)
+    count = 0
+    for state_machine in _state_machines(state_machine_arn):
+        with _EXECUTIONS_LOCK:
+            kept: list[Any] = []
+            retired = _retired_of(state_machine)
+            for execution in state_machine.executions:
+                status = getattr(execution.exec_status, "value", None)
+                stopped = execution.stop_date
+                if status != "SUCCEEDED" or stopped is None or stopped > horizon:
+                    kept.append(execution)
+                    continue
+                retired[execution.name] = RetiredExecution(
+                    execution.name, execution.execution_arn, status, execution.start_date, stopped
+                )
+                count += 1
+            # A new list, not edits to the old: a reader iterating the old one sees it unchanged.
+            state_machine.executions = kept
+    return count
+
+
+def retired_executions(state_machine_arn: str) -> list[RetiredExecution]:
+    """The executions :func:`retire_executions` dropped, oldest first."""
+    retired: list[RetiredExecution] = []
+    for state_machine in _state_machines(state_machine_arn):
+        retired.extend(_retired_of(state_machine).values())
+    return sorted(retired, key=lambda r: r.start_date)
+
+
 def check_moto_version() -> None:
     if moto.__version__ != MOTO_VERSION:
         raise RuntimeError(
@@ -215,7 +320,18 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
         (ExecutionWorker, "_get_evaluation_entrypoint", evaluation_entrypoint),
         (engine_boto_client, "boto3", _CachedBoto3(engine_boto_client.boto3)),
         (engine_json_path, "parse", functools.lru_cache(maxsize=4096)(engine_json_path.parse)),
+        (jsonpath_ext, "parse", functools.lru_cache(maxsize=256)(jsonpath_ext.parse)),
         (SQSBackend, "is_message_valid_based_on_retention_period", _retention_check),
+        (
+            StepFunctionsParserBackend,
+            "start_execution",
+            _start_execution(StepFunctionsParserBackend.start_execution),
+        ),
+        (
+            StateMachine,
+            "_handle_name_input_idempotency",
+            _name_idempotency(StateMachine._handle_name_input_idempotency),
+        ),
     ]
     if not getattr(DynamoHandler.call_action, "__saga_locked__", False):
         patches.append((DynamoHandler, "call_action", _locked(DynamoHandler.call_action)))

@@ -19,11 +19,13 @@ import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from saga_local.aws.driver import ExecutionSummary
     from saga_local.aws.embedded import EmbeddedStack
 
 DECLINING_CARD = "pm_card_chargeDeclined"
@@ -75,6 +77,8 @@ class Report:
     order_endings: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     money: list[Money] = field(default_factory=list)
+    #: Why each lost order was lost (every one is counted here; ``problems`` names the first few).
+    lost_reasons: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,6 +138,13 @@ MAX_QUEUE_DEPTH = 200
 MAX_RUNNING_EXECUTIONS = 64
 
 
+#: How often a run with ``retire_after`` retires closed executions.
+RETIRE_EVERY_SECONDS = 2.0
+#: ``saga simulate``'s horizon: a succeeded execution leaves moto 30 s after it closed (Step
+#: Functions keeps them 90 days; a local run keeps what its report needs).
+RETIRE_AFTER_SECONDS = 30.0
+
+
 def shuffled_deliveries(orders: list[dict[str, Any]], copies: int, *, seed: int = 11) -> list[dict[str, Any]]:
     """Every order ``copies`` times, shuffled, as a misbehaving producer would send them."""
     bodies = [order for order in orders for _ in range(copies)]
@@ -174,6 +185,7 @@ def run(
     timeout: float = 3600.0,
     prefix: str = "SIM",
     retry_rate: float = 0.0,
+    retire_after: float | None = None,
 ) -> Report:
     """Send, pump until idle, and measure. ``concurrency`` is the number of concurrent pollers.
 
@@ -181,12 +193,16 @@ def run(
     ``retry_rate`` is the share of declined orders whose customer pays again
     (:func:`customer_retries`): their retries, ``copies`` each, and one late copy of the first
     attempt are sent after every first delivery.
+    ``retire_after`` (seconds) retires succeeded executions closed that long ago while the run goes
+    on (:meth:`~saga_local.aws.driver.Driver.retire_executions`), so that a long run's memory stays
+    bounded; the report still counts them.
     """
     batch = make_orders(orders, decline_rate=decline_rate, seed=seed, prefix=prefix)
     bodies = shuffled_deliveries(batch, copies, seed=seed)
     retries, late = customer_retries(batch, rate=retry_rate, seed=seed)
     bodies += shuffled_deliveries(retries, copies, seed=seed) + late
     deliveries = len(bodies)
+    scope = RunScope.now(stack)
     began = time.monotonic()
     producer = threading.Thread(target=send_all, args=(stack, bodies), daemon=True)
     producer.start()
@@ -201,13 +217,14 @@ def run(
             timeout=timeout,
             busy=producer.is_alive,
             max_running=MAX_RUNNING_EXECUTIONS,
+            retire_after=retire_after,
         )
     finally:
         stop.set()
         if progress is not None:
             watcher.join()
     wall = time.monotonic() - began
-    return measure(stack, batch, deliveries=deliveries, wall_seconds=wall)
+    return measure(stack, batch, deliveries=deliveries, wall_seconds=wall, scope=scope)
 
 
 def settle(
@@ -217,6 +234,7 @@ def settle(
     timeout: float = 600.0,
     busy: Callable[[], bool] | None = None,
     max_running: int | None = None,
+    retire_after: float | None = None,
 ) -> None:
     """Run the orders queue's pollers and the outcome relay until nothing can happen *now*: no
     message visible or in flight, no execution running, the relay drained.
@@ -227,8 +245,12 @@ def settle(
     """
     driver = stack.driver
     deadline = time.monotonic() + timeout
+    retired_at = time.monotonic()
     with driver.polling(pollers=pollers, max_running=max_running):
         while time.monotonic() < deadline:
+            if retire_after is not None and time.monotonic() - retired_at >= RETIRE_EVERY_SECONDS:
+                driver.retire_executions(closed_for=retire_after)
+                retired_at = time.monotonic()
             relayed = driver.relay() if hasattr(driver, "relay") else 0
             if (busy is None or not busy()) and not relayed and _idle(driver):
                 time.sleep(0.05)  # a poller mid-batch finishes before the stack is called idle
@@ -259,30 +281,53 @@ def _watch(
             progress(min(done, total), total, began)
 
 
+@dataclass(frozen=True)
+class RunScope:
+    """What a report counts as its own run on a stack that may have run others before it: the
+    executions started since ``since`` for its orders, the messages received beyond
+    ``messages_before``."""
+
+    since: datetime | None = None
+    messages_before: int = 0
+
+    @classmethod
+    def now(cls, stack: EmbeddedStack) -> RunScope:
+        # Step Functions' dates are read back to the millisecond: a start in this very millisecond
+        # must not fall before the run.
+        since = datetime.now(tz=UTC) - timedelta(milliseconds=1)
+        return cls(since=since, messages_before=stack.driver.event_source.stats.messages)
+
+
 def measure(
-    stack: EmbeddedStack, orders: list[dict[str, Any]], *, deliveries: int, wall_seconds: float
+    stack: EmbeddedStack,
+    orders: list[dict[str, Any]],
+    *,
+    deliveries: int,
+    wall_seconds: float,
+    scope: RunScope | None = None,
 ) -> Report:
-    """Read the ledger, the claims and the executions, and classify every order."""
-    charges = stack.provider.charges()
-    ledger = Counter(c.order_id for c in charges)
+    """Read the ledger, the claims and the executions, and classify every order.
+
+    Only this run's orders count, and only their executions since ``scope.since``: a stack that ran
+    other orders before reports them in their own report, not in this one.
+    """
+    scope = scope or RunScope()
+    order_ids = {order["orderId"] for order in orders}
+    charges = [c for c in stack.provider.charges() if c.order_id in order_ids]
+    ledger: Counter[str] = Counter(str(c.order_id) for c in charges)
     claims = stack.driver.claims()
-    outcomes = stack.driver.outcome_counts()
+    summaries = stack.driver.executions(since=scope.since, order_ids=order_ids)
+    outcomes = Counter(e.error or e.status for e in summaries)
     executions = sum(outcomes.values())
     endings: Counter[str] = Counter()
-    problems: list[str] = []
     ended: dict[str, str] = {}
     for order in orders:
         order_id = order["orderId"]
         ending = order_ending(claims.get(order_id), ledger.get(order_id, 0))
         ended[order_id] = ending
         endings[ending] += 1
-        if ending == "double-charged":
-            problems.append(f"{order_id}: charged {ledger[order_id]} times")
-        elif ending in LOST_ENDINGS:
-            claim = claims.get(order_id)
-            state = f"claim {claim['status']}" if claim else "no claim"
-            reason = f" {claim['releaseReason']}" if claim and claim.get("releaseReason") else ""
-            problems.append(f"{order_id}: lost ({state}{reason}, {ledger.get(order_id, 0)} charges)")
+    problems, lost_reasons, dead_lettered = _problems(stack, orders, ended, claims, ledger, summaries)
+    received = stack.driver.event_source.stats.messages - scope.messages_before
     return Report(
         orders=len(orders),
         deliveries=deliveries,
@@ -294,11 +339,11 @@ def measure(
         needs_reconciliation=endings["needs-reconciliation"],
         conflicts=outcomes.get("OrderConflict", 0),
         duplicates_suppressed={
-            "start": max(stack.driver.event_source.stats.messages - executions, 0),
+            "start": max(received - executions, 0),
             "claim": outcomes.get("SUCCEEDED", 0) - endings["charged"],
         },
         executions=executions,
-        dead_lettered=stack.driver.queue_depth(stack.stack.dead_letter_queue_url),
+        dead_lettered=dead_lettered,
         execution_outcomes=dict(outcomes),
         wall_seconds=round(wall_seconds, 2),
         orders_per_second=round(len(orders) / wall_seconds, 2) if wall_seconds else 0.0,
@@ -306,7 +351,68 @@ def measure(
         order_endings=dict(endings),
         problems=problems[:20],
         money=money(orders, charges, ended),
+        lost_reasons=dict(lost_reasons),
     )
+
+
+def _problems(
+    stack: EmbeddedStack,
+    orders: list[dict[str, Any]],
+    ended: dict[str, str],
+    claims: dict[str, dict[str, Any]],
+    ledger: Counter[str],
+    summaries: list[ExecutionSummary],
+) -> tuple[list[str], Counter[str], int]:
+    """Each double charge and each lost order with its reason; the reasons counted; and how many of
+    this run's deliveries were dead-lettered."""
+    dead = _dead_letters(stack, set(ended))
+    by_order: dict[str | None, list[ExecutionSummary]] = {}
+    for summary in summaries:
+        by_order.setdefault(summary.order_key, []).append(summary)
+    problems: list[str] = []
+    reasons: Counter[str] = Counter()
+    for order in orders:
+        order_id = order["orderId"]
+        if ended[order_id] == "double-charged":
+            problems.append(f"{order_id}: charged {ledger[order_id]} times")
+        elif ended[order_id] in LOST_ENDINGS:
+            reason = lost_reason(claims.get(order_id), dead.get(order_id, []), by_order.get(order_id, []))
+            reasons[reason] += 1
+            problems.append(f"{order_id}: lost ({reason}, {ledger.get(order_id, 0)} charges)")
+    return problems, reasons, sum(len(d) for d in dead.values())
+
+
+def lost_reason(
+    claim: dict[str, Any] | None, dead_letters: list[str], executions: list[ExecutionSummary]
+) -> str:
+    """Why an order is lost, from what the stack holds of it: its claim, its dead letters, its
+    executions; the last resort is that it never reached the state machine."""
+    if claim:
+        release = f" {claim['releaseReason']}" if claim.get("releaseReason") else ""
+        return f"claim {claim['status']}{release}"
+    if dead_letters:
+        return f"no claim; dead-lettered: {dead_letters[0]}"
+    if executions:
+        ends = sorted({e.error or e.status for e in executions})
+        return f"no claim; {len(executions)} execution(s) ended {', '.join(ends)}"
+    return "no claim; no execution: its delivery never started one"
+
+
+def _dead_letters(stack: EmbeddedStack, order_ids: set[str]) -> dict[str, list[str]]:
+    """This run's orders on the dead-letter queue: order id -> each delivery's reason."""
+    if not stack.driver.queue_depth(stack.stack.dead_letter_queue_url):
+        return {}
+    found: dict[str, list[str]] = {}
+    for message in stack.driver.dead_letters():
+        try:
+            order_id = json.loads(message["Body"]).get("orderId")
+        except (ValueError, AttributeError):
+            continue
+        if order_id in order_ids:
+            attributes = message.get("MessageAttributes", {})
+            reason = attributes.get("rejectionReason", {}).get("StringValue")
+            found.setdefault(order_id, []).append(reason or "every receive failed, redriven by the queue")
+    return found
 
 
 def order_ending(claim: dict[str, Any] | None, charges: int) -> str:
@@ -374,6 +480,9 @@ def render(report: Report) -> str:
     if report.faults_injected:
         lines.append("faults injected")
         lines.extend(f"  {count:6d}  {kind}" for kind, count in sorted(report.faults_injected.items()))
+    if report.lost_reasons:
+        lines.append("lost, by reason")
+        lines.extend(f"  {count:6d}  {reason}" for reason, count in sorted(report.lost_reasons.items()))
     if report.problems:
         lines.append("problems")
         lines.extend(f"  {p}" for p in report.problems)

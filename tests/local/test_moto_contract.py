@@ -53,6 +53,33 @@ def test_the_engine_makes_clients_with_boto3_client_and_parses_jsonpath_with_par
     assert "parse(path)" in inspect.getsource(json_path.extract_json)
 
 
+def test_eventbridge_parses_each_targets_input_paths_with_jsonpath_ng_ext_parse_at_call_time() -> None:
+    # The adapter caches jsonpath_ng.ext.parse: moto must look it up when it is called, not before.
+    from moto.events.utils import EventTemplateParser
+
+    source = inspect.getsource(EventTemplateParser.parse)
+    assert "from jsonpath_ng.ext import parse" in source
+    assert "parse(input_paths_map[input_path])" in source
+
+
+def test_executions_live_in_their_state_machines_list_and_names_are_checked_there() -> None:
+    # retire_executions replaces that list under the lock start_execution runs in, and the name
+    # check refuses a retired name before moto's own loop over the list.
+    from moto.stepfunctions.models import StateMachine
+    from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
+    from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+
+    start = inspect.getsource(StepFunctionsParserBackend.start_execution)
+    assert "state_machine._handle_name_input_idempotency(" in start
+    assert "state_machine.executions.append(execution)" in start
+    assert "id(state_machine.executions): []" in start  # the per-execution clone drops the list
+    check = StateMachine._handle_name_input_idempotency
+    assert list(inspect.signature(check).parameters) == ["self", "name", "execution_input"]
+    ended = inspect.getsource(BaseExecutionWorkerCommunication._reflect_execution_status)
+    assert "self.execution.stop_date = " in ended
+    assert "self.execution.exec_status = ExecutionStatus.SUCCEEDED" in ended
+
+
 def test_sqs_retention_check_computes_queue_attributes() -> None:
     source = inspect.getsource(SQSBackend.is_message_valid_based_on_retention_period)
     assert 'get_queue_attributes(\n            queue_name, ["MessageRetentionPeriod"]' in source
