@@ -1,35 +1,42 @@
 """Orders per second through the local stack, against the bare engine, side by side in one run.
 
-    python bench/throughput.py [--orders 200] [--concurrency 1 4 16] [--memory-orders 10000]
+    python bench/throughput.py [--orders 300] [--concurrency 1 4]
 
 For each concurrency C:
 * **saga**: C concurrent SQS pollers feeding the real start Lambda, the real ASL and the real
-  handlers (in-process runtime), the Stripe emulator; each order delivered once.
+  handlers (in-process runtime), the Stripe emulator, the outcome relay; each order delivered once.
 * **bare engine**: the same moto Step Functions running a state machine with the same states
   (three Lambda tasks, a Choice, a Pass) whose Lambdas return at once, C concurrent starters.
-The ratio saga/bare is what our code and the provider round trip cost on top of the engine.
-Then memory: the process's RSS after ``--memory-orders`` orders against RSS after 1,000.
+The ratio saga/bare is what our code, moto's other services and the provider round trip cost on
+top of the engine.
 
-Timings on a shared 2-core machine are noisy: read the ratios, not the absolute numbers.
+stdout is one JSON object (``"benchmark": "throughput"``) and nothing else: the handlers' log and
+metric lines (Powertools prints EMF to stdout) go to /dev/null, at the file descriptor, so that no
+thread's print reaches it. Timings on a shared 2-core machine are noisy: read the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import resource
+import os
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
 
+from saga_local.aws import moto_adapter
 from saga_local.aws.embedded import EmbeddedStack
 from saga_local.aws.moto_adapter import Invocation
 from saga_local.commands import simulate
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 def bare_definition(function_arn: str) -> str:
@@ -97,19 +104,25 @@ def run_bare(stack: EmbeddedStack, arn: str, count: int, concurrency: int, tag: 
     return count / (time.monotonic() - began)
 
 
-def rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+@contextlib.contextmanager
+def stdout_for_json_only() -> Iterator[TextIO]:
+    """Yield a stream on the real stdout; meanwhile fd 1 and ``sys.stdout`` go to /dev/null."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    out = os.fdopen(saved, "w")
+    try:
+        with open(os.devnull, "w", encoding="utf-8") as sink, contextlib.redirect_stdout(sink):
+            yield out
+    finally:
+        out.flush()
+        os.dup2(saved, 1)
+        out.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--orders", type=int, default=200)
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--memory-orders", type=int, default=10_000)
-    args = parser.parse_args()
-
+def measure(orders: int, concurrencies: list[int]) -> list[dict[str, Any]]:
     rows = []
     with EmbeddedStack(runtime="inprocess", visibility_timeout=120, max_workers=16, quiet=True) as stack:
         lam = stack.client("lambda")
@@ -120,8 +133,6 @@ def main() -> None:
             Handler="noop.handler",
             Code={"ZipFile": b"PK\x05\x06" + b"\x00" * 18},
         )
-        from saga_local.aws import moto_adapter
-
         # Route the noop function past the handlers: re-enter the patch with a composed runtime.
         stack._exit.enter_context(moto_adapter.patched_moto(NoopThenReal(stack.runtime, "bench-noop")))
         bare_arn = stack.client("stepfunctions").create_state_machine(
@@ -129,34 +140,40 @@ def main() -> None:
             definition=bare_definition(noop["FunctionArn"]),
             roleArn="arn:aws:iam::123456789012:role/bench",
         )["stateMachineArn"]
-        for c in args.concurrency:
-            bare = run_bare(stack, bare_arn, args.orders, c, tag=str(c))
-            report = simulate.run(stack, orders=args.orders, copies=1, concurrency=c, seed=c, prefix=f"C{c}")
-            saga = report.orders_per_second
+        for c in concurrencies:
+            bare = run_bare(stack, bare_arn, orders, c, tag=str(c))
+            report = simulate.run(stack, orders=orders, copies=1, concurrency=c, seed=c, prefix=f"C{c}")
             rows.append(
                 {
                     "concurrency": c,
-                    "saga_orders_per_s": saga,
+                    "saga_orders_per_s": report.orders_per_second,
                     "bare_executions_per_s": round(bare, 2),
-                    "ratio": round(saga / bare, 3),
+                    "ratio": round(report.orders_per_second / bare, 3),
                     "promise_kept": report.promise_kept,
                 }
             )
-            print(json.dumps(rows[-1]), flush=True)
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # progress
+    return rows
 
-    memory: dict[str, Any] = {}
-    if args.memory_orders:
-        with EmbeddedStack(runtime="inprocess", visibility_timeout=120, quiet=True) as stack:
-            first = simulate.run(stack, orders=1000, copies=1, concurrency=4, seed=1, prefix="M1")
-            memory["rss_mb_after_1000"] = round(rss_mb(), 1)
-            rest = simulate.run(
-                stack, orders=args.memory_orders - 1000, copies=1, concurrency=4, seed=2, prefix="M2"
-            )
-            memory[f"rss_mb_after_{args.memory_orders}"] = round(rss_mb(), 1)
-            memory["promise_kept"] = first.promise_kept and rest.promise_kept
-            memory["orders_per_second"] = rest.orders_per_second
-        print(json.dumps(memory), flush=True)
-    print(json.dumps({"throughput": rows, "memory": memory}, indent=2))
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--orders", type=int, default=300)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
+    args = parser.parse_args()
+    with stdout_for_json_only() as out:
+        rows = measure(args.orders, args.concurrency)
+        result = {
+            "benchmark": "throughput",
+            "orders": args.orders,
+            "goal_ratio": 0.5,
+            "concurrency": rows,
+            "min_ratio": min(row["ratio"] for row in rows),
+            "promise_kept": all(row["promise_kept"] for row in rows),
+        }
+        print(json.dumps(result), file=out)
 
 
 if __name__ == "__main__":
