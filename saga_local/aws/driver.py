@@ -244,6 +244,9 @@ class Driver:
         return sum(int(value) for value in attrs.values())
 
     def running_count(self) -> int:
+        local = moto_adapter.running_executions(self.stack.state_machine_arn)
+        if local is not None:
+            return local
         page = self.sfn.list_executions(
             stateMachineArn=self.stack.state_machine_arn, statusFilter="RUNNING", maxResults=1000
         )

@@ -26,7 +26,12 @@ followed by a store with no lock. This module patches three internals, all guard
   horizon leaves moto's list, as Step Functions' retention removes it, and keeps its name (a start
   under it still answers ``ExecutionAlreadyExists``) and a summary for reports
   (:func:`retired_executions`). moto keeps every execution with its history, and walks them all on
-  every start, describe and list: a long local run grew by ~70 MB and slowed per 1,000 orders.
+  every start, describe and list; its engine also lists every thread it started, forever.
+* moto's model registry -> off: every model instance moto creates (each DynamoDB item version,
+  each state machine copied for an execution, each SQS message...) is appended to its class's
+  ``instances_tracked`` list for moto's dashboard, and never leaves it: the leak that made RSS grow
+  by ~90 MB per 1,000 executions whatever was deleted or retired. S3's models, which moto itself
+  reads back from that list, are still tracked.
 * DynamoDB's request handling -> serialised behind one lock, so a conditional write (and the
   ``ALL_OLD`` item it returns, which moto reads *before* applying the write) is atomic under
   concurrent requests, as it is in DynamoDB. Without it two racing claims can both win.
@@ -48,17 +53,20 @@ import jsonpath_ng.ext as jsonpath_ext
 import moto
 from moto.awslambda import models as lambda_models
 from moto.awslambda.exceptions import LambdaClientError
+from moto.core.common_models import BaseModel
 from moto.core.config import DefaultConfig
 from moto.dynamodb.responses import DynamoHandler
 from moto.sqs.models import SQSBackend
 from moto.stepfunctions.exceptions import ExecutionAlreadyExists
 from moto.stepfunctions.models import StateMachine
+from moto.stepfunctions.parser.api import ExecutionStatus
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.utils import boto_client as engine_boto_client
 from moto.stepfunctions.parser.asl.utils import json_path as engine_json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend, stepfunctions_parser_backends
+from moto.stepfunctions.parser.utils import TMP_THREADS as engine_threads
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -238,6 +246,9 @@ def retire_executions(state_machine_arn: str, *, closed_for: float) -> int:
     """
     horizon = datetime.datetime.now(tz=datetime.UTC) - datetime.timedelta(seconds=closed_for)
     count = 0
+    # moto's engine lists every thread it ever started (three or four per execution) and never
+    # drops one; nothing reads the list. A start racing this may go unlisted, which costs nothing.
+    engine_threads[:] = [thread for thread in engine_threads if thread.is_alive()]
     for state_machine in _state_machines(state_machine_arn):
         with _EXECUTIONS_LOCK:
             kept: list[Any] = []
@@ -257,12 +268,32 @@ def retire_executions(state_machine_arn: str, *, closed_for: float) -> int:
     return count
 
 
+def running_executions(state_machine_arn: str) -> int | None:
+    """How many executions of ``state_machine_arn`` are running, read from moto in this process
+    (None if it is not here): what ListExecutions(RUNNING) counts, without building, sorting and
+    serialising the page."""
+    found = False
+    running = 0
+    for state_machine in _state_machines(state_machine_arn):
+        found = True
+        running += sum(1 for e in list(state_machine.executions) if e.exec_status == ExecutionStatus.RUNNING)
+    return running if found else None
+
+
 def retired_executions(state_machine_arn: str) -> list[RetiredExecution]:
     """The executions :func:`retire_executions` dropped, oldest first."""
     retired: list[RetiredExecution] = []
     for state_machine in _state_machines(state_machine_arn):
         retired.extend(_retired_of(state_machine).values())
     return sorted(retired, key=lambda r: r.start_date)
+
+
+def _untracked_new(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    """``BaseModel.__new__`` without the registry (see the module's docstring)."""
+    instance: Any = object.__new__(cls)
+    if cls.__module__.startswith("moto.s3."):
+        cls.instances_tracked.append(instance)
+    return instance
 
 
 def check_moto_version() -> None:
@@ -322,6 +353,7 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
         (engine_json_path, "parse", functools.lru_cache(maxsize=4096)(engine_json_path.parse)),
         (jsonpath_ext, "parse", functools.lru_cache(maxsize=256)(jsonpath_ext.parse)),
         (SQSBackend, "is_message_valid_based_on_retention_period", _retention_check),
+        (BaseModel, "__new__", staticmethod(_untracked_new)),
         (
             StepFunctionsParserBackend,
             "start_execution",

@@ -12,6 +12,9 @@ import json
 from typing import TYPE_CHECKING
 
 import pytest
+from moto.dynamodb.models.dynamo_type import Item
+from moto.stepfunctions.models import StateMachine
+from moto.stepfunctions.parser import utils as engine_utils
 
 from saga_local.aws.embedded import EmbeddedStack
 from saga_local.commands import output, simulate
@@ -46,6 +49,7 @@ def test_a_report_counts_only_its_own_run(stack: EmbeddedStack) -> None:
 
 
 def test_retired_executions_leave_moto_keep_their_names_and_still_count(stack: EmbeddedStack) -> None:
+    tracked = (len(StateMachine.instances_tracked), len(Item.instances_tracked))  # type: ignore[attr-defined]
     with output.handlers_quiet():
         report = simulate.run(stack, orders=6, copies=1, concurrency=2, seed=3, prefix="RET")
     driver = stack.driver
@@ -56,6 +60,11 @@ def test_retired_executions_leave_moto_keep_their_names_and_still_count(stack: E
     # Step Functions refuses a closed execution's name: a redelivery is still stopped at the start.
     with pytest.raises(driver.sfn.exceptions.ExecutionAlreadyExists):
         driver.sfn.start_execution(stateMachineArn=stack.stack.state_machine_arn, name=name, input="{}")
+    # Nothing else keeps a retired execution alive: not moto's model registry (its state machine
+    # copy, its items' versions), not the engine's list of the threads it started.
+    assert len(StateMachine.instances_tracked) == tracked[0]  # type: ignore[attr-defined]
+    assert len(Item.instances_tracked) == tracked[1]  # type: ignore[attr-defined]
+    assert all(thread.is_alive() for thread in engine_utils.TMP_THREADS)
     orders = simulate.make_orders(6, seed=3, prefix="RET")
     again = simulate.measure(stack, orders, deliveries=6, wall_seconds=1.0)
     assert again.executions == report.executions == 6

@@ -80,6 +80,21 @@ def test_executions_live_in_their_state_machines_list_and_names_are_checked_ther
     assert "self.execution.exec_status = ExecutionStatus.SUCCEEDED" in ended
 
 
+def test_every_model_instance_is_tracked_by_base_model_new_and_engine_threads_are_listed() -> None:
+    # The adapter replaces BaseModel.__new__ (moto's dashboard registry, a leak in a long run) and
+    # prunes the engine's list of threads; neither may hide anything else moto does there.
+    from moto.core.common_models import BaseModel
+    from moto.stepfunctions.parser import utils
+    from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
+    source = inspect.getsource(BaseModel.__new__)
+    assert "instance = super().__new__(cls)" in source
+    assert "cls.instances_tracked.append(instance)" in source
+    assert source.rstrip().endswith("return instance")
+    assert isinstance(utils.TMP_THREADS, list)
+    assert "TMP_THREADS.append(execution_logic_thread)" in inspect.getsource(ExecutionWorker.start)
+
+
 def test_sqs_retention_check_computes_queue_attributes() -> None:
     source = inspect.getsource(SQSBackend.is_message_valid_based_on_retention_period)
     assert 'get_queue_attributes(\n            queue_name, ["MessageRetentionPeriod"]' in source
