@@ -20,6 +20,7 @@ followed by a store with no lock. This module patches three internals, all guard
 * SQS's retention check -> reads the queue's retention period directly: moto computes every
   queue attribute (walking every message) for every message it considers receiving, which makes
   a receive quadratic in the queue's depth. Same answer, linear time.
+* SQS's queue attributes -> computed one by one as they are read (:class:`_QueueAttributes`).
 * the execution's context object -> gains ``Execution.RedriveCount`` (0), which AWS has carried
   since executions could be redriven and the Charge step reads; moto 5.2.5 omits it.
 * Step Functions' executions -> retirable (:func:`retire_executions`): a closed execution past a
@@ -42,9 +43,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
+import json
 import threading
 import time as _time
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from unittest import mock
@@ -55,8 +58,9 @@ from moto.awslambda import models as lambda_models
 from moto.awslambda.exceptions import LambdaClientError
 from moto.core.common_models import BaseModel
 from moto.core.config import DefaultConfig
+from moto.core.utils import camelcase_to_underscores
 from moto.dynamodb.responses import DynamoHandler
-from moto.sqs.models import SQSBackend
+from moto.sqs.models import Queue, SQSBackend
 from moto.stepfunctions.exceptions import ExecutionAlreadyExists
 from moto.stepfunctions.models import StateMachine
 from moto.stepfunctions.parser.api import ExecutionStatus
@@ -161,6 +165,46 @@ def _retention_check(self: Any, queue_name: str, message: Any) -> bool:
     """moto's ``is_message_valid_based_on_retention_period``, without computing every attribute."""
     retention_period = int(self.get_queue(queue_name).message_retention_period)
     return bool(retention_period + message.sent_timestamp / 1000 > _time.time())
+
+
+class _QueueAttributes(Mapping[str, Any]):
+    """moto's ``Queue.attributes``, each value computed when it is read, not all on every read.
+
+    moto builds the whole dict, message counts included (each a walk over every message), for
+    every send (to read ``ContentBasedDeduplication``) and several times per GetQueueAttributes:
+    a send to the outcome archive, which only grows, cost more the longer a run went. Same keys,
+    same values (booleans as ``"true"``/``"false"``), same order.
+    """
+
+    def __init__(self, queue: Any) -> None:
+        self._queue = queue
+        names = list(queue.BASE_ATTRIBUTES)
+        if queue.fifo_queue:
+            names += queue.FIFO_ATTRIBUTES
+        if queue.kms_master_key_id:
+            names += queue.KMS_ATTRIBUTES
+        if queue.policy:
+            names.append("Policy")
+        if queue.redrive_policy:
+            names.append("RedrivePolicy")
+        self._names = dict.fromkeys(names)
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._names:
+            raise KeyError(name)
+        if name == "Policy":
+            value = self._queue.policy
+        elif name == "RedrivePolicy" and self._queue.redrive_policy:
+            value = json.dumps(self._queue.redrive_policy)
+        else:
+            value = getattr(self._queue, camelcase_to_underscores(name))
+        return str(value).lower() if isinstance(value, bool) else value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 def _prewarm_heap_keys(root: Any) -> None:
@@ -353,6 +397,7 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
         (engine_json_path, "parse", functools.lru_cache(maxsize=4096)(engine_json_path.parse)),
         (jsonpath_ext, "parse", functools.lru_cache(maxsize=256)(jsonpath_ext.parse)),
         (SQSBackend, "is_message_valid_based_on_retention_period", _retention_check),
+        (Queue, "attributes", property(_QueueAttributes)),
         (BaseModel, "__new__", staticmethod(_untracked_new)),
         (
             StepFunctionsParserBackend,

@@ -95,6 +95,34 @@ def test_every_model_instance_is_tracked_by_base_model_new_and_engine_threads_ar
     assert "TMP_THREADS.append(execution_logic_thread)" in inspect.getsource(ExecutionWorker.start)
 
 
+def test_queue_attributes_computed_one_by_one_equal_moto_s_whole_dict() -> None:
+    import json
+
+    import boto3
+    from moto import mock_aws
+    from moto.sqs.models import Queue, sqs_backends
+
+    from saga_local.aws.moto_adapter import _QueueAttributes
+
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        dlq = sqs.create_queue(QueueName="dead.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        redrive = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 5})
+        sqs.create_queue(
+            QueueName="q.fifo",
+            Attributes={"FifoQueue": "true", "RedrivePolicy": redrive, "ContentBasedDeduplication": "true"},
+        )
+        sqs.create_queue(QueueName="plain", Attributes={"DelaySeconds": "3"})
+        backend = sqs_backends["123456789012"]["us-east-1"]
+        for queue in backend.queues.values():
+            whole = Queue.attributes.fget(queue)  # type: ignore[attr-defined]
+            lazy = _QueueAttributes(queue)
+            assert dict(lazy) == whole
+            assert list(lazy) == list(whole)
+            assert lazy.get("ContentBasedDeduplication") == whole.get("ContentBasedDeduplication")
+
+
 def test_sqs_retention_check_computes_queue_attributes() -> None:
     source = inspect.getsource(SQSBackend.is_message_valid_based_on_retention_period)
     assert 'get_queue_attributes(\n            queue_name, ["MessageRetentionPeriod"]' in source
