@@ -242,6 +242,9 @@ def settle(
     Messages delayed into the future (an order re-queued behind an open payment attempt waits 15
     minutes) are left for later; :func:`saga_local.aws.moto_adapter.deliver_delayed_messages` lets
     that time pass. (``Driver.pump`` waits for them, which locally means waiting those minutes.)
+
+    ``retire_after`` (seconds), if given, retires succeeded executions closed that long ago every
+    :data:`RETIRE_EVERY_SECONDS` (:meth:`~saga_local.aws.driver.Driver.retire_executions`).
     """
     driver = stack.driver
     deadline = time.monotonic() + timeout
