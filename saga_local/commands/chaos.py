@@ -399,12 +399,10 @@ class Resolved:
         return f"{self.order_id}  attempt {self.attempt}  {self.outcome}{charge}: {self.reason}"
 
 
-def sweep(stack: EmbeddedStack, *, now: float) -> list[Resolved] | None:
-    """Run the sweeper (``apply=True``) at ``now``; what it did per claim, or None if it is missing."""
-    try:
-        from saga_local.commands.sweep import reconcile_stack
-    except ImportError:  # the sweeper is being written: the report says so and the run is not judged
-        return None
+def sweep(stack: EmbeddedStack, *, now: float) -> list[Resolved]:
+    """Run the sweeper (``apply=True``) at ``now``: what it did per claim."""
+    from saga_local.commands.sweep import reconcile_stack
+
     report = reconcile_stack(stack, apply=True, now=now)
     return [Resolved.of(decision) for decision in report.decisions]
 
@@ -423,7 +421,7 @@ class ChaosReport:
     faults_by_function: dict[str, int]
     faults_planned: int
     redeliveries: dict[str, int]
-    sweep: list[Resolved] | None
+    sweep: list[Resolved]
     sweep_seconds: float
     dead_letters: int
     violations_before: list[str]
@@ -450,7 +448,7 @@ class ChaosReport:
 
     @property
     def sweep_counts(self) -> dict[str, int]:
-        return dict(Counter(r.outcome for r in self.sweep or []))
+        return dict(Counter(r.outcome for r in self.sweep))
 
     @property
     def checks(self) -> dict[str, bool]:
@@ -479,7 +477,7 @@ class ChaosReport:
             "faultsPlanned": self.faults_planned,
             "redeliveries": self.redeliveries,
             "lateWrites": self.late_writes,
-            "sweep": None if self.sweep is None else [dataclasses.asdict(r) for r in self.sweep],
+            "sweep": [dataclasses.asdict(r) for r in self.sweep],
             "sweepCounts": self.sweep_counts,
             "sweepSeconds": self.sweep_seconds,
             "deadLetters": self.dead_letters,
@@ -549,10 +547,8 @@ def run_chaos(
     sweep_began = time.monotonic()
     swept, sweeper_requests = sweep_and_play_out_later(stack)
     sweep_seconds = time.monotonic() - sweep_began
-    after = violations_after = None
-    if swept is not None:
-        after = simulate.measure(stack, orders, deliveries=ran.deliveries, wall_seconds=ran.wall_seconds)
-        violations_after = broken_invariants(order_ids, stack.driver.claims(), stack.provider.charges())
+    after = simulate.measure(stack, orders, deliveries=ran.deliveries, wall_seconds=ran.wall_seconds)
+    violations_after = broken_invariants(order_ids, stack.driver.claims(), stack.provider.charges())
 
     by_kind = Counter(stack.faults.fired_by_kind())
     by_function: Counter[str] = Counter()
@@ -589,7 +585,7 @@ def run_chaos(
     )
 
 
-def sweep_and_play_out_later(stack: EmbeddedStack) -> tuple[list[Resolved] | None, Counter[str]]:
+def sweep_and_play_out_later(stack: EmbeddedStack) -> tuple[list[Resolved], Counter[str]]:
     """Sweep with a clock past every lease and the grace; then, until nothing moves (at most
     :data:`LATER_ROUNDS` times), let later happen: the outcome relay re-queues what the sweeper
     released NOT_CHARGED, orders re-queued with a delay (behind an open attempt, or by the relay)
@@ -599,20 +595,20 @@ def sweep_and_play_out_later(stack: EmbeddedStack) -> tuple[list[Resolved] | Non
     lease = claim_lease_seconds(stack.stack)
     requests: Counter[str] = Counter()
 
-    def sweep_now() -> list[Resolved] | None:
+    def sweep_now() -> list[Resolved]:
         asked = _search_and_list_requests(stack)
         resolved = sweep(stack, now=time.time() + lease + SEARCH_GRACE_SECONDS + 1)
         requests.update({k: n - asked[k] for k, n in _search_and_list_requests(stack).items()})
         return resolved
 
     swept = sweep_now()
-    for _ in range(LATER_ROUNDS if swept is not None else 0):
+    for _ in range(LATER_ROUNDS):
         simulate.settle(stack)
         stack.faults.late.land_all()
         delivered = deliver_delayed_messages()
         simulate.settle(stack)
-        more = sweep_now() or []
-        swept = [*(swept or []), *more]
+        more = sweep_now()
+        swept = [*swept, *more]
         if not delivered and not more:
             break
     return swept, requests
@@ -683,8 +679,6 @@ def render(report: ChaosReport) -> str:
 
 
 def _render_sweep(report: ChaosReport) -> list[str]:
-    if report.sweep is None:
-        return ["sweep                the sweeper is not there yet (functions/payment_saga/reconcile.py)"]
     lines = [
         f"sweep                {len(report.sweep)} stale claims in {report.sweep_seconds:.1f} s:"
         f" {_counts(report.sweep_counts)}"
@@ -792,8 +786,6 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stderr.write("\n")
         print(render(report))
-    if report.sweep is None:
-        return 2
     return 0 if report.promise_kept else 1
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from payment_saga.claims import ClaimsStore
 from payment_saga.payments import StripeProvider
+from payment_saga.reconcile import reconcile
 from saga_local.aws.embedded import EmbeddedStack
 from saga_local.aws.stack import LOCAL_API_KEY, REGION
 from tests.statemachine.conftest import provider_dedupe, saga  # noqa: F401
@@ -21,19 +22,10 @@ if TYPE_CHECKING:
 
     from tests.helpers import Saga
 
-# -- the sweeper (functions/payment_saga/reconcile.py), when it is there ---------------------------
-
-try:
-    from payment_saga.reconcile import reconcile
-except ImportError:  # being written: the tests that need it skip, saying so
-    reconcile = None
+# -- the sweeper (functions/payment_saga/reconcile.py) ----------------------------------------------
 
 #: The sweeper's default wait before it trusts "the provider's search found nothing".
 SEARCH_GRACE_SECONDS = 3600
-SWEEPER_MISSING = (
-    "functions/payment_saga/reconcile.py (reconcile) is not there yet: "
-    "the 'resolved by the sweeper' assertions were not run"
-)
 
 
 def lease_seconds(stack: Saga) -> int:
@@ -45,12 +37,7 @@ def lease_seconds(stack: Saga) -> int:
 
 
 def sweep(stack: Saga, *, now: float | None = None) -> Any:
-    """Run the sweeper with ``apply=True`` at a time past every lease and the search grace.
-
-    Skips the calling test (with :data:`SWEEPER_MISSING`) while the sweeper does not exist.
-    """
-    if reconcile is None:
-        pytest.skip(SWEEPER_MISSING)
+    """Run the sweeper with ``apply=True`` at a time past every lease and the search grace."""
     lease = lease_seconds(stack)
     at = now if now is not None else time.time() + lease + SEARCH_GRACE_SECONDS + 1
     store = ClaimsStore(

@@ -84,8 +84,6 @@ def small_run(small: SmallRun) -> ChaosReport:
 
 
 def test_a_small_chaos_run_keeps_the_promise(small_run: ChaosReport) -> None:
-    if small_run.sweep is None:
-        pytest.skip("saga_local.commands.sweep (reconcile_stack) is not there yet: the run cannot be judged")
     assert small_run.promise_kept, render(small_run)
     assert small_run.before.double_charged_orders == 0
     assert small_run.declined_sent_again == []

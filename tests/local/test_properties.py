@@ -60,7 +60,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pytest
 from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis import strategies as st
 
@@ -80,7 +79,7 @@ from saga_local.runtime.faults import (
 )
 from saga_local.stripe_emulator import FAULT_KINDS
 from tests.helpers import order
-from tests.local.conftest import SWEEPER_MISSING, reconcile, sweep
+from tests.local.conftest import sweep
 
 if TYPE_CHECKING:
     from saga_local.aws.driver import ExecutionResult
@@ -526,8 +525,6 @@ def test_the_promise_holds_for_any_schedule_of_duplicates_and_faults(saga: Saga)
         ran["examples"] += 1
         ran.update(before.endings.values())
         ran.update(f"fired {kind}" for kind in saga.faults.fired_by_kind())
-        if reconcile is None:
-            return
         report = sweep(saga)
         note(f"sweep: {report.counts}")
         later(saga)
@@ -539,7 +536,3 @@ def test_the_promise_holds_for_any_schedule_of_duplicates_and_faults(saga: Saga)
     elapsed = time.monotonic() - began
     tally = ", ".join(f"{what} {n}" for what, n in sorted(ran.items()) if what != "examples")
     print(f"\n{ran['examples']} examples in {elapsed:.1f} s; endings before the sweep, faults fired: {tally}")
-    if reconcile is None:
-        pytest.skip(
-            f"{ran['examples']} examples kept invariants 1, 2, 5, 6, 7 before the sweep; {SWEEPER_MISSING}"
-        )
