@@ -26,8 +26,15 @@ class FlakySqs:
         self._stop.set()
         return {}
 
-    def delete_message_batch(self, *, QueueUrl: str, Entries: list[dict[str, str]]) -> None:
+    def delete_message_batch(self, *, QueueUrl: str, Entries: list[dict[str, str]]) -> dict[str, Any]:
         self.deleted.extend(entry["ReceiptHandle"] for entry in Entries)
+        return {"Successful": [{"Id": entry["Id"]} for entry in Entries], "Failed": []}
+
+    def get_queue_attributes(self, **_: Any) -> dict[str, Any]:
+        return {"Attributes": {"VisibilityTimeout": "30"}}
+
+    def change_message_visibility_batch(self, **_: Any) -> dict[str, Any]:
+        return {"Successful": [], "Failed": []}
 
 
 class Lambda:
