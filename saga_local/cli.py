@@ -211,6 +211,8 @@ def cmd_send(args: argparse.Namespace) -> int:
         message_id = sqs.send_message(QueueUrl=queue_url, MessageBody=body)["MessageId"]
         names.append(message_id)
     out(f"sent {args.copies} message(s) to {target.where}")
+    from saga_local.commands.redrive import rejection_reason
+
     rejection = rejection_reason(body)
     if rejection is not None:
         # The start function validates with the same code: no execution starts, so there is nothing to trace.
@@ -224,18 +226,6 @@ def cmd_send(args: argparse.Namespace) -> int:
         name = f"{prefix[: 80 - len(message_id) - 1]}-{message_id}" if prefix else message_id
         out(f"  {message_id}  ->  saga trace {name}")
     return 0
-
-
-def rejection_reason(body: str) -> str | None:
-    """Why the start function will reject ``body`` (its own validation, ``parse_order_body``), or None."""
-    from payment_saga.errors import InvalidOrder
-    from payment_saga.orders import parse_order_body
-
-    try:
-        parse_order_body(body)
-    except InvalidOrder as exc:
-        return str(exc)
-    return None
 
 
 # -- trace ---------------------------------------------------------------------------------------
