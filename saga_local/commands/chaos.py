@@ -585,6 +585,29 @@ def run_chaos(
     )
 
 
+#: Rounds of landing and settling before a sweep: each landing may start work that sends more.
+MAX_LANDING_ROUNDS = 10
+
+
+def land_what_is_in_flight(stack: Any) -> None:
+    """Before a sweep whose clock is past every lease and the search grace: every request still in
+    flight lands, and what it moves settles, until nothing is held.
+
+    The sweeper may release a claim as never charged only because every request of its attempt has
+    reached the provider by the end of the grace (an hour after the lease). A ``late_write`` lands
+    within :data:`~saga_local.runtime.faults.LATE_WRITE_SECONDS` of being sent, far inside that
+    hour; a sweep that jumps the clock past the grace while one is still held would show the
+    sweeper a world the fault model rules out (a charge request arriving an hour late), and blame
+    the saga for the double charge that follows.
+    """
+    for _ in range(MAX_LANDING_ROUNDS):
+        simulate.settle(stack)
+        if not stack.faults.late.pending():
+            return
+        stack.faults.late.land_all()
+    raise RuntimeError(f"requests still in flight after {MAX_LANDING_ROUNDS} rounds of landing them")
+
+
 def sweep_and_play_out_later(stack: EmbeddedStack) -> tuple[list[Resolved], Counter[str]]:
     """Sweep with a clock past every lease and the grace; then, until nothing moves (at most
     :data:`LATER_ROUNDS` times), let later happen: the outcome relay re-queues what the sweeper
@@ -596,6 +619,7 @@ def sweep_and_play_out_later(stack: EmbeddedStack) -> tuple[list[Resolved], Coun
     requests: Counter[str] = Counter()
 
     def sweep_now() -> list[Resolved]:
+        land_what_is_in_flight(stack)
         asked = _search_and_list_requests(stack)
         resolved = sweep(stack, now=time.time() + lease + SEARCH_GRACE_SECONDS + 1)
         requests.update({k: n - asked[k] for k, n in _search_and_list_requests(stack).items()})

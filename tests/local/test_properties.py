@@ -64,7 +64,7 @@ from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis import strategies as st
 
 from saga_local.aws.moto_adapter import deliver_delayed_messages
-from saga_local.commands.chaos import LATER_ROUNDS, broken_invariants
+from saga_local.commands.chaos import LATER_ROUNDS, broken_invariants, land_what_is_in_flight
 from saga_local.commands.simulate import settle
 from saga_local.runtime.faults import (
     KINDS,
@@ -90,6 +90,8 @@ EXAMPLES = int(os.environ.get("SAGA_PROPERTY_EXAMPLES", "25"))
 DECLINING_CARD = "pm_card_chargeDeclined"
 #: The function that writes the claim: where a lost answer or a late write is aimed half the time.
 CLAIM_FUNCTION = "ClaimOrderFunction"
+CHARGE_FUNCTION = "ChargePaymentFunction"
+RELEASE_FUNCTION = "ReleaseClaimFunction"
 
 # -- the schedule ------------------------------------------------------------------------------
 
@@ -319,7 +321,7 @@ def later(saga: Saga) -> None:
         settle(saga, timeout=120)  # the outcome relay re-queues what the sweep released NOT_CHARGED
         saga.faults.late.land_all()
         delivered = deliver_delayed_messages()
-        settle(saga, timeout=120)
+        land_what_is_in_flight(saga)  # the sweep's clock is an hour ahead: nothing may be in the air
         decided = sweep(saga).decisions  # every round, a round that delivered included
         if not delivered and not decided:
             return
@@ -464,6 +466,46 @@ KNOWN = (
         faults=(),
         provider_faults=(),
     ),
+    # A hole in this harness, not in the saga: a Charge killed in flight (its request lands 0.3 s
+    # later) right before a sweep whose clock is an hour ahead. The sweep saw no charge, released
+    # the attempt NOT_CHARGED, the order was charged under the next one, then the held request
+    # landed: "charged 2 times", in about one run in four, until every sweep first lands what is
+    # in flight (land_what_is_in_flight). Sampling found it on 2026-12-01.
+    Scenario(
+        orders=(
+            OrderPlan(
+                declining=(True, False), waves=(((0, "redelivered"),), ((1, "sqs"),), ((0, "direct"),))
+            ),
+            OrderPlan(
+                declining=(True, True), waves=(((0, "redelivered"), (0, "direct")), ((0, "redelivered"),))
+            ),
+        ),
+        faults=(
+            FaultSpec(
+                CLAIM_FUNCTION, "after:dynamodb.UpdateItem", "late_write", 2, 1, 3, 0.3, RELEASE_FUNCTION
+            ),
+            FaultSpec(CLAIM_FUNCTION, "after:dynamodb.UpdateItem", "lost_answer", 1, None, None, 0.0),
+            FaultSpec(
+                RELEASE_FUNCTION,
+                "after:dynamodb.UpdateItem",
+                "late_write",
+                4,
+                1,
+                None,
+                1.0,
+                CLAIM_FUNCTION,
+                "timeout",
+            ),
+            FaultSpec(
+                CHARGE_FUNCTION, "after:provider.charge", "late_write", 8, 0, None, 0.3, RELEASE_FUNCTION
+            ),
+            FaultSpec(START_FUNCTION, "after:sfn.StartExecution", "lost_answer", 2, None, None, 0.05),
+        ),
+        provider_faults=(
+            ProviderFaultSpec("fail_after_apply_replayed", 1, 1),
+            ProviderFaultSpec("fail_after_apply", 0, 2),
+        ),
+    ),
 )
 SAMPLING_ONLY = os.environ.get("SAGA_PROPERTY_SAMPLING_ONLY") == "1"
 
@@ -512,6 +554,7 @@ def test_the_promise_holds_for_any_schedule_of_duplicates_and_faults(saga: Saga)
     @given(scenarios())
     @example(KNOWN[0])
     @example(KNOWN[1])
+    @example(KNOWN[2])
     def promise_holds(scenario: Scenario) -> None:
         n = next(_examples)
         hunt.tried += 1
@@ -525,6 +568,7 @@ def test_the_promise_holds_for_any_schedule_of_duplicates_and_faults(saga: Saga)
         ran["examples"] += 1
         ran.update(before.endings.values())
         ran.update(f"fired {kind}" for kind in saga.faults.fired_by_kind())
+        land_what_is_in_flight(saga)
         report = sweep(saga)
         note(f"sweep: {report.counts}")
         later(saga)
