@@ -33,6 +33,9 @@ followed by a store with no lock. This module patches three internals, all guard
   ``instances_tracked`` list for moto's dashboard, and never leaves it: the leak that made RSS grow
   by ~90 MB per 1,000 executions whatever was deleted or retired. S3's models, which moto itself
   reads back from that list, are still tracked.
+* moto's DynamoDB update expressions and response serialiser -> the same answers for less work
+  (:mod:`saga_local.aws.moto_speed`: each expression parsed once, two quadratic validators checked
+  at the root first, the serialiser's key lookups cached): a conditional ``UpdateItem`` cost ~9 ms.
 * DynamoDB's request handling -> serialised behind one lock, so a conditional write (and the
   ``ALL_OLD`` item it returns, which moto reads *before* applying the write) is atomic under
   concurrent requests, as it is in DynamoDB. Without it two racing claims can both win.
@@ -71,6 +74,8 @@ from moto.stepfunctions.parser.asl.utils import json_path as engine_json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend, stepfunctions_parser_backends
 from moto.stepfunctions.parser.utils import TMP_THREADS as engine_threads
+
+from saga_local.aws import moto_speed
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -410,6 +415,7 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
             _name_idempotency(StateMachine._handle_name_input_idempotency),
         ),
     ]
+    patches += moto_speed.patches()
     if not getattr(DynamoHandler.call_action, "__saga_locked__", False):
         patches.append((DynamoHandler, "call_action", _locked(DynamoHandler.call_action)))
     with contextlib.ExitStack() as stack:
