@@ -14,6 +14,7 @@ import logging
 import re
 import socket
 import struct
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -107,6 +108,15 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
     front: EmulatorServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (it gave up waiting, as a Charge whose call timed out does) is
+        how networks behave, not an emulator fault: one debug line, not a traceback on stderr."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)):
+            logger.debug("client %s went away before its answer was written: %s", client_address, error)
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
