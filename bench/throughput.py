@@ -10,6 +10,11 @@ For each concurrency C:
 The ratio saga/bare is what our code, moto's other services and the provider round trip cost on
 top of the engine.
 
+A last pass at concurrency 1 says where a saga order's CPU goes (``cpu_ms``): the process's CPU
+per order and per bare execution, and the thread CPU spent inside each function's handler and
+inside the calls to each AWS service and to the provider (inclusive: a handler's share holds its
+DynamoDB calls). It runs apart from the timed passes, whose figures its accounting would slow.
+
 stdout is one JSON object (``"benchmark": "throughput"``) and nothing else: the handlers' log and
 metric lines (Powertools prints EMF to stdout) go to /dev/null, at the file descriptor, so that no
 thread's print reaches it. Timings on a shared 2-core machine are noisy: read the ratios.
@@ -18,7 +23,9 @@ thread's print reaches it. Timings on a shared 2-core machine are noisy: read th
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -26,6 +33,7 @@ import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
@@ -34,6 +42,7 @@ from saga_local.aws import moto_adapter
 from saga_local.aws.embedded import EmbeddedStack
 from saga_local.aws.moto_adapter import Invocation
 from saga_local.commands import simulate
+from saga_local.runtime.runtimes import InProcessRuntime
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -80,10 +89,11 @@ class NoopThenReal:
         return result
 
 
-def run_bare(stack: EmbeddedStack, arn: str, count: int, concurrency: int, tag: str) -> float:
+def run_bare(stack: EmbeddedStack, arn: str, count: int, concurrency: int, tag: str) -> tuple[float, float]:
+    """Executions per second, and the process's CPU seconds per execution."""
     sfn = stack.client("stepfunctions")
     names = [f"bare-{tag}-{i}" for i in range(count)]
-    began = time.monotonic()
+    began, cpu = time.monotonic(), time.process_time()
     lock = threading.Lock()
 
     def starter() -> None:
@@ -101,7 +111,83 @@ def run_bare(stack: EmbeddedStack, arn: str, count: int, concurrency: int, tag: 
         thread.join()
     while sfn.list_executions(stateMachineArn=arn, statusFilter="RUNNING")["executions"]:
         time.sleep(0.05)
-    return count / (time.monotonic() - began)
+    return count / (time.monotonic() - began), (time.process_time() - cpu) / count
+
+
+class CpuAccount:
+    """Thread CPU inside each handler and each outgoing call, while :meth:`counting` runs."""
+
+    def __init__(self) -> None:
+        self.seconds: collections.Counter[str] = collections.Counter()
+        self.on = False
+
+    def wrap(self, owner: Any, name: str, label: Any) -> contextlib.AbstractContextManager[Any]:
+        original = getattr(owner, name)
+
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not self.on:
+                return original(*args, **kwargs)
+            began = time.thread_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds[label(*args)] += time.thread_time() - began
+
+        return mock.patch.object(owner, name, timed)
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[None]:
+        import botocore.client
+        from stripe import _api_requestor
+
+        with contextlib.ExitStack() as patches:
+            patches.enter_context(
+                self.wrap(InProcessRuntime, "invoke", lambda _runtime, name, *_: f"handler {_short(name)}")
+            )
+            patches.enter_context(
+                self.wrap(
+                    botocore.client.BaseClient,
+                    "_make_api_call",
+                    lambda client, *_: f"calls to {client.meta.service_model.service_name}",
+                )
+            )
+            patches.enter_context(
+                self.wrap(_api_requestor._APIRequestor, "request", lambda *_: "calls to stripe")
+            )
+            self.on = True
+            try:
+                yield
+            finally:
+                self.on = False
+
+
+def _short(function_name: str) -> str:
+    return function_name.rsplit("-", 1)[-1].removesuffix("Function")
+
+
+def where_the_cpu_goes(stack: EmbeddedStack, orders: int, bare_cpu: float) -> dict[str, Any]:
+    account = CpuAccount()
+    ended: list[float] = []
+    report = simulate.measure
+
+    def measure_uncounted(*args: Any, **kwargs: Any) -> Any:  # the report's reads are not the run's
+        account.on = False
+        ended.append(time.process_time())
+        return report(*args, **kwargs)
+
+    with account.counting(), mock.patch.object(simulate, "measure", measure_uncounted):
+        cpu = time.process_time()
+        simulate.run(stack, orders=orders, copies=1, concurrency=1, seed=99, prefix="CPU")
+        per_order = (ended[0] - cpu) / orders
+    return {
+        "saga_per_order": round(per_order * 1000, 2),
+        "bare_per_execution": round(bare_cpu * 1000, 2),
+        **{
+            label: round(seconds / orders * 1000, 2)
+            for label, seconds in sorted(account.seconds.items(), key=lambda item: -item[1])
+        },
+    }
 
 
 @contextlib.contextmanager
@@ -122,7 +208,7 @@ def stdout_for_json_only() -> Iterator[TextIO]:
         out.close()
 
 
-def measure(orders: int, concurrencies: list[int]) -> list[dict[str, Any]]:
+def measure(orders: int, concurrencies: list[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rows = []
     with EmbeddedStack(runtime="inprocess", visibility_timeout=120, max_workers=16, quiet=True) as stack:
         lam = stack.client("lambda")
@@ -140,8 +226,10 @@ def measure(orders: int, concurrencies: list[int]) -> list[dict[str, Any]]:
             definition=bare_definition(noop["FunctionArn"]),
             roleArn="arn:aws:iam::123456789012:role/bench",
         )["stateMachineArn"]
+        bare_cpu = []
         for c in concurrencies:
-            bare = run_bare(stack, bare_arn, orders, c, tag=str(c))
+            bare, cpu = run_bare(stack, bare_arn, orders, c, tag=str(c))
+            bare_cpu.append(cpu)
             report = simulate.run(stack, orders=orders, copies=1, concurrency=c, seed=c, prefix=f"C{c}")
             rows.append(
                 {
@@ -153,7 +241,8 @@ def measure(orders: int, concurrencies: list[int]) -> list[dict[str, Any]]:
                 }
             )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # progress
-    return rows
+        cpu_ms = where_the_cpu_goes(stack, orders, min(bare_cpu))
+    return rows, cpu_ms
 
 
 def main() -> None:
@@ -164,7 +253,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
     args = parser.parse_args()
     with stdout_for_json_only() as out:
-        rows = measure(args.orders, args.concurrency)
+        rows, cpu_ms = measure(args.orders, args.concurrency)
         result = {
             "benchmark": "throughput",
             "orders": args.orders,
@@ -172,6 +261,7 @@ def main() -> None:
             "concurrency": rows,
             "min_ratio": min(row["ratio"] for row in rows),
             "promise_kept": all(row["promise_kept"] for row in rows),
+            "cpu_ms": cpu_ms,
         }
         print(json.dumps(result), file=out)
 
