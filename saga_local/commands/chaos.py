@@ -416,7 +416,7 @@ class ChaosReport:
 
     config: ChaosConfig
     before: simulate.Report
-    after: simulate.Report | None
+    after: simulate.Report
     faults_by_kind: dict[str, int]
     faults_by_function: dict[str, int]
     faults_planned: int
@@ -452,13 +452,12 @@ class ChaosReport:
 
     @property
     def checks(self) -> dict[str, bool]:
-        after = self.after
         return {
             "no order charged twice": self.before.double_charged_orders == 0
-            and (after is None or after.double_charged_orders == 0),
+            and self.after.double_charged_orders == 0,
             "no declined attempt sent to the provider again": not self.declined_sent_again,
-            "no order lost": (after or self.before).lost_orders == 0,
-            "every needs-reconciliation resolved": after is not None and after.needs_reconciliation == 0,
+            "no order lost": self.after.lost_orders == 0,
+            "every needs-reconciliation resolved": self.after.needs_reconciliation == 0,
             "invariants 6 and 7 hold": not self.violations_before and not self.violations_after,
             "each order exactly one final outcome event": self.outcomes is not None and self.outcomes.exact,
         }
@@ -471,7 +470,7 @@ class ChaosReport:
         return {
             "config": dataclasses.asdict(self.config),
             "before": self.before.to_dict(),
-            "after": self.after.to_dict() if self.after else None,
+            "after": self.after.to_dict(),
             "faultsByKind": self.faults_by_kind,
             "faultsByFunction": self.faults_by_function,
             "faultsPlanned": self.faults_planned,
@@ -690,8 +689,7 @@ def render(report: ChaosReport) -> str:
     if report.outcomes is not None:
         problems += [f"{o}: no final outcome event" for o in report.outcomes.missing[:20]]
         problems += report.outcomes.problems[:20]
-    if report.after is not None:
-        problems += report.after.problems
+    problems += report.after.problems
     if problems:
         lines.append("problems")
         lines.extend(f"  {p}" for p in dict.fromkeys(problems))
@@ -708,9 +706,8 @@ def _render_sweep(report: ChaosReport) -> list[str]:
         f" {_counts(report.sweep_counts)}"
     ]
     lines.extend(f"  {resolved}" for resolved in report.sweep)
-    if report.after is not None:
-        lines.append(f"endings, after the sweep   {_counts(report.after.order_endings)}")
-        lines.extend(simulate.render_money(report.after.money))
+    lines.append(f"endings, after the sweep   {_counts(report.after.order_endings)}")
+    lines.extend(simulate.render_money(report.after.money))
     return lines
 
 
