@@ -133,13 +133,18 @@ class CpuAccount:
         return mock.patch.object(owner, name, timed)
 
     @contextlib.contextmanager
-    def counting(self) -> Iterator[None]:
+    def counting(self, logical_id: Any) -> Iterator[None]:
+        """``logical_id`` names a function from its deployed name (``Stack.logical_id``)."""
         import botocore.client
         from stripe import _api_requestor
 
         with contextlib.ExitStack() as patches:
             patches.enter_context(
-                self.wrap(InProcessRuntime, "invoke", lambda _runtime, name, *_: f"handler {_short(name)}")
+                self.wrap(
+                    InProcessRuntime,
+                    "invoke",
+                    lambda _runtime, name, *_: f"handler {logical_id(name).removesuffix('Function')}",
+                )
             )
             patches.enter_context(
                 self.wrap(
@@ -158,10 +163,6 @@ class CpuAccount:
                 self.on = False
 
 
-def _short(function_name: str) -> str:
-    return function_name.rsplit("-", 1)[-1].removesuffix("Function")
-
-
 def where_the_cpu_goes(stack: EmbeddedStack, orders: int, bare_cpu: float) -> dict[str, Any]:
     account = CpuAccount()
     ended: list[float] = []
@@ -172,7 +173,7 @@ def where_the_cpu_goes(stack: EmbeddedStack, orders: int, bare_cpu: float) -> di
         ended.append(time.process_time())
         return report(*args, **kwargs)
 
-    with account.counting(), mock.patch.object(simulate, "measure", measure_uncounted):
+    with account.counting(stack.stack.logical_id), mock.patch.object(simulate, "measure", measure_uncounted):
         cpu = time.process_time()
         simulate.run(stack, orders=orders, copies=1, concurrency=1, seed=99, prefix="CPU")
         per_order = (ended[0] - cpu) / orders

@@ -37,7 +37,6 @@ from moto.core import responses as moto_responses
 from moto.core import routing as moto_routing
 from moto.core import serialize
 from moto.core import utils as moto_utils
-from moto.core.constants import MISSING
 from moto.dynamodb.parsing import validators
 from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]  # moto leaves them untyped
     DepthFirstTraverser,
@@ -46,8 +45,6 @@ from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]  # m
 )
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
 from moto.dynamodb.parsing.validators import ActionCountValidator, OverlappingPathsValidator
-
-_MARK = "__saga_fast__"
 
 
 def _root_first(original: Any) -> Any:
@@ -111,38 +108,26 @@ def _service_model(service_name: str) -> Any:
 _DICT_KEYS: dict[tuple[int, str], tuple[Any, tuple[str, ...]]] = {}
 
 
-def _pick(original: Any) -> Any:
+def _keys_once(original: Any) -> Any:
     @functools.wraps(original)
-    def pick(self: Any, context: Any) -> Any:
+    def get_possible_keys(self: Any, context: Any) -> Any:
         if type(context.obj) is not dict or self.alias_providers is not serialize.DEFAULT_ALIAS_PROVIDERS:
             return original(self, context)
         cache_key = (id(context.shape), context.key)
         entry = _DICT_KEYS.get(cache_key)
         if entry is None or entry[0] is not context.shape:
-            entry = (context.shape, tuple(self.get_possible_keys(context)))
+            entry = (context.shape, tuple(original(self, context)))
             _DICT_KEYS[cache_key] = entry
-        for possible_key in entry[1]:
-            value = moto_utils.get_value(context.obj, possible_key, MISSING)
-            if value is not MISSING:
-                break
-        else:
-            value = None
-        key_path = f"{context.key_path}.{context.key}"
-        for transform_path, transform in self.response_transformers.items():
-            if key_path.endswith(transform_path):
-                value = transform(value)
-                break
-        return value
+        return entry[1]
 
-    return pick
+    return get_possible_keys
 
 
 def patches() -> list[tuple[Any, str, Any]]:
     """``(owner, attribute, value)`` for :func:`saga_local.aws.moto_adapter.patched_moto` to apply;
     none when they are applied already (the patch nested, as ``bench/throughput.py`` does)."""
-    if getattr(DepthFirstTraverser.traverse, _MARK, False):
+    if DepthFirstTraverser.traverse is _traverse:
         return []
-    setattr(_traverse, _MARK, True)
     return [
         (
             UpdateExpressionParser,
@@ -155,5 +140,9 @@ def patches() -> list[tuple[Any, str, Any]]:
         (validators, "deepcopy", _copy),
         (moto_responses, "get_service_model", _service_model),
         (moto_routing, "get_service_model", _service_model),
-        (serialize.XFormedAttributePicker, "__call__", _pick(serialize.XFormedAttributePicker.__call__)),
+        (
+            serialize.XFormedAttributePicker,
+            "get_possible_keys",
+            _keys_once(serialize.XFormedAttributePicker.get_possible_keys),
+        ),
     ]

@@ -629,8 +629,7 @@ def sweep_and_play_out_later(stack: EmbeddedStack) -> tuple[list[Resolved], Coun
         simulate.settle(stack)
         stack.faults.late.land_all()
         delivered = deliver_delayed_messages()
-        simulate.settle(stack)
-        more = sweep_now()
+        more = sweep_now()  # it settles first, what was delivered included
         swept = [*swept, *more]
         if not delivered and not more:
             break

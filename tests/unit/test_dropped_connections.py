@@ -19,12 +19,12 @@ import pytest
 from payment_saga.errors import PaymentOutcomeUnknown
 from payment_saga.orders import Order
 from payment_saga.payments import StripeProvider, idempotency_key
+from saga_local.aws.stack import LOCAL_API_KEY
 from saga_local.stripe_emulator import ProviderEmulator
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-API_KEY = "sk_test_emulator_only_fake_key"
 ORDERS = 40
 THREADS = 8
 RETRIES = 20
@@ -69,8 +69,8 @@ def test_a_client_that_gives_up_mid_request_loses_no_order_and_charges_none_twic
 
     def customer() -> None:
         # One connection per thread, as in Lambda: the SDK's HTTP client keeps one per thread.
-        impatient = StripeProvider(API_KEY, api_base=emulator.url, timeout_seconds=0.002)
-        patient = StripeProvider(API_KEY, api_base=emulator.url, timeout_seconds=10.0)
+        impatient = StripeProvider(LOCAL_API_KEY, api_base=emulator.url, timeout_seconds=0.002)
+        patient = StripeProvider(LOCAL_API_KEY, api_base=emulator.url, timeout_seconds=10.0)
         try:
             while True:
                 with lock:
