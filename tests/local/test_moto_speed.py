@@ -9,6 +9,8 @@ won and lost) and update expressions DynamoDB refuses, each for its own reason.
 from __future__ import annotations
 
 import contextlib
+import functools
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
@@ -16,7 +18,9 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
+from moto.dynamodb.comparisons import ConditionExpressionParser
 from moto.dynamodb.parsing import validators
+from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser  # type: ignore[attr-defined]
 
 from payment_saga.claims import ClaimsStore, ReleaseReason
 from payment_saga.errors import ClaimLost, OrderConflict
@@ -27,7 +31,7 @@ from saga_local.aws.template import load_template
 from tests.helpers import FakeClock, order
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
 Answers = list[tuple[str, Any]]
 
@@ -71,6 +75,8 @@ def _outcome(call: Callable[[], Any]) -> str:
         return f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # noqa: BLE001 - moto itself fails on some refused expressions: compare how
         return f"moto failed: {type(exc).__name__}: {exc}"
+    if isinstance(result, dict):  # a response: its request id and date differ from run to run
+        result = {k: v for k, v in result.items() if k != "ResponseMetadata"}
     return repr(result)
 
 
@@ -136,17 +142,71 @@ def _refused_expressions(client: Any) -> list[str]:
                 request["ExpressionAttributeNames"] = names
             if values:
                 request["ExpressionAttributeValues"] = values
-            outcomes.append(_outcome(lambda request=request: client.update_item(**request)))
+            outcomes.append(_outcome(functools.partial(client.update_item, **request)))
     return outcomes
 
 
-@pytest.mark.parametrize("scenario", [_claims_store_writes, _refused_expressions], ids=lambda s: s.__name__)
+#: (condition expression, attribute names, attribute values) for a conditional write to ROW: the
+#: good ones twice, with values that pass and that fail, then the ones DynamoDB cannot read (moto
+#: 5.2.5 raises on those rather than answer a ValidationException: the same way with the patches).
+CONDITIONS = [
+    ("attribute_not_exists(orderId) OR a = :x", {}, {":x": {"S": "old"}}),
+    ("attribute_not_exists(orderId) OR a = :x", {}, {":x": {"S": "new"}}),
+    (
+        "(#a = :x AND size(a) < :n) OR NOT attribute_exists(#a)",
+        {"#a": "a"},
+        {":x": {"S": "v"}, ":n": {"N": "9"}},
+    ),
+    (
+        "(#a = :x AND size(a) < :n) OR NOT attribute_exists(#a)",
+        {"#a": "a"},
+        {":x": {"S": "v"}, ":n": {"N": "0"}},
+    ),
+    (
+        "a IN (:x, :y) AND n BETWEEN :lo AND :hi",
+        {},
+        {":x": {"S": "v"}, ":y": {"S": "w"}, ":lo": {"N": "1"}, ":hi": {"N": "2"}},
+    ),
+    ("attribute_exists(orderId) AND size(#a) > :n", {"#a": "a"}, {":n": {"N": "0"}}),
+    ("attribute_exists(orderId) AND size(#a) > :n", {"#a": "a"}, {":n": {"N": "99"}}),
+    ("attribute_not_exists(", {}, {}),
+    ("a = = :x", {}, {":x": {"S": "v"}}),
+    ("a = :x AND", {}, {":x": {"S": "v"}}),
+    ("#missing = :x", {}, {":x": {"S": "v"}}),
+    ("a = :missing", {}, {}),
+    ("a = :x )", {}, {":x": {"S": "v"}}),
+    ("a ~ :x", {}, {":x": {"S": "v"}}),
+]
+
+
+def _conditional_writes(client: Any) -> list[str]:
+    outcomes: list[str] = []
+    for round_ in range(2):  # the second round reads every expression again
+        for expression, names, values in CONDITIONS:
+            request: dict[str, Any] = {
+                "TableName": "claims",
+                "Key": {"orderId": {"S": "ROW"}},
+                "UpdateExpression": "SET a = :set",
+                "ConditionExpression": expression,
+                "ExpressionAttributeValues": {**values, ":set": {"S": f"set-{round_}-{len(outcomes)}"}},
+            }
+            if names:
+                request["ExpressionAttributeNames"] = names
+            outcomes.append(_outcome(functools.partial(client.update_item, **request)))
+    return outcomes
+
+
+SCENARIOS = [_claims_store_writes, _refused_expressions, _conditional_writes]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
 def test_moto_answers_the_same_with_the_patches_as_without(scenario: Callable[[Any], list[str]]) -> None:
     plain = _run(scenario, fast=False)
     fast = _run(scenario, fast=True)
     assert fast == plain
     answers, outcomes, _ = plain
-    assert len(answers) >= len(outcomes) - 1  # each call reached moto (the clock's move does not)
+    answered = [o for o in outcomes if not o.startswith("moto failed")]
+    assert len(answers) >= len(answered) - 1  # each call reached moto (the clock's move does not)
 
 
 def test_the_refused_expressions_are_refused_for_their_own_reasons() -> None:
@@ -155,6 +215,68 @@ def test_the_refused_expressions_are_refused_for_their_own_reasons() -> None:
     refused = [o for o in outcomes if o.startswith("ClientError: An error occurred (ValidationException)")]
     assert len(refused) >= len(outcomes) - 2, outcomes
     assert len(set(outcomes)) >= len(REFUSED) - 1, outcomes
+
+
+def test_the_conditions_pass_fail_and_are_refused() -> None:
+    # The equivalence of _conditional_writes means something only if its writes do all three.
+    _, outcomes, _ = _run(_conditional_writes, fast=True)
+    assert sum(o.startswith("{") for o in outcomes) >= 3, outcomes
+    assert any("ConditionalCheckFailedException" in o for o in outcomes), outcomes
+    assert sum(o.startswith("moto failed") for o in outcomes) == 14, outcomes
+
+
+def _output_structures(service: str) -> Iterator[Any]:
+    """Every structure shape a response of ``service`` holds, once each."""
+    from moto.core.utils import get_service_model
+
+    model = get_service_model(service)
+    seen: set[str] = set()
+    stack = [model.operation_model(name).output_shape for name in model.operation_names]
+    while stack:
+        shape = stack.pop()
+        if shape is None or shape.name in seen:
+            continue
+        seen.add(shape.name)
+        if shape.type_name == "structure":
+            yield shape
+            stack.extend(shape.members.values())
+        elif shape.type_name == "list":
+            stack.append(shape.member)
+        elif shape.type_name == "map":
+            stack.append(shape.value)
+
+
+@pytest.mark.parametrize("service", ["dynamodb", "sqs", "stepfunctions", "events", "lambda"])
+def test_a_dict_member_is_picked_as_moto_picks_it(service: str) -> None:
+    # The serialiser's shortcut for plain dicts, against moto's picker on every member of every
+    # response structure of the services the stack runs: for a dict holding none, one, or all of
+    # the keys moto would try (each with its own value, so the first one tried must win).
+    from moto.core import serialize
+    from moto.core.utils import get_service_model
+
+    model = get_service_model(service)
+    operation = model.operation_model(model.operation_names[0])
+    members = 0
+    for structure in _output_structures(service):
+        for key, member in structure.members.items():
+            member.parent = structure  # as the serialiser sets it before picking
+            context = serialize.AttributePickerContext(obj={}, key=key, shape=member)
+            tried = list(serialize.XFormedAttributePicker().get_possible_keys(context))
+            dicts: list[dict[str, Any]] = [{}, {"unrelated": 1}, {k: f"{i}" for i, k in enumerate(tried)}]
+            dicts += [{k: None} for k in tried] + [{k: [k]} for k in tried]
+            picked = []
+            for fast in (False, True):
+                with contextlib.ExitStack() as patched:
+                    if fast:
+                        for owner, name, value in moto_speed.patches():
+                            patched.enter_context(mock.patch.object(owner, name, value))
+                    serializer = serialize.JSONSerializer(
+                        operation_model=operation, value_picker=serialize.XFormedAttributePicker()
+                    )
+                    picked.append([serializer.get_value(d, key, member) for d in dicts])
+            assert picked[0] == picked[1], (structure.name, key, dicts)
+            members += 1
+    assert members > 50
 
 
 def test_the_patched_internals_are_the_ones_moto_calls() -> None:
@@ -174,3 +296,9 @@ def test_the_patched_internals_are_the_ones_moto_calls() -> None:
     )
     assert "XFormedAttributePicker(" in inspect.getsource(responses.ActionResult.execute_result)
     assert "self.get_possible_keys(context)" in inspect.getsource(serialize.AttributePicker.__call__)
+    assert "self._value_picker(context)" in inspect.getsource(serialize.ResponseSerializer.get_value)
+    assert "self.get_value(value, key, shape)" in inspect.getsource(
+        serialize.ResponseSerializer._serialize_structure_member
+    )
+    assert "self._lex_condition_expression()" in inspect.getsource(ConditionExpressionParser.parse)
+    assert "return processor(node)" in inspect.getsource(DepthFirstTraverser.process)
