@@ -2,8 +2,9 @@
 
 moto 5.2.5 executes Step Functions state machines (``execute_state_machine``), but it invokes Lambda
 functions in Docker and, like any Python server, applies a DynamoDB conditional write as a check
-followed by a store with no lock. This module patches three internals, all guarded by
-``tests/local/test_moto_contract.py`` against the exact moto version pinned in pyproject.toml:
+followed by a store with no lock. This module patches the internals below, all guarded by
+``tests/local/test_moto_contract.py`` (and ``tests/local/test_moto_speed.py``) against the exact
+moto version pinned in pyproject.toml:
 
 * ``LambdaBackend.invoke`` -> a :class:`LambdaRuntime` of ours (in-process for tests, worker
   processes for the local stack), reporting errors the way Lambda does: a ``FunctionError`` header
@@ -34,8 +35,9 @@ followed by a store with no lock. This module patches three internals, all guard
   by ~90 MB per 1,000 executions whatever was deleted or retired. S3's models, which moto itself
   reads back from that list, are still tracked.
 * moto's DynamoDB update expressions and response serialiser -> the same answers for less work
-  (:mod:`saga_local.aws.moto_speed`: each expression parsed once, two quadratic validators checked
-  at the root first, the serialiser's key lookups cached): a conditional ``UpdateItem`` cost ~9 ms.
+  (:mod:`saga_local.aws.moto_speed`: each expression parsed and each condition lexed once, two
+  quadratic validators checked at the root first, the tree walks' type questions answered once per
+  class, plain-dict members serialised by direct lookup): a conditional ``UpdateItem`` cost ~9 ms.
 * DynamoDB's request handling -> serialised behind one lock, so a conditional write (and the
   ``ALL_OLD`` item it returns, which moto reads *before* applying the write) is atomic under
   concurrent requests, as it is in DynamoDB. Without it two racing claims can both win.

@@ -24,10 +24,11 @@ from payment_saga.payments import (
     idempotency_key,
     stripe_secret_from_string,
 )
+from saga_local.aws.stack import LOCAL_API_KEY
 from saga_local.stripe_emulator import IDEMPOTENCY_TTL_SECONDS, ProviderEmulator
 from tests.helpers import FakeClock
 
-API_KEY = "sk_test_emulator_only_fake_key"
+API_KEY = LOCAL_API_KEY  # the emulator takes any well-formed key; the local stack's own will do
 
 
 @pytest.fixture

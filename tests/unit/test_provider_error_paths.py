@@ -18,10 +18,11 @@ import stripe
 from payment_saga.errors import ChargeNotAttempted, PaymentOutcomeUnknown
 from payment_saga.orders import Order
 from payment_saga.payments import Charge, StripeProvider, idempotency_key
+from saga_local.aws.stack import LOCAL_API_KEY
 from saga_local.stripe_emulator import ProviderEmulator
 from tests.helpers import FakeClock
 
-API_KEY = "sk_test_emulator_only_fake_key"
+API_KEY = LOCAL_API_KEY  # the emulator takes any well-formed key; the local stack's own will do
 START = 1_800_000_000.0
 
 

@@ -14,6 +14,7 @@ import pytest
 from payment_saga.errors import ChargeNotAttempted
 from payment_saga.orders import Order
 from payment_saga.payments import StripeProvider, idempotency_key
+from saga_local.aws.stack import LOCAL_API_KEY
 from saga_local.stripe_emulator import (
     OTHER_TEST_CUSTOMER,
     SAVED_PAYMENT_METHOD,
@@ -21,7 +22,7 @@ from saga_local.stripe_emulator import (
     ProviderEmulator,
 )
 
-API_KEY = "sk_test_emulator_only_fake_key"
+API_KEY = LOCAL_API_KEY  # the emulator takes any well-formed key; the local stack's own will do
 
 
 @pytest.fixture
