@@ -83,7 +83,7 @@ from saga_local.stripe_emulator import Endpoint
 from saga_local.stripe_emulator import FaultKind as ProviderFaultKind
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sized
 
     from payment_saga.reconcile import ReconcileDecision
     from saga_local.aws.embedded import EmbeddedStack
@@ -607,32 +607,40 @@ def land_what_is_in_flight(stack: Any) -> None:
     raise RuntimeError(f"requests still in flight after {MAX_LANDING_ROUNDS} rounds of landing them")
 
 
+def play_out_later(stack: Any, sweep_once: Callable[[], Sized], *, settle_timeout: float = 600.0) -> None:
+    """After a sweep, let later happen until nothing moves (at most :data:`LATER_ROUNDS` rounds: an
+    order is re-queued at most MaxRequeueAttempts times): the outcome relay re-queues what the
+    sweeper released NOT_CHARGED, orders re-queued with a delay (behind an open attempt, or by the
+    relay) come back, they run, and what they leave open is swept again by ``sweep_once`` (which
+    returns what it decided), with every request in flight landed first. The last thing that
+    happens is a sweep that decides nothing, or the last round."""
+    for _ in range(LATER_ROUNDS):
+        simulate.settle(stack, timeout=settle_timeout)
+        stack.faults.late.land_all()
+        delivered = deliver_delayed_messages()
+        land_what_is_in_flight(stack)  # the sweep's clock is past every lease and the grace
+        decided = sweep_once()  # every round, a round that delivered included
+        if not delivered and not decided:
+            return
+
+
 def sweep_and_play_out_later(stack: EmbeddedStack) -> tuple[list[Resolved], Counter[str]]:
-    """Sweep with a clock past every lease and the grace; then, until nothing moves (at most
-    :data:`LATER_ROUNDS` times), let later happen: the outcome relay re-queues what the sweeper
-    released NOT_CHARGED, orders re-queued with a delay (behind an open attempt, or by the relay)
-    come back, they run, and what they leave open is swept again, with a clock past their leases.
-    Returns what the sweeps did, and the requests they sent to the provider's search and list.
-    """
+    """Sweep with a clock past every lease and the grace, then :func:`play_out_later`. Returns
+    what the sweeps did, and the requests they sent to the provider's search and list."""
     lease = claim_lease_seconds(stack.stack)
     requests: Counter[str] = Counter()
+    swept: list[Resolved] = []
 
     def sweep_now() -> list[Resolved]:
-        land_what_is_in_flight(stack)
         asked = _search_and_list_requests(stack)
         resolved = sweep(stack, now=time.time() + lease + SEARCH_GRACE_SECONDS + 1)
         requests.update({k: n - asked[k] for k, n in _search_and_list_requests(stack).items()})
+        swept.extend(resolved)
         return resolved
 
-    swept = sweep_now()
-    for _ in range(LATER_ROUNDS):
-        simulate.settle(stack)
-        stack.faults.late.land_all()
-        delivered = deliver_delayed_messages()
-        more = sweep_now()  # it settles first, what was delivered included
-        swept = [*swept, *more]
-        if not delivered and not more:
-            break
+    land_what_is_in_flight(stack)
+    sweep_now()
+    play_out_later(stack, sweep_now)
     return swept, requests
 
 

@@ -63,8 +63,7 @@ from typing import TYPE_CHECKING, Any
 from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis import strategies as st
 
-from saga_local.aws.moto_adapter import deliver_delayed_messages
-from saga_local.commands.chaos import LATER_ROUNDS, broken_invariants, land_what_is_in_flight
+from saga_local.commands.chaos import broken_invariants, land_what_is_in_flight, play_out_later
 from saga_local.commands.simulate import settle
 from saga_local.runtime.faults import (
     KINDS,
@@ -313,18 +312,10 @@ def run(saga: Saga, scenario: Scenario, ids: list[str]) -> None:
 
 
 def later(saga: Saga) -> None:
-    """Time passes after the sweep: orders re-queued with a delay (behind an open payment attempt,
-    or proven never charged) come back and run; whatever they leave open is swept again, so that
-    the last thing that happens is a sweep that finds nothing to decide (as ``saga chaos`` does, for
-    at most as many rounds: an order is re-queued at most MaxRequeueAttempts times)."""
-    for _ in range(LATER_ROUNDS):
-        settle(saga, timeout=120)  # the outcome relay re-queues what the sweep released NOT_CHARGED
-        saga.faults.late.land_all()
-        delivered = deliver_delayed_messages()
-        land_what_is_in_flight(saga)  # the sweep's clock is an hour ahead: nothing may be in the air
-        decided = sweep(saga).decisions  # every round, a round that delivered included
-        if not delivered and not decided:
-            return
+    """Time passes after the sweep, as ``saga chaos`` lets it pass: orders re-queued with a delay
+    (behind an open payment attempt, or proven never charged) come back and run, and whatever they
+    leave open is swept again, until a sweep finds nothing to decide."""
+    play_out_later(saga, lambda: sweep(saga).decisions, settle_timeout=120)
 
 
 def run_wave(saga: Saga, scenario: Scenario, ids: list[str], wave: int) -> None:
