@@ -175,9 +175,9 @@ SAGA_ONLY_CALLS = ("dynamodb", "stripe", "sqs", "events")
 
 
 def ratio_ceiling(cpu_ms: dict[str, Any]) -> float:
-    bare = cpu_ms["bare_per_execution"]
+    bare = float(cpu_ms["bare_per_execution"])
     calls = sum(float(cpu_ms.get(f"calls to {name}", 0.0)) for name in SAGA_ONLY_CALLS)
-    return round(float(bare) / (float(bare) + calls), 3)
+    return round(bare / (bare + calls), 3)
 
 
 def where_the_cpu_goes(stack: EmbeddedStack, orders: int, bare_cpu: float) -> dict[str, Any]:

@@ -37,7 +37,7 @@ import copy
 import functools
 import pickle
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moto.core import responses as moto_responses
 from moto.core import routing as moto_routing
@@ -52,6 +52,9 @@ from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]  # m
 )
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
 from moto.dynamodb.parsing.validators import ActionCountValidator, OverlappingPathsValidator
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
 
 
 def _root_first(original: Any) -> Any:
@@ -139,14 +142,13 @@ def _service_model(service_name: str) -> Any:
 _DICT_KEYS: dict[tuple[int, str], tuple[Any, tuple[str, ...]]] = {}
 
 
-def _dict_keys(original: Any, picker: Any, context: Any) -> tuple[str, ...]:
-    cache_key = (id(context.shape), context.key)
-    entry = _DICT_KEYS.get(cache_key)
-    if entry is None or entry[0] is not context.shape:
-        entry = (context.shape, tuple(original(picker, context)))
-        _DICT_KEYS[cache_key] = entry
-    keys: tuple[str, ...] = entry[1]
-    return keys
+def _dict_keys(shape: Any, key: str, list_keys: Callable[[], Iterable[str]]) -> tuple[str, ...]:
+    """The keys moto's picker tries for member ``key`` of a dict, listed by ``list_keys`` once."""
+    entry = _DICT_KEYS.get((id(shape), key))
+    if entry is None or entry[0] is not shape:
+        entry = (shape, tuple(list_keys()))
+        _DICT_KEYS[(id(shape), key)] = entry
+    return entry[1]
 
 
 def _keys_once(original: Any) -> Any:
@@ -154,7 +156,7 @@ def _keys_once(original: Any) -> Any:
     def get_possible_keys(self: Any, context: Any) -> Any:
         if type(context.obj) is not dict or self.alias_providers is not serialize.DEFAULT_ALIAS_PROVIDERS:
             return original(self, context)
-        return _dict_keys(original, self, context)
+        return _dict_keys(context.shape, context.key, lambda: original(self, context))
 
     return get_possible_keys
 
@@ -175,13 +177,10 @@ def _plain_dict_lookup(original: Any, possible_keys: Any) -> Any:
             or picker.response_transformers
         ):
             return original(self, value, key, shape)
-        entry = _DICT_KEYS.get((id(shape), key))
-        if entry is not None and entry[0] is shape:
-            keys = entry[1]
-        else:
-            context = serialize.AttributePickerContext(obj=value, key=key, shape=shape)
-            keys = _dict_keys(possible_keys, picker, context)
-        for possible_key in keys:
+        context = serialize.AttributePickerContext  # built only when the keys are not listed yet
+        for possible_key in _dict_keys(
+            shape, key, lambda: possible_keys(picker, context(obj=value, key=key, shape=shape))
+        ):
             if "." in possible_key:  # moto reads a dotted key as a path: let it
                 return original(self, value, key, shape)
             if possible_key in value:
@@ -191,7 +190,7 @@ def _plain_dict_lookup(original: Any, possible_keys: Any) -> Any:
     return get_value
 
 
-#: Per condition expression: its tokens, as moto's lexer makes them (without their empty children).
+#: Per condition expression: its tokens, as moto's lexer makes them (each with empty children).
 _LEXED: dict[str, tuple[tuple[Any, ...], ...]] = {}
 _LEXED_MAX = 1024
 
@@ -209,9 +208,7 @@ def _lex_once(original: Any) -> Any:
             nodes = original(self)  # raises for an expression it cannot read: nothing is kept
             if len(_LEXED) >= _LEXED_MAX:
                 _LEXED.clear()
-            _LEXED[text] = tuple(node[:4] for node in nodes if not node.children)
-            if len(_LEXED[text]) != len(nodes):  # never from this lexer; keep nothing if it changes
-                del _LEXED[text]
+            _LEXED[text] = tuple(node[:4] for node in nodes)
             return nodes
         node = self.Node
         return deque(node(nonterminal, kind, text_, value, []) for nonterminal, kind, text_, value in tokens)

@@ -301,4 +301,8 @@ def test_the_patched_internals_are_the_ones_moto_calls() -> None:
         serialize.ResponseSerializer._serialize_structure_member
     )
     assert "self._lex_condition_expression()" in inspect.getsource(ConditionExpressionParser.parse)
+    # The lexer's tokens are kept without their children: it must make every node with none.
+    lexer = inspect.getsource(ConditionExpressionParser._lex_one_node)
+    assert lexer.count("self.Node(") == 1
+    assert "children=[]" in lexer
     assert "return processor(node)" in inspect.getsource(DepthFirstTraverser.process)
