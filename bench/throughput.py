@@ -52,7 +52,7 @@ from saga_local.commands import simulate
 from saga_local.runtime.runtimes import InProcessRuntime
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 
 def bare_definition(function_arn: str) -> str:
@@ -140,7 +140,7 @@ class CpuAccount:
         return mock.patch.object(owner, name, timed)
 
     @contextlib.contextmanager
-    def counting(self, logical_id: Any) -> Iterator[None]:
+    def counting(self, logical_id: Callable[[str], str]) -> Iterator[None]:
         """``logical_id`` names a function from its deployed name (``Stack.logical_id``)."""
         import botocore.client
         from stripe import _api_requestor

@@ -28,8 +28,6 @@ from saga_local.aws.stack import LOCAL_API_KEY
 from saga_local.stripe_emulator import IDEMPOTENCY_TTL_SECONDS, ProviderEmulator
 from tests.helpers import FakeClock
 
-API_KEY = LOCAL_API_KEY  # the emulator takes any well-formed key; the local stack's own will do
-
 
 @pytest.fixture
 def clock() -> FakeClock:
@@ -44,7 +42,7 @@ def emulator(clock: FakeClock) -> Iterator[ProviderEmulator]:
 
 @pytest.fixture
 def provider(emulator: ProviderEmulator) -> Iterator[StripeProvider]:
-    client = StripeProvider(API_KEY, api_base=emulator.url, timeout_seconds=2.0)
+    client = StripeProvider(LOCAL_API_KEY, api_base=emulator.url, timeout_seconds=2.0)
     yield client
     client.close()
 
@@ -90,7 +88,7 @@ def test_idempotency_key_rejects_an_attempt_that_is_not_a_natural_number(attempt
 def test_stripe_provider_is_a_payment_provider(provider: StripeProvider) -> None:
     implementation: PaymentProvider = provider
     assert implementation is provider
-    assert API_KEY not in repr(provider)
+    assert LOCAL_API_KEY not in repr(provider)
 
 
 # -- charging ------------------------------------------------------------------------------------
@@ -268,7 +266,7 @@ def test_a_connection_reset_after_the_charge_is_unknown(
 
 
 def test_a_client_timeout_after_the_charge_is_unknown(emulator: ProviderEmulator) -> None:
-    impatient = StripeProvider(API_KEY, api_base=emulator.url, timeout_seconds=0.2)
+    impatient = StripeProvider(LOCAL_API_KEY, api_base=emulator.url, timeout_seconds=0.2)
     emulator.inject("timeout_after_apply", order_id="ORDER-003")
 
     with pytest.raises(PaymentOutcomeUnknown, match="timed out"):
@@ -387,7 +385,7 @@ def test_a_request_stripe_refuses_while_validating_is_charge_not_attempted(
     "scenario", ["unauthorised", "declined", "server_error", "reset", "invalid", "search_failure"]
 )
 def test_the_api_key_never_appears_in_an_exception(emulator: ProviderEmulator, scenario: str) -> None:
-    key = "sk_live_fake_secret_value" if scenario == "unauthorised" else API_KEY
+    key = "sk_live_fake_secret_value" if scenario == "unauthorised" else LOCAL_API_KEY
     emulator.revoke_key("sk_live_fake_secret_value")
     provider = StripeProvider(key, api_base=emulator.url, timeout_seconds=2.0)
     order = make_order(payment_method="pm_card_chargeDeclined" if scenario == "declined" else "pm_card_visa")
@@ -484,19 +482,32 @@ def test_find_charge_returns_the_attempt_asked_for(
 
 @pytest.mark.parametrize(
     "raw",
-    [API_KEY, f"  {API_KEY}\n", json.dumps({"apiKey": API_KEY}), json.dumps({"apiKey": API_KEY, "x": 1})],
+    [
+        LOCAL_API_KEY,
+        f"  {LOCAL_API_KEY}\n",
+        json.dumps({"apiKey": LOCAL_API_KEY}),
+        json.dumps({"apiKey": LOCAL_API_KEY, "x": 1}),
+    ],
 )
 def test_the_secret_is_a_plain_key_or_json_with_an_api_key(raw: str) -> None:
-    assert stripe_secret_from_string(raw) == API_KEY
+    assert stripe_secret_from_string(raw) == LOCAL_API_KEY
 
 
 @pytest.mark.parametrize(
-    "raw", ["", "   ", "{not json", json.dumps({"key": API_KEY}), json.dumps({"apiKey": ""}), "{" + API_KEY]
+    "raw",
+    [
+        "",
+        "   ",
+        "{not json",
+        json.dumps({"key": LOCAL_API_KEY}),
+        json.dumps({"apiKey": ""}),
+        "{" + LOCAL_API_KEY,
+    ],
 )
 def test_a_malformed_secret_is_refused_without_quoting_it(raw: str) -> None:
     with pytest.raises(ValueError, match="secret") as refused:
         stripe_secret_from_string(raw)
-    assert API_KEY not in str(refused.value)
+    assert LOCAL_API_KEY not in str(refused.value)
 
 
 # -- the emulator is faithful where it matters ---------------------------------------------------
@@ -505,7 +516,7 @@ def test_a_malformed_secret_is_refused_without_quoting_it(raw: str) -> None:
 def test_the_emulator_refuses_what_stripe_refuses_on_the_pinned_api_version(
     emulator: ProviderEmulator,
 ) -> None:
-    client = stripe.StripeClient(API_KEY, base_addresses={"api": emulator.url}, max_network_retries=0)
+    client = stripe.StripeClient(LOCAL_API_KEY, base_addresses={"api": emulator.url}, max_network_retries=0)
 
     def create(**extra: Any) -> None:
         params = {
@@ -532,7 +543,7 @@ def test_the_emulator_pages_search_results_like_stripe(
 ) -> None:
     for attempt in range(1, 4):
         charge(provider, make_order(), attempt=attempt)
-    client = stripe.StripeClient(API_KEY, base_addresses={"api": emulator.url}, max_network_retries=0)
+    client = stripe.StripeClient(LOCAL_API_KEY, base_addresses={"api": emulator.url}, max_network_retries=0)
 
     page = client.v1.payment_intents.search({"query": "metadata['orderId']:'ORDER-003'", "limit": 1})
 

@@ -22,7 +22,6 @@ from saga_local.aws.stack import LOCAL_API_KEY
 from saga_local.stripe_emulator import ProviderEmulator
 from tests.helpers import FakeClock
 
-API_KEY = LOCAL_API_KEY  # the emulator takes any well-formed key; the local stack's own will do
 START = 1_800_000_000.0
 
 
@@ -37,7 +36,7 @@ def emulator(clock: FakeClock) -> Iterator[ProviderEmulator]:
         yield running
 
 
-def provider_for(emulator: ProviderEmulator, key: str = API_KEY) -> StripeProvider:
+def provider_for(emulator: ProviderEmulator, key: str = LOCAL_API_KEY) -> StripeProvider:
     return StripeProvider(key, api_base=emulator.url, timeout_seconds=2.0)
 
 
@@ -51,7 +50,7 @@ def provider(emulator: ProviderEmulator) -> Iterator[StripeProvider]:
 @pytest.fixture
 def raw(emulator: ProviderEmulator) -> stripe.StripeClient:
     """The SDK itself, for requests the saga never makes."""
-    return stripe.StripeClient(API_KEY, base_addresses={"api": emulator.url}, max_network_retries=0)
+    return stripe.StripeClient(LOCAL_API_KEY, base_addresses={"api": emulator.url}, max_network_retries=0)
 
 
 def order(

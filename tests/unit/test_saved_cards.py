@@ -22,8 +22,6 @@ from saga_local.stripe_emulator import (
     ProviderEmulator,
 )
 
-API_KEY = LOCAL_API_KEY  # the emulator takes any well-formed key; the local stack's own will do
-
 
 @pytest.fixture
 def emulator() -> Iterator[ProviderEmulator]:
@@ -33,7 +31,7 @@ def emulator() -> Iterator[ProviderEmulator]:
 
 @pytest.fixture
 def provider(emulator: ProviderEmulator) -> Iterator[StripeProvider]:
-    client = StripeProvider(API_KEY, api_base=emulator.url, timeout_seconds=2.0)
+    client = StripeProvider(LOCAL_API_KEY, api_base=emulator.url, timeout_seconds=2.0)
     yield client
     client.close()
 
