@@ -332,6 +332,23 @@ def running_executions(state_machine_arn: str) -> int | None:
     return running if found else None
 
 
+def messages_in_queue(queue_url: str) -> int | None:
+    """How many messages the queue at ``queue_url`` holds, visible, in flight or delayed, read from
+    moto in this process (None if it is not here, or if its name is ambiguous): what
+    GetQueueAttributes' three counts add up to, without moto walking every message once per count
+    (about 6 ms a call at 200 messages, polled by a producer that keeps the queue full)."""
+    from moto.sqs.models import sqs_backends
+
+    account, name = queue_url.rstrip("/").split("/")[-2:]
+    queues = [
+        backend.queues[name]
+        for regions in list(sqs_backends.values())
+        for backend in list(regions.values())
+        if backend.account_id == account and name in backend.queues
+    ]
+    return len(queues[0]._messages) if len(queues) == 1 else None
+
+
 def retired_executions(state_machine_arn: str) -> list[RetiredExecution]:
     """The executions :func:`retire_executions` dropped, oldest first."""
     retired: list[RetiredExecution] = []

@@ -163,3 +163,28 @@ def test_a_delayed_sqs_message_is_held_by_its_delayed_until_time() -> None:
     assert "self.delayed_until = " in inspect.getsource(Message.delay)
     assert "self.delayed_until" in inspect.getsource(Message.delayed.fget)  # type: ignore[attr-defined]
     assert "_messages" in inspect.getsource(Queue.__init__)
+
+
+def test_messages_counted_in_moto_s_queue_equal_get_queue_attributes_three_counts() -> None:
+    # Driver.queue_depth reads len(queue._messages) instead of asking GetQueueAttributes.
+    import boto3
+    from moto import mock_aws
+
+    from saga_local.aws.moto_adapter import messages_in_queue
+
+    counts = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    counts.append("ApproximateNumberOfMessagesDelayed")
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        url = sqs.create_queue(QueueName="orders")["QueueUrl"]
+        assert messages_in_queue(url) == 0
+        for i in range(5):
+            sqs.send_message(QueueUrl=url, MessageBody=str(i))
+        sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=900)
+        sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2, VisibilityTimeout=300)
+        attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=counts)["Attributes"]
+        assert [int(attributes[name]) for name in counts] == [3, 2, 1]  # one of each kind
+        assert messages_in_queue(url) == 6
+        assert messages_in_queue(url.replace("orders", "elsewhere")) is None
+        boto3.client("sqs", region_name="eu-west-1").create_queue(QueueName="orders")
+        assert messages_in_queue(url) is None  # the same name in two regions: ask SQS instead
