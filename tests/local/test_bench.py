@@ -1,0 +1,48 @@
+"""``bench/throughput.py`` run as ``make bench`` runs it, on a few orders: stdout is one JSON object
+and nothing else (the handlers' log and metric lines must not reach it), and the figures it prints
+agree with one another. The timings themselves are the benchmark's business, not a test's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from saga_local.aws.template import ROOT
+
+
+def test_throughput_prints_one_json_object_whose_goal_follows_from_its_figures() -> None:
+    command = [
+        sys.executable,
+        "bench/throughput.py",
+        "--orders",
+        "6",
+        "--concurrency",
+        "1",
+        "2",
+        "--repeat",
+        "1",
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)  # noqa: S603
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    (line,) = done.stdout.splitlines()
+    result = json.loads(line)
+    assert result["benchmark"] == "throughput"
+    assert result["promise_kept"] is True
+    assert [row["concurrency"] for row in result["concurrency"]] == [1, 2]
+    cpu = result["cpu_ms"]
+    calls = sum(cpu.get(f"calls to {name}", 0.0) for name in ("dynamodb", "stripe", "sqs", "events"))
+    assert cpu["calls to dynamodb"] > 0  # the accounting saw the calls
+    assert cpu["calls to stripe"] > 0
+    assert (
+        abs(result["ratio_ceiling"] - cpu["bare_per_execution"] / (cpu["bare_per_execution"] + calls)) < 0.002
+    )
+    for row in result["concurrency"]:
+        assert row["saga_orders_per_s"] > 0
+        assert row["bare_executions_per_s"] > 0
+        assert abs(row["ratio"] - row["saga_orders_per_s"] / row["bare_executions_per_s"]) < 0.002
+        assert abs(row["of_ceiling"] - row["ratio"] / result["ratio_ceiling"]) < 0.01
+    goal = result["goal"]
+    assert goal["worst"] == min(row["of_ceiling"] for row in result["concurrency"])
+    assert goal["met"] is (goal["worst"] >= goal["of_ceiling_at_least"])
