@@ -12,17 +12,8 @@ from saga_local.aws.template import ROOT
 
 
 def test_throughput_prints_one_json_object_whose_goal_follows_from_its_figures() -> None:
-    command = [
-        sys.executable,
-        "bench/throughput.py",
-        "--orders",
-        "6",
-        "--concurrency",
-        "1",
-        "2",
-        "--repeat",
-        "1",
-    ]
+    options = ["--orders", "6", "--concurrency", "1", "2", "--repeat", "1"]
+    command = [sys.executable, "bench/throughput.py", *options]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)  # noqa: S603
 
     assert done.returncode == 0, done.stderr[-2000:]

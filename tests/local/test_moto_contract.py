@@ -172,8 +172,7 @@ def test_messages_counted_in_moto_s_queue_equal_get_queue_attributes_three_count
 
     from saga_local.aws.moto_adapter import messages_in_queue
 
-    counts = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-    counts.append("ApproximateNumberOfMessagesDelayed")
+    counts = [f"ApproximateNumberOfMessages{kind}" for kind in ("", "NotVisible", "Delayed")]
     with mock_aws():
         sqs = boto3.client("sqs", region_name="us-east-1")
         url = sqs.create_queue(QueueName="orders")["QueueUrl"]
