@@ -64,10 +64,11 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=warn
 	@touch $@
 
-lint: install ## ruff check, ruff format --check, mypy (strict; config in pyproject.toml)
+lint: install ## ruff check, ruff format --check, mypy (strict; config in pyproject.toml) and over the benchmarks
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mypy bench
 
 # asl-validator sees the definition before substitution: the $${...} DefinitionSubstitutions sit in
 # Parameters.FunctionName strings, which it accepts as strings, and in Task Resource ARNs
