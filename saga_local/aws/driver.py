@@ -233,11 +233,12 @@ class Driver:
         raise TimeoutError(f"execution {arn} still running after {timeout} s")
 
     def queue_depth(self, url: str | None = None) -> int:
-        local = moto_adapter.messages_in_queue(url or self.stack.queue_url)
+        url = url or self.stack.queue_url
+        local = moto_adapter.messages_in_queue(url)
         if local is not None:
             return local
         attrs = self.sqs.get_queue_attributes(
-            QueueUrl=url or self.stack.queue_url,
+            QueueUrl=url,
             AttributeNames=[
                 "ApproximateNumberOfMessages",
                 "ApproximateNumberOfMessagesNotVisible",

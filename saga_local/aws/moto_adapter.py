@@ -337,16 +337,17 @@ def messages_in_queue(queue_url: str) -> int | None:
     moto in this process (None if it is not here, or if its name is ambiguous): what
     GetQueueAttributes' three counts add up to, without moto walking every message once per count
     (about 6 ms a call at 200 messages, polled by a producer that keeps the queue full)."""
+    account, name = queue_url.rstrip("/").split("/")[-2:]
+    queues = [b.queues[name] for b in _sqs_backends() if b.account_id == account and name in b.queues]
+    return len(queues[0]._messages) if len(queues) == 1 else None
+
+
+def _sqs_backends() -> Iterator[Any]:
+    """moto's SQS backend of every account and region this process has touched."""
     from moto.sqs.models import sqs_backends
 
-    account, name = queue_url.rstrip("/").split("/")[-2:]
-    queues = [
-        backend.queues[name]
-        for regions in list(sqs_backends.values())
-        for backend in list(regions.values())
-        if backend.account_id == account and name in backend.queues
-    ]
-    return len(queues[0]._messages) if len(queues) == 1 else None
+    for regions in list(sqs_backends.values()):
+        yield from list(regions.values())
 
 
 def retired_executions(state_machine_arn: str) -> list[RetiredExecution]:
@@ -452,14 +453,11 @@ def deliver_delayed_messages() -> int:
     outcome relay re-queues an order proven never charged with a delay: a local run that judges
     what happens *later* (after the sweeper, say) delivers them now instead of waiting.
     """
-    from moto.sqs.models import sqs_backends
-
     delivered = 0
-    for regions in list(sqs_backends.values()):
-        for backend in list(regions.values()):
-            for queue in list(backend.queues.values()):
-                for message in list(queue._messages):
-                    if message.delayed:
-                        message.delayed_until = 0
-                        delivered += 1
+    for backend in _sqs_backends():
+        for queue in list(backend.queues.values()):
+            for message in list(queue._messages):
+                if message.delayed:
+                    message.delayed_until = 0
+                    delivered += 1
     return delivered
