@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import ast
-import copy
 import json
 import re
 from dataclasses import dataclass
@@ -23,15 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from samtranslator.translator.transform import transform
 
-from saga_local.aws.iam import (
-    MANAGED_POLICIES,
-    _NoManagedPolicies,
-    as_list,
-    managed_arn,
-    role_statements,
-)
+from saga_local.aws.iam import MANAGED_POLICIES, as_list, managed_arn, role_statements, sam_transform
 from saga_local.aws.template import load_template
 
 if TYPE_CHECKING:
@@ -100,15 +92,7 @@ ALLOWED_WILDCARDS = (
 @pytest.fixture(scope="module")
 def deployed(template: Template) -> dict[str, Any]:
     """The template as CloudFormation receives it after SAM's transform (what ``sam deploy`` sends)."""
-    sam = copy.deepcopy(template.data)
-    # sam package would upload these and put S3 URIs in their place; the translator insists on that form.
-    sam.setdefault("Globals", {}).setdefault("Function", {})["CodeUri"] = "s3://artifacts/functions.zip"
-    for resource in sam["Resources"].values():
-        if resource["Type"] == "AWS::Serverless::Function" and "CodeUri" in resource.get("Properties", {}):
-            resource["Properties"]["CodeUri"] = "s3://artifacts/functions.zip"
-        if resource["Type"] == "AWS::Serverless::StateMachine":
-            resource["Properties"]["DefinitionUri"] = "s3://artifacts/definition.json"
-    result: dict[str, Any] = transform(sam, {"PaymentApiKeySecretArn": SECRET_ARN}, _NoManagedPolicies())
+    result: dict[str, Any] = sam_transform(template.data, {"PaymentApiKeySecretArn": SECRET_ARN})
     return result
 
 
@@ -248,6 +232,30 @@ def test_the_sqs_wildcard_finding_stays_fixed_by_the_start_functions_own_role(
     receive = [s for _, s in statements if "sqs:ReceiveMessage" in as_list(s.get("Action", []))]
     assert [s["Resource"] for s in receive] == [{"Fn::GetAtt": ["OrdersQueue", "Arn"]}]
     assert wildcard_findings(statements) == []
+
+
+#: What Lambda's event source mappings read with the function's role (the Lambda developer guide's
+#: execution-role permissions for a DynamoDB stream and an SQS queue). Locally the SQS event source
+#: polls under the role (tests/statemachine/test_iam.py); the stream source reads moto's shard directly.
+STREAM_MAPPING_ACTIONS = {
+    "dynamodb:DescribeStream",
+    "dynamodb:GetRecords",
+    "dynamodb:GetShardIterator",
+    "dynamodb:ListStreams",
+}
+
+
+def test_the_relay_role_grants_what_lambdas_stream_mapping_reads_the_stream_with(
+    deployed: dict[str, Any],
+) -> None:
+    statements = identity_policies(deployed)["OutcomeRelayFunctionRole"]
+    granted = {
+        action
+        for _, statement in statements
+        if statement.get("Resource") == {"Fn::GetAtt": ["ClaimsTable", "StreamArn"]}
+        for action in as_list(statement.get("Action", []))
+    }
+    assert granted == STREAM_MAPPING_ACTIONS
 
 
 # -- data at rest ----------------------------------------------------------------------------------
