@@ -19,7 +19,7 @@ from payment_saga.errors import ChargeNotAttempted, PaymentOutcomeUnknown
 from payment_saga.orders import Order
 from payment_saga.payments import Charge, StripeProvider, idempotency_key
 from saga_local.aws.stack import LOCAL_API_KEY
-from saga_local.stripe_emulator import ProviderEmulator
+from saga_local.stripe_emulator import TEST_CUSTOMER, ProviderEmulator
 from tests.helpers import FakeClock
 
 START = 1_800_000_000.0
@@ -356,3 +356,32 @@ def test_a_declined_attempt_is_recorded_as_failed_by_search_and_list(
         order(), attempt=2, idempotency_key="k", created_from=0, created_to=int(START) + 1
     )
     assert (never.failed_ids, never.declined) == ((), False)
+
+
+def test_the_list_filters_an_accounts_history_on_customer_and_created_and_pages_within_the_filter(
+    raw: stripe.StripeClient, emulator: ProviderEmulator
+) -> None:
+    # 3,000 PaymentIntents without a customer around 250 of one customer, all in the same hour.
+    emulator.add_history(3000, created_from=int(START), created_to=int(START) + 3600)
+    theirs = emulator.add_history(
+        250, created_from=int(START), created_to=int(START) + 3600, customer=TEST_CUSTOMER
+    )
+    requests = emulator.request_count("list")
+
+    first = raw.v1.payment_intents.list({"customer": TEST_CUSTOMER, "limit": 100})
+    listed = [i.id for i in first.auto_paging_iter()]
+
+    assert (len(first.data), first.has_more) == (100, True)
+    assert listed == theirs[::-1]  # only the customer's, newest first, every one once
+    assert emulator.request_count("list") - requests == 3  # 250 in pages of 100
+    window = {"gte": int(START) + 1800, "lte": int(START) + 2700}
+    in_window = list(
+        raw.v1.payment_intents.list({"customer": TEST_CUSTOMER, "created": window}).auto_paging_iter()
+    )
+    assert in_window
+    assert all(i.customer == TEST_CUSTOMER and 1800 <= i.created - START <= 2700 for i in in_window)
+    assert {i.id for i in in_window} == {
+        i
+        for i in theirs
+        if 1800 <= emulator.payment_intent(i)["created"] - START <= 2700  # type: ignore[index]
+    }
