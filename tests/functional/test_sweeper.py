@@ -856,6 +856,29 @@ def test_the_sweeper_lambda_alarms_on_a_charge_for_a_released_claim_and_on_dupli
     assert (totals.get("ChargeOnReleasedClaim"), totals.get("DuplicateCharge")) == (1, 1)
 
 
+def test_the_sweeper_lambda_counts_a_claim_it_cannot_prove_within_the_list_cap_and_leaves_it_claimed(
+    sweeper_env: None,
+    dynamodb: Any,
+    claims_table: str,
+    emulator: ProviderEmulator,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    claimed_at = int(time.time()) - 5000
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: claimed_at).claim(ORDER, token=A)
+    # More PaymentIntents of other orders in the attempt's window than ten pages of the list.
+    emulator.add_history(1500, created_from=claimed_at - 300, created_to=claimed_at + LEASE)
+
+    result = sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert (result["finished"], result["counts"]["pending"]) == (True, 1)
+    assert ClaimsStore(claims_table, client=dynamodb).get(ORDER.order_id).status is ClaimStatus.CLAIMED  # type: ignore[union-attr]
+    (pending,) = [r for r in caplog.records if getattr(r, "event", None) == "reconciliation_pending"]
+    assert (pending.orderId, pending.listCapReached) == (ORDER.order_id, True)  # type: ignore[attr-defined]
+    totals = emitted_metrics(capfd.readouterr().out)
+    assert (totals.get("ReconciliationPending"), totals.get("ReconciliationListCapped")) == (1, 1)
+
+
 def test_the_sweeper_lambda_logs_a_decline_as_declined(
     sweeper_env: None,
     dynamodb: Any,
