@@ -9,7 +9,9 @@ Every decision is a structured log event with ``orderId`` (``reconciliation_comp
 ``reconciliation_released`` with its ``releaseReason`` NOT_CHARGED or DECLINED,
 ``reconciliation_pending``, ``reconciliation_changed``, ``reconciliation_failed``) and a metric:
 ``ReconciliationResolved`` by ``Outcome``, ``ReconciliationPending`` (a claim that stays pending
-sweep after sweep needs a person) and ``ReconciliationFailed``.
+sweep after sweep needs a person), ``ReconciliationListCapped`` (pending because the attempt's
+window holds more PaymentIntents than the list may read: it stays so until a person decides) and
+``ReconciliationFailed``.
 
 Two findings are money taken wrongly, logged at ERROR and counted for an alarm each (runbook:
 docs/runbook.md):
@@ -73,8 +75,10 @@ def record_decision(decision: ReconcileDecision) -> None:
         )
         count("ChargeOnReleasedClaim")
     elif outcome is ReconcileOutcome.PENDING:
-        log_event("reconciliation_pending", **fields)
+        log_event("reconciliation_pending", **fields, listCapReached=decision.list_cap_reached)
         count("ReconciliationPending")
+        if decision.list_cap_reached:
+            count("ReconciliationListCapped")
     elif outcome is ReconcileOutcome.CHANGED:
         # Someone else moved the claim on between discovery and the write: not an error.
         log_event("reconciliation_changed", **fields)

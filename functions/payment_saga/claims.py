@@ -150,6 +150,10 @@ class Claim:
     declined_attempts: frozenset[str] = frozenset()
     fenced_tokens: frozenset[str] = frozenset()
     release_log: frozenset[str] = frozenset()
+    #: The Stripe Customer the claiming execution's order names (``providerCustomerId`` in the row's
+    #: ``order``), None when it names none or the row holds no order message. Every charge request
+    #: that execution sends carries it as ``customer``; a takeover's order may name another.
+    provider_customer_id: str | None = None
 
     def lease_expired(self, now: float) -> bool:
         """Whether the lease ran out: strictly after its last second (``leaseExpiresAt < now``)."""
@@ -182,6 +186,7 @@ class Claim:
             declined_attempts=_string_set(item, "declinedAttempts"),
             fenced_tokens=_string_set(item, "fencedTokens"),
             release_log=_string_set(item, "releaseLog"),
+            provider_customer_id=item.get("order", {}).get("M", {}).get("providerCustomerId", {}).get("S"),
         )
 
 
@@ -452,6 +457,7 @@ class ClaimsStore:
             declined_attempts=previous.declined_attempts if previous else frozenset(),
             fenced_tokens=previous.fenced_tokens if previous else frozenset(),
             release_log=previous.release_log if previous else frozenset(),
+            provider_customer_id=order.provider_customer_id,
         )
         return ClaimOutcome(result, claim)
 

@@ -195,6 +195,52 @@ class ProviderEmulator:
                 if order_id is None or intent["metadata"].get("orderId") == order_id
             ]
 
+    def add_history(
+        self,
+        count: int,
+        *,
+        created_from: int,
+        created_to: int,
+        customer: str | None = None,
+        status: str = "succeeded",
+        amount: int = 2500,
+        currency: str = "usd",
+    ) -> list[str]:
+        """Give the account ``count`` PaymentIntents of other orders, straight into the state.
+
+        An account's volume for a test (a hundred thousand in a few seconds): no request is sent or
+        counted, no idempotency key saved, no charge added to the ledger (they are not charges of
+        this run). Their ``created`` is spread evenly over ``[created_from, created_to]``; each
+        names its own order (``metadata[orderId]`` ``HISTORY-<n>``, attempt 1) and ``customer``, if
+        given, and is in ``status``. The search has indexed them as of their ``created``; the list
+        and retrieve see them at once. Returns their ids, oldest first.
+        """
+        if count < 0 or created_from > created_to:
+            raise ValueError("count must not be negative, nor created_from after created_to")
+        if status not in {"succeeded", "requires_payment_method", "canceled", "processing"}:
+            raise ValueError(f"cannot add PaymentIntents in {status!r}")
+        span = created_to - created_from
+        with self._lock:
+            first = len(self._intents)
+        made = [
+            intents.settled_intent(
+                amount=amount,
+                currency=currency.lower(),
+                created=created_from + (span * n) // max(count - 1, 1),
+                customer=customer,
+                metadata={"orderId": f"HISTORY-{first + n}", "attempt": "1"},
+                status=status,
+            )
+            for n in range(count)
+        ]
+        with self._lock:
+            for intent in made:
+                self._intents[intent["id"]] = intent
+                # Indexed as of its creation. A shallow copy is the published state: the state
+                # changes replace top-level fields only, never the nested ones it shares.
+                self._versions[intent["id"]] = [(float(intent["created"]), dict(intent))]
+        return [intent["id"] for intent in made]
+
     def request_count(self, endpoint: Endpoint) -> int:
         """How many authenticated requests reached ``endpoint`` (replays and 409s excluded)."""
         with self._lock:
