@@ -538,8 +538,15 @@ class ClaimsStore:
         Re-entrant: completing again with the same token and charge id succeeds (a Mark Complete
         that died after its write and was retried). Never checks the lease: the money moved.
 
+        A claim already ``COMPLETED`` with this very charge id by another execution is this one's end
+        too, and is returned as it is (nothing written): the execution outlived its lease and the
+        attempt was taken over, but a takeover keeps the attempt and so the idempotency key, so the
+        provider replayed this execution's PaymentIntent to the taker, who completed the claim with it
+        (or the sweeper found that same charge). One charge, one completion, and nothing to reconcile.
+
         Raises:
-            ClaimLost: another execution holds the claim, or it is no longer this one's to complete.
+            ClaimLost: another execution holds the claim, or it is no longer this one's to complete
+                (released, or completed with another charge: then the order has two charges).
         """
         now = self.now()
         won, item = self._update(
@@ -562,6 +569,8 @@ class ClaimsStore:
             },
             return_new=True,
         )
+        if not won and item and _completed_with(item, charge_id):
+            return Claim.from_item(item)  # completed by the execution that took the attempt over
         return self._fenced_result(order_id, "complete", won, item)
 
     def release(self, order_id: str, *, token: str, reason: ReleaseReason, payment_attempt: str) -> Claim:
@@ -892,6 +901,13 @@ class ClaimsStore:
             f" {'the same' if current.claim_token == seen.claim_token else 'another'} token,"
             f" attempt {current.attempt}, lease until {current.lease_expires_at}"
         )
+
+
+def _completed_with(item: dict[str, Any], charge_id: str) -> bool:
+    """Whether the row is ``COMPLETED`` with ``charge_id``: the same provider charge, whoever wrote it."""
+    status = item.get("status", {}).get("S")
+    completed_with = item.get("chargeId", {}).get("S")
+    return bool(status == ClaimStatus.COMPLETED.value and completed_with == charge_id)
 
 
 #: Every claim write carries this: a token fenced off by ``fence_failed_claim`` never claims again.

@@ -15,14 +15,26 @@ messages at once (``deliver_delayed_messages``): the delays themselves are SQS's
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import boto3
+import pytest
+
+from handlers import runtime as handler_runtime
+from payment_saga.claims import ClaimsStore
+from payment_saga.orders import order_from_message
+from payment_saga.payments import StripeProvider, idempotency_key
 from saga_local.aws import moto_adapter
+from saga_local.aws.stack import LOCAL_API_KEY, REGION
 from saga_local.runtime.faults import Fault
 from tests.helpers import Saga, order
+from tests.network import Network
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from saga_local.aws.driver import ExecutionResult
     from saga_local.commands.events import OutcomeLog
 
@@ -30,6 +42,18 @@ if TYPE_CHECKING:
 THROTTLED_STEP = 7
 #: Every try of a Lambda step that dies: the first and the catch-all retrier's 3 retries.
 DYING_STEP = 4
+LEASE = 900
+
+
+@pytest.fixture
+def network(saga: Saga) -> Iterator[Network]:
+    """The handlers' claims store, behind a network that misbehaves on plan (as in test_holes.py)."""
+    store = handler_runtime.claims_store()
+    real = store._client
+    network = Network(real)
+    store._client = network  # type: ignore[assignment]
+    yield network
+    store._client = real
 
 
 @dataclass(frozen=True)
@@ -253,3 +277,70 @@ def test_claim_busy_at_the_bound_is_not_sent_again_and_needs_attention(saga: Sag
     ]
     assert "OrderNeedsAttention" in kinds(saga, "ORDER-RQ-8")
     assert saga.driver.queue_depth() == 0
+
+
+# -- a zombie Mark Complete ---------------------------------------------------------------------------
+
+
+def test_a_zombie_mark_complete_after_a_takeover_completed_the_order_publishes_no_reconciliation(
+    saga: Saga, network: Network
+) -> None:
+    # The execution claims and charges, then stalls before Mark Complete; its lease runs out, another
+    # execution takes the attempt over (same attempt, same idempotency key: the provider replays the
+    # first charge to it) and completes the claim. Then the zombie's Mark Complete runs.
+    the_order = order_from_message(order("ORDER-RQ-9"))
+
+    def another_execution_takes_over_and_completes() -> None:
+        later = time.time() + LEASE + 1
+        store = ClaimsStore(
+            saga.stack.table_name, client=boto3.client("dynamodb", region_name=REGION), clock=lambda: later
+        )
+        taken = store.claim(the_order, token="the-taker")
+        assert taken.result.value == "TAKEOVER"
+        provider = StripeProvider(LOCAL_API_KEY, api_base=saga.provider.url)
+        charge = provider.charge(
+            the_order,
+            attempt=taken.claim.attempt,
+            idempotency_key=idempotency_key("ORDER-RQ-9", taken.claim.attempt),
+        )
+        store.complete("ORDER-RQ-9", token="the-taker", charge_id=charge.charge_id)
+
+    network.then_normal().then_before(another_execution_takes_over_and_completes)
+    saga.driver.send(order("ORDER-RQ-9"))
+
+    run_until_idle(saga)
+
+    (zombie,) = deliveries(saga, "ORDER-RQ-9")
+    assert zombie.result.outcome == "CHARGED", zombie.result
+    assert "Publish Reconciliation" not in zombie.result.path
+    (charge,) = saga.provider.charges_for("ORDER-RQ-9")
+    assert zombie.result.output is not None
+    assert zombie.result.output["chargeId"] == charge.charge_id, "one PaymentIntent: the replay"
+    assert kinds(saga, "ORDER-RQ-9") == ["OrderCharged"]
+    claim = saga.driver.claim("ORDER-RQ-9")
+    assert claim is not None
+    assert (claim["status"], claim["claimToken"]) == ("COMPLETED", "the-taker")
+
+
+def test_a_zombie_mark_complete_meeting_another_charge_still_needs_reconciliation(
+    saga: Saga, network: Network
+) -> None:
+    # Two charges for one order (the taker's is another PaymentIntent): a person must refund one.
+    the_order = order_from_message(order("ORDER-RQ-10"))
+
+    def another_execution_completes_with_another_charge() -> None:
+        later = time.time() + LEASE + 1
+        store = ClaimsStore(
+            saga.stack.table_name, client=boto3.client("dynamodb", region_name=REGION), clock=lambda: later
+        )
+        store.claim(the_order, token="the-taker")
+        store.complete("ORDER-RQ-10", token="the-taker", charge_id="pi_another_charge")
+
+    network.then_normal().then_before(another_execution_completes_with_another_charge)
+    saga.driver.send(order("ORDER-RQ-10"))
+
+    run_until_idle(saga)
+
+    (zombie,) = deliveries(saga, "ORDER-RQ-10")
+    assert zombie.result.error == "NeedsReconciliation", zombie.result
+    assert "OrderNeedsReconciliation" in kinds(saga, "ORDER-RQ-10")
