@@ -110,6 +110,17 @@ def count(name: str, **dimensions: str) -> None:
             metric.add_dimension(name=key, value=value)
 
 
+def measure(name: str, value: float, unit: MetricUnit, **dimensions: str) -> None:
+    """Publish one reading of ``name`` (an age, say), broken down by ``dimensions`` only.
+
+    Not added to a plain total as ``count`` does: a sum of readings from two stacks means nothing,
+    so an alarm on a reading names the function that published it (``FunctionName``).
+    """
+    with single_metric(name=name, unit=unit, value=value, namespace=metrics.namespace) as metric:
+        for key, dimension in dimensions.items():
+            metric.add_dimension(name=key, value=dimension)
+
+
 def log_event(event: str, **fields: Any) -> None:
     """A structured log line named for what happened (``claim_won``, ``charge_applied``...)."""
     logger.info(event, extra={"event": event, **fields})
