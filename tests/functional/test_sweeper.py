@@ -636,6 +636,7 @@ def sweeper_env(
     monkeypatch.setenv("PAYMENT_API_BASE", emulator.url)
     monkeypatch.setenv("PAYMENT_API_KEY", LOCAL_API_KEY)
     monkeypatch.setenv("CLAIM_SEARCH_GRACE_SECONDS", "60")
+    monkeypatch.setenv("CLAIM_RETENTION_DAYS", "30")
     handler_runtime.reset()
     yield
     handler_runtime.reset()
@@ -891,6 +892,26 @@ def test_a_sweeper_that_fails_before_its_first_claim_publishes_no_heartbeat(
         sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
 
     assert "SweepCompleted" not in function_metrics(capfd.readouterr().out, "payment-saga-SweeperFunction")
+
+
+def test_a_sweeper_without_the_retention_setting_refuses_rather_than_guessing_one(
+    sweeper_env: None,
+    dynamodb: Any,
+    claims_table: str,
+    emulator: ProviderEmulator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A charged claim the sweeper would complete, with a TTL: it must not pick one of its own.
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000).claim(ORDER, token=A)
+    holder = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
+    charge(holder)
+    holder.close()
+    monkeypatch.delenv("CLAIM_RETENTION_DAYS")
+
+    with pytest.raises(RuntimeError, match="CLAIM_RETENTION_DAYS"):
+        sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert ClaimsStore(claims_table, client=dynamodb).get(ORDER.order_id).status is ClaimStatus.CLAIMED  # type: ignore[union-attr]
 
 
 def test_the_sample_event_is_what_the_schedule_sends() -> None:
