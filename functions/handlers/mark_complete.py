@@ -28,6 +28,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         claim = claims_store().complete(order_id, token=token, charge_id=charge["chargeId"])
     except ClaimLost as exc:
         logger.error("complete_refused", extra={"event": "complete_refused", "reason": str(exc)})
+        count("CompleteRefused")
         raise
     log_event("claim_completed", chargeId=claim.charge_id, attempt=claim.attempt)
     count("ClaimCompleted")

@@ -36,6 +36,7 @@ def _after_failed_claim(order: Order, token: str, redrive_count: int) -> dict[st
     if held is None:
         # Nothing of ours to release, and now nothing of ours can ever land.
         log_event("claim_fenced", reason="the failed claim can no longer land")
+        count("ClaimFenced")
         return {"released": False, "reason": ReleaseReason.NOT_CHARGED.value, "attempt": None}
     if not may_release_failed_claim(
         attempt_started_by=held.attempt_started_by, token=token, redrive_count=redrive_count
@@ -44,6 +45,7 @@ def _after_failed_claim(order: Order, token: str, redrive_count: int) -> dict[st
         # may have charged in an earlier run. No proof, no release: the claim is kept, and the
         # execution ends in Needs Reconciliation (the sweeper asks the provider), not Claim Failed.
         log_event("release_skipped", reason="no proof: attempt taken over, or execution redriven")
+        count("ReleaseSkipped")
         return {"released": False, "reason": KEPT, "attempt": held.attempt}
     claim = store.release(
         order.order_id, token=token, reason=ReleaseReason.NOT_CHARGED, payment_attempt=order.payment_attempt

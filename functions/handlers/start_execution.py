@@ -72,6 +72,7 @@ def start(order: Order, message_id: str) -> str:
         messageId=message_id,
         executionArn=response["executionArn"],
     )
+    count("ExecutionStarted")
     return name
 
 

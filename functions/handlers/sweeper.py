@@ -99,6 +99,7 @@ def record_decision(decision: ReconcileDecision) -> None:
     elif outcome is ReconcileOutcome.CHANGED:
         # Someone else moved the claim on between discovery and the write: not an error.
         log_event("reconciliation_changed", **fields)
+        count("ReconciliationChanged")
     else:
         logger.error("reconciliation_failed", extra={"event": "reconciliation_failed", **fields})
         count("ReconciliationFailed")
