@@ -8,7 +8,8 @@ it makes is a conditional write on the base table, fenced on what it saw. It nev
 Every decision is a structured log event with ``orderId`` (``reconciliation_completed``,
 ``reconciliation_released`` with its ``releaseReason`` NOT_CHARGED or DECLINED,
 ``reconciliation_pending``, ``reconciliation_changed``, ``reconciliation_failed``) and a metric:
-``ReconciliationResolved`` by ``Outcome``, ``ReconciliationPending`` and ``ReconciliationFailed``.
+``ReconciliationResolved`` by ``Outcome``, ``ReconciliationPending``, ``ReconciliationChanged`` and
+``ReconciliationFailed``.
 
 Every sweep that ran (not one that skipped its tick) also publishes, by ``FunctionName`` so that
 each stack's alarms read their own sweeper:
