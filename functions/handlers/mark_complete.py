@@ -30,6 +30,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         claim = claims_store().complete(order_id, token=token, charge_id=charge["chargeId"])
     except ClaimLost as exc:
         logger.error("complete_refused", extra={"event": "complete_refused", "reason": str(exc)})
+        count("CompleteRefused")
         raise
     if claim.claim_token != token:
         # Our attempt was taken over and the taker completed it with the charge the provider replayed

@@ -49,6 +49,7 @@ def _after_failed_claim(order: Order, token: str, redrive_count: int) -> dict[st
             holderStatus=held.status.value if held else None,
             sendAgain=send_again,
         )
+        count("ClaimFenced")
         return {
             "released": False,
             "reason": ReleaseReason.NOT_CHARGED.value,
@@ -62,6 +63,7 @@ def _after_failed_claim(order: Order, token: str, redrive_count: int) -> dict[st
         # may have charged in an earlier run. No proof, no release: the claim is kept, and the
         # execution ends in Needs Reconciliation (the sweeper asks the provider), not Claim Failed.
         log_event("release_skipped", reason="no proof: attempt taken over, or execution redriven")
+        count("ReleaseSkipped")
         return {"released": False, "reason": KEPT, "attempt": held.attempt, "sendAgain": False}
     claim = store.release(
         order.order_id, token=token, reason=ReleaseReason.NOT_CHARGED, payment_attempt=order.payment_attempt

@@ -92,6 +92,7 @@ def start(order: Order, message_id: str, *, requeues: int = 0) -> str:
         messageId=message_id,
         executionArn=response["executionArn"],
     )
+    count("ExecutionStarted")
     return name
 
 

@@ -63,8 +63,11 @@ if TYPE_CHECKING:
 #: machine's TimeoutSeconds (600 s) plus the longest Lambda Task timeout is below this, so no
 #: execution can still act on a claim after its lease ran out (see template.yaml).
 DEFAULT_LEASE_SECONDS = 900
-#: Longer than any redelivery window: SQS keeps a message 14 days at most.
-DEFAULT_RETENTION_SECONDS = 30 * 24 * 3600
+SECONDS_PER_DAY = 24 * 3600
+#: How long a closed claim is kept (TTL): the template's ClaimRetentionDays default, which must outlast
+#: the dead-letter queue plus a redrive's new window in the orders queue (tests/static checks both are
+#: the same figure). Deployed functions and ``saga reconcile --stack`` take the stack's own value.
+DEFAULT_RETENTION_SECONDS = 30 * SECONDS_PER_DAY
 #: Stripe replays an idempotency key for 24 hours; a takeover after that could charge twice, so
 #: it is refused (with an hour of margin) and the sweeper resolves the claim instead.
 DEFAULT_REPLAY_HORIZON_SECONDS = 23 * 3600

@@ -126,6 +126,10 @@ class ReconcileOutcome(enum.StrEnum):
     FAILED = "failed"  # an unexpected error on this claim; left CLAIMED for the next sweep
 
 
+#: What a sweep leaves open for the next one: the claim stays CLAIMED, the order waits.
+_UNRESOLVED = frozenset({ReconcileOutcome.PENDING, ReconcileOutcome.FAILED})
+
+
 @dataclass(frozen=True)
 class ReconcileDecision:
     """One stale claim: what the sweeper saw, decided and (when ``applied``) wrote."""
@@ -136,6 +140,8 @@ class ReconcileDecision:
     lease_expires_at: int
     outcome: ReconcileOutcome
     reason: str
+    #: When the claim's attempt started (epoch seconds): how long the order has waited for an answer.
+    attempt_started_at: int = 0
     charge_id: str | None = None
     applied: bool = False
     #: RELEASED only: why (``NOT_CHARGED`` or ``DECLINED``).
@@ -152,6 +158,7 @@ class ReconcileDecision:
             "attempt": self.attempt,
             "claimToken": self.claim_token,
             "leaseExpiresAt": self.lease_expires_at,
+            "attemptStartedAt": self.attempt_started_at,
             "outcome": self.outcome.value,
             "reason": self.reason,
             "chargeId": self.charge_id,
@@ -184,6 +191,22 @@ class ReconcileReport:
             tally[decision.outcome.value] += 1
         return tally
 
+    @property
+    def oldest_unresolved_age_seconds(self) -> int:
+        """Seconds since the oldest attempt this sweep left open (pending or failed) started; 0 if none.
+
+        A claim is pending by design for up to its lease plus the search grace after its attempt
+        started (the list is asked only then): an age well past that is a claim the sweeper cannot
+        resolve by itself, which is what the pending alarm watches. The sweeper publishes it every
+        sweep, so that a skipped sweep leaves a gap, not a reset.
+        """
+        ages = [
+            int(self.now - decision.attempt_started_at)
+            for decision in self.decisions
+            if decision.outcome in _UNRESOLVED
+        ]
+        return max([0, *ages])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "now": self.now,
@@ -191,6 +214,7 @@ class ReconcileReport:
             "searchGraceSeconds": self.search_grace_seconds,
             "finished": self.finished,
             "counts": self.counts,
+            "oldestUnresolvedAgeSeconds": self.oldest_unresolved_age_seconds,
             "decisions": [decision.to_dict() for decision in self.decisions],
         }
 
@@ -259,6 +283,7 @@ class _Decide:
             attempt=self.seen.attempt,
             claim_token=self.seen.claim_token,
             lease_expires_at=self.seen.lease_expires_at,
+            attempt_started_at=self.seen.attempt_started_at,
             outcome=outcome,
             reason=reason,
             **extra,

@@ -17,6 +17,7 @@ from payment_saga.errors import ClaimLost, PaymentOutcomeUnknown
 from payment_saga.orders import Order
 from payment_saga.payments import AttemptRecord, Charge, StripeProvider, idempotency_key
 from payment_saga.reconcile import ReconcileOutcome, ReconcileReport, reconcile, searchable_order
+from payment_saga.sweep_lock import SweepLock
 from saga_local.aws.stack import LOCAL_API_KEY
 from saga_local.aws.template import ROOT, load_template
 from saga_local.runtime.api import LambdaContext
@@ -707,6 +708,43 @@ def test_one_claim_failing_does_not_stop_the_others(
     assert report.counts["failed"] == 1
 
 
+def test_the_report_gives_the_age_of_the_oldest_attempt_it_left_open(
+    store: ClaimsStore, provider: StripeProvider, clock: FakeClock
+) -> None:
+    # ORDER-003 waits longest and stays pending; ORDER-004, claimed later, is resolved (charged).
+    store.claim(ORDER, token=A)
+    clock.advance(600)
+    later = Order("ORDER-004", 2500, "USD", "cus_9", "pm_card_visa")
+    store.claim(later, token=A)
+    charge(provider, later)
+    clock.advance(LEASE + 1)
+
+    report = sweep(store, provider, clock)
+
+    assert (report.counts["pending"], report.counts["completed"]) == (1, 1)
+    assert report.oldest_unresolved_age_seconds == 600 + LEASE + 1
+    # Once nothing is left open, the age is 0: the alarm's reading goes back to normal.
+    clock.advance(GRACE)
+    assert sweep(store, provider, clock).counts["released"] == 1
+    assert sweep(store, provider, clock).oldest_unresolved_age_seconds == 0
+
+
+def test_a_claim_that_failed_counts_as_unresolved_in_the_age(
+    store: ClaimsStore, provider: StripeProvider, clock: FakeClock
+) -> None:
+    store.claim(ORDER, token=A)
+    clock.advance(LEASE + 1)
+
+    class Broken(RacingProvider):
+        def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:
+            raise RuntimeError("boom")
+
+    report = sweep(store, Broken(provider, lambda: None), clock)
+
+    assert report.counts["failed"] == 1
+    assert report.oldest_unresolved_age_seconds == LEASE + 1
+
+
 def test_the_order_searched_for_is_rebuilt_from_the_claim_without_inventing_a_payment_method() -> None:
     claim = Claim(
         order_id="ORDER-7",
@@ -740,6 +778,7 @@ def sweeper_env(
     monkeypatch.setenv("PAYMENT_API_BASE", emulator.url)
     monkeypatch.setenv("PAYMENT_API_KEY", LOCAL_API_KEY)
     monkeypatch.setenv("CLAIM_SEARCH_GRACE_SECONDS", "60")
+    monkeypatch.setenv("CLAIM_RETENTION_DAYS", "30")
     handler_runtime.reset()
     yield
     handler_runtime.reset()
@@ -918,6 +957,125 @@ def test_the_sweeper_lambda_fails_visibly_when_a_claim_could_not_be_reconciled(
 
     with pytest.raises(RuntimeError, match="1 stale claim"):
         sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+    assert ClaimsStore(claims_table, client=dynamodb).get(ORDER.order_id).status is ClaimStatus.CLAIMED  # type: ignore[union-attr]
+
+
+def function_metrics(out: str, function_name: str) -> dict[str, float]:
+    """Metric name -> value over the embedded metric format lines broken down by ``FunctionName``."""
+    readings: dict[str, float] = {}
+    for line in out.splitlines():
+        if not line.startswith("{"):
+            continue
+        record = json.loads(line)
+        for directive in (record.get("_aws") or {}).get("CloudWatchMetrics", []):
+            if sorted(directive["Dimensions"][0]) != ["FunctionName", "service"]:
+                continue
+            assert record["FunctionName"] == function_name
+            for metric in directive["Metrics"]:
+                value = record[metric["Name"]]
+                readings[metric["Name"]] = readings.get(metric["Name"], 0) + sum(
+                    value if isinstance(value, list) else [value]
+                )
+    return readings
+
+
+def test_a_sweep_publishes_its_heartbeat_and_the_age_of_the_claim_it_left_pending(
+    sweeper_env: None,
+    dynamodb: Any,
+    claims_table: str,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A claim whose lease ran out 100 s ago: its search finds nothing and the grace has not passed.
+    monkeypatch.setenv("CLAIM_SEARCH_GRACE_SECONDS", "3600")
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - LEASE - 100).claim(ORDER, token=A)
+
+    result = sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert result["counts"]["pending"] == 1
+    readings = function_metrics(capfd.readouterr().out, "payment-saga-SweeperFunction")
+    assert readings["SweepCompleted"] == 1
+    assert LEASE + 100 <= readings["OldestUnresolvedClaimAge"] < LEASE + 200
+
+
+def test_a_sweep_with_nothing_to_do_still_beats_and_reads_zero(
+    sweeper_env: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    readings = function_metrics(capfd.readouterr().out, "payment-saga-SweeperFunction")
+    assert (readings["SweepCompleted"], readings["OldestUnresolvedClaimAge"]) == (1, 0)
+
+
+def test_a_sweep_that_fails_on_a_claim_still_beats_and_counts_the_claim_unresolved(
+    sweeper_env: None,
+    dynamodb: Any,
+    claims_table: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000).claim(ORDER, token=A)
+
+    class Unreachable:
+        def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:
+            raise OSError("network unreachable")
+
+    monkeypatch.setattr(sweeper, "provider", Unreachable)
+
+    with pytest.raises(RuntimeError):
+        sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    readings = function_metrics(capfd.readouterr().out, "payment-saga-SweeperFunction")
+    assert readings["SweepCompleted"] == 1
+    assert readings["OldestUnresolvedClaimAge"] >= 5000
+
+
+def test_a_sweep_that_finds_the_lock_held_publishes_no_heartbeat(
+    sweeper_env: None, dynamodb: Any, claims_table: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A skip is healthy only if the sweep holding the lease completes: that sweep beats, not this one."""
+    SweepLock(claims_table, client=dynamodb).acquire("another-sweep", lease_seconds=300)
+
+    result = sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert result["skipped"] is True
+    out = capfd.readouterr().out
+    assert "SweepCompleted" not in function_metrics(out, "payment-saga-SweeperFunction")
+    assert emitted_metrics(out).get("SweepSkipped") == 1
+
+
+def test_a_sweeper_that_fails_before_its_first_claim_publishes_no_heartbeat(
+    sweeper_env: None, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # The index query fails (a permission taken away, say): the sweep never reaches a claim.
+    def refused(self: ClaimsStore, **_: Any) -> Any:
+        raise RuntimeError("AccessDeniedException: dynamodb:Query")
+
+    monkeypatch.setattr(ClaimsStore, "open_claims", refused)
+
+    with pytest.raises(RuntimeError, match="AccessDenied"):
+        sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert "SweepCompleted" not in function_metrics(capfd.readouterr().out, "payment-saga-SweeperFunction")
+
+
+def test_a_sweeper_without_the_retention_setting_refuses_rather_than_guessing_one(
+    sweeper_env: None,
+    dynamodb: Any,
+    claims_table: str,
+    emulator: ProviderEmulator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A charged claim the sweeper would complete, with a TTL: it must not pick one of its own.
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000).claim(ORDER, token=A)
+    holder = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
+    charge(holder)
+    holder.close()
+    monkeypatch.delenv("CLAIM_RETENTION_DAYS")
+
+    with pytest.raises(RuntimeError, match="CLAIM_RETENTION_DAYS"):
+        sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
     assert ClaimsStore(claims_table, client=dynamodb).get(ORDER.order_id).status is ClaimStatus.CLAIMED  # type: ignore[union-attr]
 
 
