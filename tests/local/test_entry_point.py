@@ -281,7 +281,7 @@ def test_invoke_runs_the_step_samples_in_order_against_the_stack(running: Runnin
 
     assert results[0]["outcome"] == "WON"
     assert results[1]["status"] == "succeeded"
-    assert results[4] == {"released": True, "reason": "DECLINED", "attempt": 1}
+    assert results[4] == {"released": True, "reason": "DECLINED", "attempt": 1, "sendAgain": False}
     table = running.state["outputs"]["ClaimsTableName"]
     claim = running.client("dynamodb").get_item(
         TableName=table, Key={"orderId": {"S": "ORDER-101"}}, ConsistentRead=True
