@@ -299,6 +299,27 @@ class Closed:
         )
 
 
+def read_change(old: Any, new: Any, now: float) -> Closed | None:
+    """The closing transition a change of a claim row makes, or None when it closes nothing.
+
+    Reads only, sends nothing: what the relay does first, and what a dry run of a replay asks.
+
+    Raises:
+        UnreadableChange: the images can never be read as claim rows.
+    """
+    if new is not None and not isinstance(new, dict):
+        raise UnreadableChange(f"the new image is not a DynamoDB item: {type(new).__name__}")
+    if old is not None and not isinstance(old, dict):
+        raise UnreadableChange(f"the old image is not a DynamoDB item: {type(old).__name__}")
+    try:
+        closing = new is not None and closing_transition(old, new)
+    except (TypeError, AttributeError) as exc:
+        raise UnreadableChange(f"the claim row's status cannot be read: {exc!r}") from exc
+    if new is None or not closing:
+        return None
+    return Closed.of(old, new, now)
+
+
 @dataclass(frozen=True)
 class Relayed:
     """What the relay did for one closing transition (for the handler's logs and metrics)."""
@@ -346,17 +367,9 @@ class OutcomeRelay:
             OutcomeNotPublished: an event was refused; nothing after it was done.
             botocore's ClientError: EventBridge or SQS failed; the change must be handled again.
         """
-        if new is not None and not isinstance(new, dict):
-            raise UnreadableChange(f"the new image is not a DynamoDB item: {type(new).__name__}")
-        if old is not None and not isinstance(old, dict):
-            raise UnreadableChange(f"the old image is not a DynamoDB item: {type(old).__name__}")
-        try:
-            closing = new is not None and closing_transition(old, new)
-        except (TypeError, AttributeError) as exc:
-            raise UnreadableChange(f"the claim row's status cannot be read: {exc!r}") from exc
-        if new is None or not closing:
+        closed = read_change(old, new, self.clock())
+        if closed is None:
             return None
-        closed = Closed.of(old, new, self.clock())
         claim = closed.claim
         if claim.status is ClaimStatus.COMPLETED:
             return self._published(claim.order_id, closed.event(Outcome.CHARGED, "charged", reason=None))
