@@ -106,7 +106,7 @@ def park(record: dict[str, Any], reason: str) -> None:
     """Send a record the relay can never read to the parking queue, whole, with its reason.
 
     If the send fails the record fails and stalls the shard like any transient failure; once it
-    is sent the record is done. ``saga`` and the runbook say how a parked record is replayed.
+    is sent the record is done. ``saga replay-parked`` replays it (runbook: OutcomeRelayFailed).
     """
     change = _change_of(record)
     sequence = str(change.get("SequenceNumber", ""))
