@@ -10,20 +10,21 @@ is at least once.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
 
 from handlers.start_execution import requeue_execution_name
 from saga_local.aws.template import ROOT
 from saga_local.commands.events import OutcomeEvent, command, final_outcomes, tally
 from saga_local.commands.usage import transitions
-from saga_local.runtime.faults import Fault
+from saga_local.runtime.faults import Fault, call_error
 from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD
 from tests.helpers import order
 from tests.local.conftest import sweep
 
 if TYPE_CHECKING:
-    import pytest
-
     from saga_local.commands.events import OutcomeLog
     from tests.helpers import Saga
 
@@ -411,3 +412,31 @@ def test_a_requeue_sent_twice_by_a_retried_relay_starts_one_execution(saga: Saga
     assert [r.arn.rsplit(":", 1)[-1] for r in results if r.outcome == "CHARGED"] == [requeue_name]
     assert kinds(log(saga).events("ORDER-SEQ-3")) == ["OrderReleased", "OrderRequeued", "OrderCharged"]
     assert saga.charges("ORDER-SEQ-3") == 1
+
+
+def test_a_requeue_whose_publish_failed_after_its_send_starts_one_execution(
+    saga: Saga, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The relay's SendMessage lands, then its PutEvents of OrderRequeued fails once: the record is
+    # reported failed and retried, and the order is sent again. Both copies name one execution.
+    saga.faults.add(Fault("ClaimOrderFunction", "start", "die", times=4, order_id="ORDER-SEQ-4"))
+    failures = [call_error("error_call", PUT_EVENTS)]
+
+    def fail_the_first_requeued(params: dict[str, Any], **_: Any) -> None:
+        if failures and any(e["DetailType"] == "OrderRequeued" for e in params.get("Entries", [])):
+            raise failures.pop()
+
+    hooks = boto3._get_default_session().events  # the session the handlers' clients come from
+    hooks.register(f"provide-client-params.{PUT_EVENTS}", fail_the_first_requeued)
+    try:
+        saga.driver.send(order("ORDER-SEQ-4"))
+        saga.driver.pump(timeout=120)
+    finally:
+        hooks.unregister(f"provide-client-params.{PUT_EVENTS}", fail_the_first_requeued)
+
+    assert failures == [], "the publish of OrderRequeued failed once"
+    assert saga.runtime.sends[("OutcomeRelayFunction", "sqs.SendMessage")] == 2, "two copies sent"
+    results = [r for r in saga.driver.results(with_path=False) if r.order_id == "ORDER-SEQ-4"]
+    assert sorted(r.outcome for r in results) == ["CHARGED", "ClaimFailed"], "one execution for the re-queue"
+    assert kinds(log(saga).events("ORDER-SEQ-4")) == ["OrderReleased", "OrderRequeued", "OrderCharged"]
+    assert saga.charges("ORDER-SEQ-4") == 1
