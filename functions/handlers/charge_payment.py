@@ -56,6 +56,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         )
     except ClaimLost as exc:
         logger.error("charge_refused", extra={"event": "charge_refused", "reason": str(exc)})
+        count("ChargeRefused")
         raise
     try:
         charge = _provider().charge(order, attempt=attempt, idempotency_key=key)
@@ -66,6 +67,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             attempt_owner=event["claim"].get("attemptOwner") is True,
         ):
             log_event("charge_not_attempted", reason=str(exc))
+            count("ChargeNotAttempted")
             raise
         # This request did not reach the provider, but an earlier one with the same key may have
         # (Stripe checks the API key before the idempotency key): no proof, so no release.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from handlers.runtime import claims_store, count, log_event, logger, metrics, tracer
-from payment_saga.claims import ReleaseReason
+from payment_saga.claims import FenceResult, ReleaseReason
 from payment_saga.errors import ReleaseRefused
 from payment_saga.orders import order_from_message
 from payment_saga.proof import may_release_failed_claim, release_reason
@@ -30,13 +30,32 @@ KEPT = "KEPT"
 
 
 def _after_failed_claim(order: Order, token: str, redrive_count: int) -> dict[str, Any]:
-    """The Claim step failed: fence its write off, then release only what provably charged nothing."""
+    """The Claim step failed: fence its write off, then release only what provably charged nothing.
+
+    ``sendAgain`` tells the state machine to put the order back on the queue itself: only when the
+    fence met a row whose status it did not change, so no closing transition reaches the outcome
+    relay (``Fence.must_send_again``). A tombstone or a release is re-queued by the relay.
+    """
     store = claims_store()
-    held = store.fence_failed_claim(order, token=token)
-    if held is None:
+    fence = store.fence_failed_claim(order, token=token)
+    held = fence.claim
+    if fence.result is not FenceResult.HELD or held is None:
         # Nothing of ours to release, and now nothing of ours can ever land.
-        log_event("claim_fenced", reason="the failed claim can no longer land")
-        return {"released": False, "reason": ReleaseReason.NOT_CHARGED.value, "attempt": None}
+        send_again = fence.must_send_again(order, token=token)
+        log_event(
+            "claim_fenced",
+            reason="the failed claim can no longer land",
+            fence=fence.result.value,
+            holderStatus=held.status.value if held else None,
+            sendAgain=send_again,
+        )
+        count("ClaimFenced")
+        return {
+            "released": False,
+            "reason": ReleaseReason.NOT_CHARGED.value,
+            "attempt": None,
+            "sendAgain": send_again,
+        }
     if not may_release_failed_claim(
         attempt_started_by=held.attempt_started_by, token=token, redrive_count=redrive_count
     ):
@@ -44,20 +63,30 @@ def _after_failed_claim(order: Order, token: str, redrive_count: int) -> dict[st
         # may have charged in an earlier run. No proof, no release: the claim is kept, and the
         # execution ends in Needs Reconciliation (the sweeper asks the provider), not Claim Failed.
         log_event("release_skipped", reason="no proof: attempt taken over, or execution redriven")
-        return {"released": False, "reason": KEPT, "attempt": held.attempt}
+        count("ReleaseSkipped")
+        return {"released": False, "reason": KEPT, "attempt": held.attempt, "sendAgain": False}
     claim = store.release(
         order.order_id, token=token, reason=ReleaseReason.NOT_CHARGED, payment_attempt=order.payment_attempt
     )
     log_event("claim_released", reason=ReleaseReason.NOT_CHARGED.value, attempt=claim.attempt)
     count("ClaimReleased")
-    return {"released": True, "reason": ReleaseReason.NOT_CHARGED.value, "attempt": held.attempt}
+    # A closing transition: the outcome relay re-queues it.
+    return {
+        "released": True,
+        "reason": ReleaseReason.NOT_CHARGED.value,
+        "attempt": held.attempt,
+        "sendAgain": False,
+    }
 
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Input ``{"claimToken", "redriveCount", "state"}``: the state holds the order and the error."""
+    """Input ``{"claimToken", "redriveCount", "state"}``: the state holds the order and the error.
+
+    Output ``{"released", "reason", "attempt", "sendAgain"}``.
+    """
     state = event["state"]
     order = order_from_message(state["order"])
     token = event["claimToken"]
@@ -73,4 +102,4 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     )
     log_event("claim_released", reason=reason.value, attempt=claim.attempt)
     count("ClaimReleased")
-    return {"released": True, "reason": reason.value, "attempt": claim.attempt}
+    return {"released": True, "reason": reason.value, "attempt": claim.attempt, "sendAgain": False}

@@ -17,7 +17,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from botocore.config import Config
 
-from payment_saga.claims import DEFAULT_LEASE_SECONDS, ClaimsStore
+from payment_saga.claims import DEFAULT_LEASE_SECONDS, SECONDS_PER_DAY, ClaimsStore
 from payment_saga.payments import StripeProvider, stripe_secret_from_string
 
 if TYPE_CHECKING:
@@ -55,12 +55,18 @@ def _client(service: str) -> Any:
 
 @functools.cache
 def claims_store() -> ClaimsStore:
-    """The claims store configured from ``CLAIMS_TABLE_NAME`` and ``CLAIM_LEASE_SECONDS``."""
+    """The claims store configured from ``CLAIMS_TABLE_NAME``, ``CLAIM_LEASE_SECONDS`` and
+    ``CLAIM_RETENTION_DAYS``.
+
+    The retention has no default here: a closed claim kept too briefly lets a redriven copy of a
+    charged order be charged again, so the one figure is the template's ``ClaimRetentionDays``
+    (checked there against the queues' retention) and a function without it refuses to start.
+    """
     return ClaimsStore(
         env("CLAIMS_TABLE_NAME"),
         client=client("dynamodb"),
         lease_seconds=int(env("CLAIM_LEASE_SECONDS", str(DEFAULT_LEASE_SECONDS))),
-        retention_seconds=int(env("CLAIM_RETENTION_DAYS", "30")) * 24 * 3600,
+        retention_seconds=int(env("CLAIM_RETENTION_DAYS")) * SECONDS_PER_DAY,
     )
 
 
@@ -108,6 +114,17 @@ def count(name: str, **dimensions: str) -> None:
     with single_metric(name=name, unit=MetricUnit.Count, value=1, namespace=metrics.namespace) as metric:
         for key, value in dimensions.items():
             metric.add_dimension(name=key, value=value)
+
+
+def measure(name: str, value: float, unit: MetricUnit, **dimensions: str) -> None:
+    """Publish one reading of ``name`` (an age, say), broken down by ``dimensions`` only.
+
+    Not added to a plain total as ``count`` does: a sum of readings from two stacks means nothing,
+    so an alarm on a reading names the function that published it (``FunctionName``).
+    """
+    with single_metric(name=name, unit=unit, value=value, namespace=metrics.namespace) as metric:
+        for key, dimension in dimensions.items():
+            metric.add_dimension(name=key, value=dimension)
 
 
 def log_event(event: str, **fields: Any) -> None:

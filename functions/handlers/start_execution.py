@@ -70,12 +70,30 @@ def requeue_execution_name(requeue_event_id: str) -> str:
     return f"{readable}-{digest}"
 
 
-def execution_input(order: Order, message_id: str) -> str:
-    """The execution input: deterministic (sorted keys, no clock, no receive count)."""
-    return json.dumps({"order": order.to_message(), "messageId": message_id}, sort_keys=True)
+def execution_input(order: Order, message_id: str, requeues: int = 0) -> str:
+    """The execution input: deterministic (sorted keys, no clock, no receive count).
+
+    ``requeue`` is how many times the state machine itself already sent this order back to the queue
+    (Claim Busy, a failed Claim step), read from the message, and whether it may do so once more:
+    ``next`` is the count its SendMessage writes (a string: SQS Number attributes are strings).
+    """
+    allowed = requeues < int(env("MAX_STATE_MACHINE_REQUEUES"))
+    requeue = {"count": requeues, "next": str(requeues + 1), "allowed": allowed}
+    execution = {"order": order.to_message(), "messageId": message_id, "requeue": requeue}
+    return json.dumps(execution, sort_keys=True)
 
 
-def start(order: Order, message_id: str, requeue_event_id: str | None = None) -> str:
+def requeue_count(record: SQSRecord) -> int:
+    """The ``sagaRequeues`` message attribute the state machine's re-queues set; 0 when absent or bad."""
+    attribute = (record.get("messageAttributes") or {}).get("sagaRequeues") or {}
+    value = attribute.get("stringValue")
+    try:
+        return max(int(str(value)), 0) if value is not None else 0
+    except ValueError:  # not a number: count it as never re-queued rather than fail the message
+        return 0
+
+
+def start(order: Order, message_id: str, requeue_event_id: str | None = None, *, requeues: int = 0) -> str:
     """Start (or re-attach to) the execution for one message. Returns its name.
 
     Every copy of one re-queue (``requeue_event_id``) has the same name but its own messageId in the
@@ -86,7 +104,9 @@ def start(order: Order, message_id: str, requeue_event_id: str | None = None) ->
     sfn = client("stepfunctions")
     try:
         response = sfn.start_execution(
-            stateMachineArn=env("STATE_MACHINE_ARN"), name=name, input=execution_input(order, message_id)
+            stateMachineArn=env("STATE_MACHINE_ARN"),
+            name=name,
+            input=execution_input(order, message_id, requeues),
         )
     except sfn.exceptions.ExecutionAlreadyExists:
         log_event("execution_already_started", orderId=order.order_id, messageId=message_id, execution=name)
@@ -98,6 +118,7 @@ def start(order: Order, message_id: str, requeue_event_id: str | None = None) ->
         messageId=message_id,
         executionArn=response["executionArn"],
     )
+    count("ExecutionStarted")
     return name
 
 
@@ -128,7 +149,7 @@ def record_handler(record: SQSRecord) -> None:
         reject(record, str(exc))
         publish_rejected(record, str(exc))
         return
-    start(order, record.message_id, requeue_event_id(record))
+    start(order, record.message_id, requeue_event_id(record), requeues=requeue_count(record))
 
 
 def requeue_event_id(record: SQSRecord) -> str | None:

@@ -8,8 +8,18 @@ it makes is a conditional write on the base table, fenced on what it saw. It nev
 Every decision is a structured log event with ``orderId`` (``reconciliation_completed``,
 ``reconciliation_released`` with its ``releaseReason`` NOT_CHARGED or DECLINED,
 ``reconciliation_pending``, ``reconciliation_changed``, ``reconciliation_failed``) and a metric:
-``ReconciliationResolved`` by ``Outcome``, ``ReconciliationPending`` (a claim that stays pending
-sweep after sweep needs a person) and ``ReconciliationFailed``.
+``ReconciliationResolved`` by ``Outcome``, ``ReconciliationPending``, ``ReconciliationListCapped``
+(pending because the attempt's window holds more PaymentIntents than the list may read: it stays so
+until a person decides), ``ReconciliationChanged`` and ``ReconciliationFailed``.
+
+Every sweep that ran (not one that skipped its tick) also publishes, by ``FunctionName`` so that
+each stack's alarms read their own sweeper:
+
+* ``SweepCompleted``: the heartbeat. A skip publishes none: it is healthy only if the sweep holding
+  the lease completes, and that sweep publishes its own. A sweeper that fails before it reaches a
+  claim (the secret, the sweep lock, the index) publishes none either, and the heartbeat alarm fires.
+* ``OldestUnresolvedClaimAge`` (seconds): how long ago the oldest attempt the sweep left pending or
+  failed started, 0 when it left none; the pending alarm watches it.
 
 Two findings are money taken wrongly, logged at ERROR and counted for an alarm each (runbook:
 docs/runbook.md):
@@ -27,7 +37,20 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from handlers.runtime import claims_store, client, count, env, log_event, logger, metrics, provider, tracer
+from aws_lambda_powertools.metrics import MetricUnit
+
+from handlers.runtime import (
+    claims_store,
+    client,
+    count,
+    env,
+    log_event,
+    logger,
+    measure,
+    metrics,
+    provider,
+    tracer,
+)
 from payment_saga.reconcile import DEFAULT_SEARCH_GRACE_SECONDS, ReconcileOutcome, reconcile
 from payment_saga.sweep_lock import SweepLock, lease_for
 
@@ -73,11 +96,14 @@ def record_decision(decision: ReconcileDecision) -> None:
         )
         count("ChargeOnReleasedClaim")
     elif outcome is ReconcileOutcome.PENDING:
-        log_event("reconciliation_pending", **fields)
+        log_event("reconciliation_pending", **fields, listCapReached=decision.list_cap_reached)
         count("ReconciliationPending")
+        if decision.list_cap_reached:
+            count("ReconciliationListCapped")
     elif outcome is ReconcileOutcome.CHANGED:
         # Someone else moved the claim on between discovery and the write: not an error.
         log_event("reconciliation_changed", **fields)
+        count("ReconciliationChanged")
     else:
         logger.error("reconciliation_failed", extra={"event": "reconciliation_failed", **fields})
         count("ReconciliationFailed")
@@ -136,7 +162,12 @@ def _sweep(context: LambdaContext) -> dict[str, Any]:
         keep_going=lambda: context.get_remaining_time_in_millis() > RESERVE_MILLIS,
     )
     counts = report.counts
-    log_event("reconciliation_swept", finished=report.finished, **counts)
+    age = report.oldest_unresolved_age_seconds
+    log_event("reconciliation_swept", finished=report.finished, oldestUnresolvedAgeSeconds=age, **counts)
+    # Published before a failed claim raises: the sweep itself ran (ReconciliationFailed alarms on
+    # the claim), and the failed claim's age counts as unresolved.
+    count("SweepCompleted", FunctionName=context.function_name)
+    measure("OldestUnresolvedClaimAge", age, MetricUnit.Seconds, FunctionName=context.function_name)
     if counts[ReconcileOutcome.FAILED.value]:
         raise RuntimeError(
             f"{counts[ReconcileOutcome.FAILED.value]} stale claim(s) could not be reconciled;"

@@ -68,8 +68,11 @@ if TYPE_CHECKING:
 #: machine's TimeoutSeconds (600 s) plus the longest Lambda Task timeout is below this, so no
 #: execution can still act on a claim after its lease ran out (see template.yaml).
 DEFAULT_LEASE_SECONDS = 900
-#: Longer than any redelivery window: SQS keeps a message 14 days at most.
-DEFAULT_RETENTION_SECONDS = 30 * 24 * 3600
+SECONDS_PER_DAY = 24 * 3600
+#: How long a closed claim is kept (TTL): the template's ClaimRetentionDays default, which must outlast
+#: the dead-letter queue plus a redrive's new window in the orders queue (tests/static checks both are
+#: the same figure). Deployed functions and ``saga reconcile --stack`` take the stack's own value.
+DEFAULT_RETENTION_SECONDS = 30 * SECONDS_PER_DAY
 #: Stripe replays an idempotency key for 24 hours; a takeover after that could charge twice, so
 #: it is refused (with an hour of margin) and the sweeper resolves the claim instead.
 DEFAULT_REPLAY_HORIZON_SECONDS = 23 * 3600
@@ -157,6 +160,10 @@ class Claim:
     release_log: frozenset[str] = frozenset()
     #: Writes the row has taken (0 for a row written before rows counted them).
     version: int = 0
+    #: The Stripe Customer the claiming execution's order names (``providerCustomerId`` in the row's
+    #: ``order``), None when it names none or the row holds no order message. Every charge request
+    #: that execution sends carries it as ``customer``; a takeover's order may name another.
+    provider_customer_id: str | None = None
 
     def lease_expired(self, now: float) -> bool:
         """Whether the lease ran out: strictly after its last second (``leaseExpiresAt < now``)."""
@@ -190,6 +197,7 @@ class Claim:
             fenced_tokens=_string_set(item, "fencedTokens"),
             release_log=_string_set(item, "releaseLog"),
             version=int(item.get("version", {}).get("N", 0)),
+            provider_customer_id=item.get("order", {}).get("M", {}).get("providerCustomerId", {}).get("S"),
         )
 
 
@@ -207,6 +215,54 @@ class _ClaimWrite:
 
     result: ClaimResult  # NEW stands for "NEW or REENTRANT": told apart by the row it replaced
     request: dict[str, Any]
+
+
+class FenceResult(enum.StrEnum):
+    """What :meth:`ClaimsStore.fence_failed_claim` found and wrote."""
+
+    TOMBSTONE = "TOMBSTONE"  # there was no row: a RELEASED / NOT_CHARGED tombstone now stands there
+    FENCED = "FENCED"  # the token joined an existing row's fencedTokens; its status did not change
+    HELD = "HELD"  # refused: this token holds the row CLAIMED (the failed step's write landed)
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The fence of a failed Claim step: what it did, and the row it met (None for a tombstone).
+
+    For ``FENCED`` the row is as the fence found it (before the token was added); for ``HELD`` it is
+    the row this execution holds.
+    """
+
+    result: FenceResult
+    claim: Claim | None
+
+    def must_send_again(self, order: Order, *, token: str) -> bool:
+        """Whether the state machine must send ``order`` back to the orders queue itself.
+
+        Only a ``FENCED`` row can need it: its status did not change, so no closing transition reaches
+        the outcome relay, which re-queues only what a closing transition released. A tombstone *is*
+        a closing transition (the relay re-queues it; sending it here too would send it twice), and a
+        held claim is released or kept by the caller. Of the rows met:
+
+        * ``RELEASED`` and this payment attempt was never declined: proven uncharged and nobody is
+          going to try it. This is how a re-queued order whose Claim step failed is not lost.
+        * ``CLAIMED`` by another execution for *another* payment attempt: as for ``ClaimResult.BUSY``,
+          this payment attempt must wait for that one to end (if it is declined, nobody else carries
+          this one).
+        * Not when the row's last write was this token's own (its release or tombstone, met again by a
+          retried Release Claim): that closing transition is the relay's to re-queue.
+        * Not ``COMPLETED`` (the order is charged), not ``CLAIMED`` by another execution for this same
+          payment attempt (that execution carries it to an end, or the sweeper does), not when this
+          payment attempt was declined (a decline is an end).
+        """
+        row = self.claim
+        if self.result is not FenceResult.FENCED or row is None or row.claim_token == token:
+            return False
+        if row.status is ClaimStatus.RELEASED:
+            return not row.declined(order.payment_attempt)
+        if row.status is ClaimStatus.CLAIMED:
+            return row.payment_attempt != order.payment_attempt and not row.declined(order.payment_attempt)
+        return False
 
 
 def release_log_entry(token: str, reason: ReleaseReason) -> str:
@@ -460,6 +516,7 @@ class ClaimsStore:
             declined_attempts=previous.declined_attempts if previous else frozenset(),
             fenced_tokens=previous.fenced_tokens if previous else frozenset(),
             release_log=previous.release_log if previous else frozenset(),
+            provider_customer_id=order.provider_customer_id,
         )
         return ClaimOutcome(result, claim)
 
@@ -498,8 +555,15 @@ class ClaimsStore:
         Re-entrant: completing again with the same token and charge id succeeds (a Mark Complete
         that died after its write and was retried). Never checks the lease: the money moved.
 
+        A claim already ``COMPLETED`` with this very charge id by another execution is this one's end
+        too, and is returned as it is (nothing written): the execution outlived its lease and the
+        attempt was taken over, but a takeover keeps the attempt and so the idempotency key, so the
+        provider replayed this execution's PaymentIntent to the taker, who completed the claim with it
+        (or the sweeper found that same charge). One charge, one completion, and nothing to reconcile.
+
         Raises:
-            ClaimLost: another execution holds the claim, or it is no longer this one's to complete.
+            ClaimLost: another execution holds the claim, or it is no longer this one's to complete
+                (released, or completed with another charge: then the order has two charges).
         """
         now = self.now()
         won, item = self._update(
@@ -522,6 +586,8 @@ class ClaimsStore:
             },
             return_new=True,
         )
+        if not won and item and _completed_with(item, charge_id):
+            return Claim.from_item(item)  # completed by the execution that took the attempt over
         return self._fenced_result(order_id, "complete", won, item)
 
     def release(self, order_id: str, *, token: str, reason: ReleaseReason, payment_attempt: str) -> Claim:
@@ -582,7 +648,7 @@ class ClaimsStore:
             )
         return claim
 
-    def fence_failed_claim(self, order: Order, *, token: str) -> Claim | None:
+    def fence_failed_claim(self, order: Order, *, token: str) -> Fence:
         """After a failed Claim step: make sure no claim write of ``token`` can ever land.
 
         A Claim step that failed may have sent a write that is still in flight (its Lambda was killed
@@ -593,9 +659,11 @@ class ClaimsStore:
         fenced the same way. Either way a late claim write of this execution now fails its condition.
 
         Returns:
-            None when the fence is in place (this execution does not hold the order and never will);
-            the claim when the fence was refused because ``token`` holds it ``CLAIMED`` (the failed
-            step's write did land): the caller decides whether it can prove nothing was charged.
+            A :class:`Fence`: ``TOMBSTONE`` (there was no row; the tombstone is a closing transition,
+            which the outcome relay re-queues), ``FENCED`` (the token joined an existing row, returned
+            as the fence found it: no status changed, so nothing was published or re-queued), or
+            ``HELD`` (the fence was refused because ``token`` holds the row ``CLAIMED``: the failed
+            step's write did land; the caller decides whether it can prove nothing was charged).
         """
         for _ in range(MAX_CLAIM_WRITES):
             now = self.now()
@@ -613,13 +681,14 @@ class ClaimsStore:
                 },
             )
             if won:
-                return None
+                assert old is not None  # ALL_OLD of a write conditional on the row existing
+                return Fence(FenceResult.FENCED, Claim.from_item(old))
             if old is None:
                 won, old = self._put_tombstone(order, token, now)
                 if won:
-                    return None
+                    return Fence(FenceResult.TOMBSTONE, None)
             if old is not None and Claim.from_item(old).held_by(token):
-                return Claim.from_item(old)
+                return Fence(FenceResult.HELD, Claim.from_item(old))
         raise ClaimLost(f"order {order.order_id}: could not fence the failed claim (the row kept changing)")
 
     def _put_tombstone(self, order: Order, token: str, now: int) -> tuple[bool, dict[str, Any] | None]:
@@ -856,6 +925,13 @@ class ClaimsStore:
             f" {'the same' if current.claim_token == seen.claim_token else 'another'} token,"
             f" attempt {current.attempt}, lease until {current.lease_expires_at}"
         )
+
+
+def _completed_with(item: dict[str, Any], charge_id: str) -> bool:
+    """Whether the row is ``COMPLETED`` with ``charge_id``: the same provider charge, whoever wrote it."""
+    status = item.get("status", {}).get("S")
+    completed_with = item.get("chargeId", {}).get("S")
+    return bool(status == ClaimStatus.COMPLETED.value and completed_with == charge_id)
 
 
 #: Every claim write carries this: a token fenced off by ``fence_failed_claim`` never claims again.

@@ -65,8 +65,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from payment_saga.errors import ChargeNotAttempted, PaymentDeclined, PaymentOutcomeUnknown
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import stripe
-    from stripe.params import PaymentIntentCreateParams
+    from stripe.params import PaymentIntentCreateParams, PaymentIntentListParams
 
     from payment_saga.orders import Order
 else:
@@ -94,10 +96,24 @@ IDEMPOTENCY_WINDOW_SECONDS = 24 * 60 * 60
 #: The SDK's own default is 80 s, longer than the Charge Lambda should ever wait on one call.
 DEFAULT_TIMEOUT_SECONDS = 10.0
 
+#: The most Stripe's list returns in one page.
+_LIST_PAGE_SIZE = 100
+
 #: Statuses in which a PaymentIntent has not charged and cannot without our own further call.
 _FAILED_STATUSES = frozenset({"requires_payment_method", "canceled"})
 
 _SECRET_PATTERN = re.compile(r"\b(?:sk|rk|pk)_(?:test|live)_[A-Za-z0-9_]+")
+
+
+class ListTooLong(PaymentOutcomeUnknown):
+    """The list window holds more PaymentIntents than the caller's page cap: nothing is concluded.
+
+    Not an error the state machine sees (only the sweeper lists). ``pages`` is how many were read.
+    """
+
+    def __init__(self, message: str, *, pages: int) -> None:
+        super().__init__(message)
+        self.pages = pages
 
 
 def idempotency_key(order_id: str, attempt: int) -> str:
@@ -171,9 +187,19 @@ class PaymentProvider(Protocol):
         ...
 
     def list_attempt(
-        self, order: Order, *, attempt: int, idempotency_key: str, created_from: int, created_to: int
+        self,
+        order: Order,
+        *,
+        attempt: int,
+        idempotency_key: str,
+        created_from: int,
+        created_to: int,
+        customer: str | None = None,
+        max_pages: int | None = None,
+        keep_going: Callable[[], bool] | None = None,
     ) -> AttemptRecord:
-        """The attempt's PaymentIntents created in [created_from, created_to], from the list (never lags)."""
+        """The attempt's PaymentIntents created in [created_from, created_to] (of ``customer``, if set),
+        from the list (never lags); raises :class:`ListTooLong` past ``max_pages`` pages."""
         ...
 
 
@@ -310,29 +336,72 @@ class StripeProvider:
         return self._record(intents, order, idempotency_key, source="search")
 
     def list_attempt(
-        self, order: Order, *, attempt: int, idempotency_key: str, created_from: int, created_to: int
+        self,
+        order: Order,
+        *,
+        attempt: int,
+        idempotency_key: str,
+        created_from: int,
+        created_to: int,
+        customer: str | None = None,
+        max_pages: int | None = None,
+        keep_going: Callable[[], bool] | None = None,
     ) -> AttemptRecord:
         """What happened to an attempt, from ``GET /v1/payment_intents``: the proof search cannot give.
 
         Stripe's list endpoints are not subject to the search's indexing delay: a PaymentIntent is
-        listed as soon as it exists, in its current state. The list cannot filter on metadata, so
-        this pages through every PaymentIntent of the account created in ``[created_from,
-        created_to]`` (Unix seconds, Stripe's clock: give the caller's window a margin for clock
-        skew) and keeps those whose ``metadata`` names this order and attempt. Returns the
-        :class:`AttemptRecord`; raises :class:`PaymentOutcomeUnknown` when a PaymentIntent of the
-        attempt is still in flight or the list failed part way (nothing is concluded from a part).
+        listed as soon as it exists, in its current state. The list cannot filter on metadata, only
+        on ``created`` and ``customer``, so this pages (100 a page, newest first) through every
+        PaymentIntent created in ``[created_from, created_to]`` (Unix seconds, Stripe's clock: give
+        the caller's window a margin for clock skew) -- of the Stripe Customer ``customer`` when one
+        is given, of the whole account otherwise -- and keeps those whose ``metadata`` names this
+        order and attempt. With ``customer``, what is read is bounded by that customer's own
+        PaymentIntents, not the account's volume; it proves "nothing of the attempt" only if every
+        request of the attempt was sent with that ``customer`` (the caller's to know).
+
+        Nothing is concluded from a part of the list. :class:`ListTooLong` (a
+        :class:`PaymentOutcomeUnknown`) when the window holds more than ``max_pages`` pages;
+        :class:`PaymentOutcomeUnknown` when ``keep_going`` (asked before each further page) says
+        stop, when a PaymentIntent of the attempt is still in flight, or when a request failed.
+        Returns the :class:`AttemptRecord` otherwise.
         """
         if created_from > created_to:
             raise ValueError("created_from must not be after created_to")
+        if max_pages is not None and max_pages < 1:
+            raise ValueError("max_pages must be at least 1")
+        params: PaymentIntentListParams = {
+            "created": {"gte": created_from, "lte": created_to},
+            "limit": _LIST_PAGE_SIZE,
+        }
+        if customer is not None:
+            params["customer"] = customer
+        where = f"order {order.order_id} ({idempotency_key})"
+        intents: list[stripe.PaymentIntent] = []
+        pages = 0
         try:
-            page = self._client.v1.payment_intents.list(
-                {"created": {"gte": created_from, "lte": created_to}, "limit": 100}
-            )
-            intents = [i for i in page.auto_paging_iter() if _of_attempt(i, order, attempt)]
+            page = self._client.v1.payment_intents.list(params)
+            while True:
+                pages += 1
+                intents += [i for i in page.data if _of_attempt(i, order, attempt)]
+                if not page.has_more:
+                    break
+                if not page.data:  # has_more with nothing to continue from: not a list to trust
+                    raise PaymentOutcomeUnknown(f"the list for {where} broke off: has_more and no data")
+                if max_pages is not None and pages >= max_pages:
+                    raise ListTooLong(
+                        f"more than {max_pages} pages ({max_pages * _LIST_PAGE_SIZE} PaymentIntents) were"
+                        f" created {'for ' + customer + ' ' if customer else ''}in the attempt's window"
+                        f" [{created_from}, {created_to}]; not read further",
+                        pages=pages,
+                    )
+                if keep_going is not None and not keep_going():
+                    raise PaymentOutcomeUnknown(
+                        f"stopped listing for {where} after {pages} page(s): the time budget ran out"
+                    )
+                page = self._client.v1.payment_intents.list({**params, "starting_after": page.data[-1].id})
         except stripe.StripeError as exc:
             raise PaymentOutcomeUnknown(
-                f"could not list the provider's PaymentIntents for order {order.order_id}"
-                f" ({idempotency_key}): {self._describe(exc)}"
+                f"could not list the provider's PaymentIntents for {where}: {self._describe(exc)}"
             ) from exc
         return self._record(intents, order, idempotency_key, source="list")
 

@@ -20,6 +20,8 @@ list confirms: no PaymentIntent of the attempt at all       ``NOT_CHARGED`` (a n
 no charge in the search within the grace                    nothing: *pending*
 a charge still in flight, a failed search or list, an       nothing: *pending*
 answer that does not match the order
+more PaymentIntents in the attempt's window than the        nothing: *pending*, with
+list may read (``list_page_cap`` pages)                     ``list_cap_reached``: a person decides
 =========================================================  ======================================
 
 Why each branch is safe:
@@ -29,15 +31,35 @@ Why each branch is safe:
   further attempts; it charges nothing.
 * **Release.** "No charge" must be proven, not inferred from a search: Stripe's search is
   eventually consistent (usually a minute behind, "up to an hour" during incidents, and no bound
-  in its current guide). So the search is only the fast path. Before any release the sweeper pages
-  through ``GET /v1/payment_intents`` (the list, which Stripe does not index lazily) over every
-  PaymentIntent created from the start of the attempt (less :data:`CLOCK_MARGIN_SECONDS`) to now
-  (plus the margin), and matches the metadata itself. Only when the list shows no succeeded and no
-  in-flight PaymentIntent of the attempt is the claim released. The grace
-  (``search_grace_seconds`` after the end of the lease) is kept as a second line: every charge
-  request of the attempt was sent while a lease on it was live, and the grace gives the provider
-  time to finish executing the last of them. It is counted from the end of the lease, not the
-  start of the attempt: a takeover continues an attempt, and its requests can be much younger.
+  in its current guide). So the search is only the fast path. Before any release the sweeper asks
+  ``GET /v1/payment_intents`` (the list, which Stripe does not index lazily) for the PaymentIntents
+  created in the attempt's window (:func:`attempt_window`) and matches the metadata itself. Only
+  when the list shows no succeeded and no in-flight PaymentIntent of the attempt is the claim
+  released. The grace (``search_grace_seconds`` after the end of the lease) is kept as a second
+  line: it is counted from the end of the lease, not the start of the attempt, because a takeover
+  continues an attempt, and its requests can be much younger.
+* **The window.** Every charge request of the attempt was sent while a lease on it was live:
+  Charge Payment re-reads the claim (``check_held``) and sends only with more of the lease left
+  than its own timeout, and each takeover keeps the attempt and renews the lease. So every request
+  was sent in ``[attemptStartedAt, leaseExpiresAt]`` of the claim seen (the latest lease: the
+  write is fenced on it), and Stripe executes a create inside the request that sent it and stamps
+  ``created`` then. The window is that, widened by :data:`CLOCK_MARGIN_SECONDS` on each side for
+  the two clocks and a request still crossing the network. It does not grow with how long the
+  claim has been stale: the list used to run to *now*, at least 75 minutes (the 15-minute lease
+  plus the hour of grace) and more at every sweep, which adds only PaymentIntents created after
+  the attempt's last request could have been.
+* **Whose PaymentIntents.** The list cannot filter on metadata, but it filters on the Stripe
+  Customer. When the order names one (``providerCustomerId``) and the attempt was never taken over
+  (``attemptStartedBy`` is still the execution that started it), one execution sent every request
+  of the attempt, each with that ``customer``, so the attempt's PaymentIntents are among that
+  customer's: the sweeper lists only those, a handful of requests whatever the account's volume.
+  A taken-over attempt may have been continued by an order paid another way (the takeover matches
+  the fingerprint, not the payment method or its customer), and an order without a customer has
+  nothing to filter on: those list the whole account in the window.
+* **Bounded.** Either list stops after ``list_page_cap`` pages (:data:`DEFAULT_LIST_PAGE_CAP`) and
+  the claim stays *pending* with ``list_cap_reached`` set (its own metric): a person decides (the
+  runbook). One claim cannot hold up a sweep: past the cap it is left for a person, and the
+  sweep's own ``keep_going`` is asked before each further page too.
 * **Declined.** When the list shows the attempt's PaymentIntents and every one of them failed for
   good, the provider declined the attempt: the release says ``DECLINED`` and the claims store
   remembers the payment attempt as declined, so no redelivery of it reaches the provider again.
@@ -66,10 +88,10 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from payment_saga.claims import ClaimStatus, ReleaseReason
+from payment_saga.claims import NO_OWNER, ClaimStatus, ReleaseReason
 from payment_saga.errors import ClaimLost, PaymentOutcomeUnknown
 from payment_saga.orders import Order
-from payment_saga.payments import idempotency_key
+from payment_saga.payments import ListTooLong, idempotency_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -78,12 +100,19 @@ if TYPE_CHECKING:
     from payment_saga.payments import AttemptRecord, PaymentProvider
 
 #: Stripe: "Occasionally, propagation of new or updated data can be up to an hour behind during
-#: outages." Since the list confirms every release, this is no longer what makes a release safe;
-#: it is how long after the lease the provider is given to finish the attempt's last request.
+#: outages." Since the list confirms every release, this is no longer what makes a release safe:
+#: it is how long after the lease the sweeper waits before it lists, so that most charges are found
+#: by the search (one request) and the list is asked only for attempts that charged nothing.
 DEFAULT_SEARCH_GRACE_SECONDS = 3600
 #: The list's ``created`` window is widened by this on both sides: the claim's times are ours, a
-#: PaymentIntent's ``created`` is Stripe's, and the two clocks may disagree by a few seconds.
+#: PaymentIntent's ``created`` is Stripe's, and the two clocks may disagree by a few seconds; a
+#: request may also still be crossing the network when the Lambda that sent it gives up.
 CLOCK_MARGIN_SECONDS = 600
+#: The most pages (of 100) the list may read for one claim. A customer's own PaymentIntents in the
+#: attempt's window are a page; the whole account's in the window (about 35 minutes) fit up to
+#: about 0.5 orders/s. Ten pages at Stripe's usual few hundred milliseconds each keep a claim to
+#: seconds; past the cap the claim is pending for a person, not a sweep that times out.
+DEFAULT_LIST_PAGE_CAP = 10
 
 
 class ReconcileOutcome(enum.StrEnum):
@@ -97,6 +126,10 @@ class ReconcileOutcome(enum.StrEnum):
     FAILED = "failed"  # an unexpected error on this claim; left CLAIMED for the next sweep
 
 
+#: What a sweep leaves open for the next one: the claim stays CLAIMED, the order waits.
+_UNRESOLVED = frozenset({ReconcileOutcome.PENDING, ReconcileOutcome.FAILED})
+
+
 @dataclass(frozen=True)
 class ReconcileDecision:
     """One stale claim: what the sweeper saw, decided and (when ``applied``) wrote."""
@@ -107,12 +140,17 @@ class ReconcileDecision:
     lease_expires_at: int
     outcome: ReconcileOutcome
     reason: str
+    #: When the claim's attempt started (epoch seconds): how long the order has waited for an answer.
+    attempt_started_at: int = 0
     charge_id: str | None = None
     applied: bool = False
     #: RELEASED only: why (``NOT_CHARGED`` or ``DECLINED``).
     release_reason: ReleaseReason | None = None
     #: Further succeeded PaymentIntents of the same attempt: double charges to refund.
     extra_charge_ids: tuple[str, ...] = ()
+    #: PENDING only: the attempt's window held more PaymentIntents than the list may read. It stays
+    #: pending at every sweep: a person decides (runbook).
+    list_cap_reached: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -120,12 +158,14 @@ class ReconcileDecision:
             "attempt": self.attempt,
             "claimToken": self.claim_token,
             "leaseExpiresAt": self.lease_expires_at,
+            "attemptStartedAt": self.attempt_started_at,
             "outcome": self.outcome.value,
             "reason": self.reason,
             "chargeId": self.charge_id,
             "applied": self.applied,
             "releaseReason": self.release_reason.value if self.release_reason else None,
             "extraChargeIds": list(self.extra_charge_ids),
+            "listCapReached": self.list_cap_reached,
         }
 
 
@@ -151,6 +191,22 @@ class ReconcileReport:
             tally[decision.outcome.value] += 1
         return tally
 
+    @property
+    def oldest_unresolved_age_seconds(self) -> int:
+        """Seconds since the oldest attempt this sweep left open (pending or failed) started; 0 if none.
+
+        A claim is pending by design for up to its lease plus the search grace after its attempt
+        started (the list is asked only then): an age well past that is a claim the sweeper cannot
+        resolve by itself, which is what the pending alarm watches. The sweeper publishes it every
+        sweep, so that a skipped sweep leaves a gap, not a reset.
+        """
+        ages = [
+            int(self.now - decision.attempt_started_at)
+            for decision in self.decisions
+            if decision.outcome in _UNRESOLVED
+        ]
+        return max([0, *ages])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "now": self.now,
@@ -158,6 +214,7 @@ class ReconcileReport:
             "searchGraceSeconds": self.search_grace_seconds,
             "finished": self.finished,
             "counts": self.counts,
+            "oldestUnresolvedAgeSeconds": self.oldest_unresolved_age_seconds,
             "decisions": [decision.to_dict() for decision in self.decisions],
         }
 
@@ -171,6 +228,7 @@ def reconcile(
     search_grace_seconds: int = DEFAULT_SEARCH_GRACE_SECONDS,
     on_decision: Callable[[ReconcileDecision], None] | None = None,
     keep_going: Callable[[], bool] | None = None,
+    list_page_cap: int = DEFAULT_LIST_PAGE_CAP,
 ) -> ReconcileReport:
     """Resolve every open claim whose lease ran out before ``now``; see the module docstring.
 
@@ -183,16 +241,30 @@ def reconcile(
         search_grace_seconds: how long after the lease ran out the attempt may be released (once the
             list confirms that nothing was charged).
         on_decision: called with each decision as soon as it is made (logs and metrics).
-        keep_going: asked before each claim; ``False`` ends the sweep there (a time budget).
+        keep_going: asked before each claim and each further page of a list; ``False`` ends the
+            sweep there (a time budget): a claim whose list it stopped is pending.
+        list_page_cap: the most pages of 100 the list may read for one claim (see the module
+            docstring); past it the claim is pending with ``list_cap_reached``.
     """
     if search_grace_seconds < 0:
         raise ValueError("search_grace_seconds must not be negative")
+    if list_page_cap < 1:
+        raise ValueError("list_page_cap must be at least 1")
     report = ReconcileReport(now=now, apply=apply, search_grace_seconds=search_grace_seconds)
     for seen in store.open_claims(lease_expired_before=int(now)):
         if keep_going is not None and not keep_going():
             report.finished = False
             break
-        decision = _settle(store, provider, seen, now=now, apply=apply, grace=search_grace_seconds)
+        decision = _settle(
+            store,
+            provider,
+            seen,
+            now=now,
+            apply=apply,
+            grace=search_grace_seconds,
+            page_cap=list_page_cap,
+            keep_going=keep_going,
+        )
         report.decisions.append(decision)
         if on_decision is not None:
             on_decision(decision)
@@ -211,6 +283,7 @@ class _Decide:
             attempt=self.seen.attempt,
             claim_token=self.seen.claim_token,
             lease_expires_at=self.seen.lease_expires_at,
+            attempt_started_at=self.seen.attempt_started_at,
             outcome=outcome,
             reason=reason,
             **extra,
@@ -218,7 +291,15 @@ class _Decide:
 
 
 def _settle(
-    store: ClaimsStore, provider: PaymentProvider, seen: Claim, *, now: float, apply: bool, grace: int
+    store: ClaimsStore,
+    provider: PaymentProvider,
+    seen: Claim,
+    *,
+    now: float,
+    apply: bool,
+    grace: int,
+    page_cap: int,
+    keep_going: Callable[[], bool] | None,
 ) -> ReconcileDecision:
     decided = _Decide(seen)
     try:
@@ -239,13 +320,24 @@ def _settle(
                     f" asked {grace} s after the attempt's last request, {int(quiet_since + grace - now)} s"
                     " from now",
                 )
+            created_from, created_to = attempt_window(seen)
+            customer = listable_customer(seen)
             try:
                 found = provider.list_attempt(
                     order,
                     attempt=seen.attempt,
                     idempotency_key=key,
-                    created_from=seen.attempt_started_at - CLOCK_MARGIN_SECONDS,
-                    created_to=int(now) + CLOCK_MARGIN_SECONDS,
+                    created_from=created_from,
+                    created_to=created_to,
+                    customer=customer,
+                    max_pages=page_cap,
+                    keep_going=keep_going,
+                )
+            except ListTooLong as exc:
+                return decided(
+                    ReconcileOutcome.PENDING,
+                    f"the search found nothing, and the list cannot prove it: {exc}; a person decides",
+                    list_cap_reached=True,
                 )
             except PaymentOutcomeUnknown as exc:
                 return decided(
@@ -320,6 +412,35 @@ def _complete(
             **facts,
         )
     return decided(ReconcileOutcome.COMPLETED, shown, applied=True, **facts)
+
+
+def attempt_window(claim: Claim) -> tuple[int, int]:
+    """The ``created`` window (Unix seconds) that holds every PaymentIntent of the claim's attempt.
+
+    Every charge request of the attempt was sent while a lease on it was live (Charge Payment's
+    ``check_held`` sends only with more lease left than its own timeout; a takeover keeps the
+    attempt and renews the lease), that is within ``[attemptStartedAt, leaseExpiresAt]`` of the
+    latest lease, which is the one the sweeper's write is fenced on. Stripe stamps ``created`` when
+    it executes the create, inside the request. :data:`CLOCK_MARGIN_SECONDS` on each side covers the
+    clocks and a request still on the wire. Fixed by the claim: it does not grow while the claim
+    stays stale.
+    """
+    sent_until = max(claim.attempt_started_at, claim.lease_expires_at)
+    return claim.attempt_started_at - CLOCK_MARGIN_SECONDS, sent_until + CLOCK_MARGIN_SECONDS
+
+
+def listable_customer(claim: Claim) -> str | None:
+    """The Stripe Customer whose PaymentIntents hold every one of the attempt's, or None.
+
+    Only when the attempt was never taken over: then one execution sent all its requests, all with
+    the ``customer`` its order names (``Claim.provider_customer_id``, from the row's ``order``, which
+    that execution's claim wrote). A takeover continues the attempt with another execution's order,
+    which matches the fingerprint but may pay another way (no customer, or another one): its
+    requests may carry another ``customer``, so the whole account must be listed.
+    """
+    if claim.attempt_started_by == NO_OWNER:
+        return None
+    return claim.provider_customer_id
 
 
 def searchable_order(claim: Claim) -> Order:

@@ -7,6 +7,7 @@ the tests prove is what the demo shows.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import threading
@@ -104,8 +105,9 @@ class Driver:
         self.sfn = clients("stepfunctions")
         self.dynamodb = clients("dynamodb")
         self.lambda_client = clients("lambda")
+        start_function = stack.function_name("StartExecutionFunction")
         self.event_source = SqsEventSource(
-            self.sqs,
+            self._as_function(clients("sqs"), start_function),
             self.lambda_client,
             stack.queue_url,
             stack.resolver.attrs[("OrdersQueue", "Arn")],
@@ -119,9 +121,11 @@ class Driver:
         #: The claims table's stream -> the outcome relay (None if the template has no stream function).
         self.stream_source: StreamEventSource | None = None
         for name, (spec, _) in stack.functions.items():
+            streams = [e["Properties"]["Stream"] for e in spec.events.values() if e.get("Type") == "DynamoDB"]
+            stream_arn = str(stack.resolver.resolve(streams[0])) if streams else None
             self.stream_source = self.stream_source or stream_event_source(
                 spec,
-                clients=clients,
+                clients=functools.partial(self._client_as, clients, name, stream_arn),
                 resolve=stack.resolver.resolve,
                 function_name=name,
                 function_arn=stack.resolver.attrs[(spec.logical_id, "Arn")],
@@ -135,6 +139,17 @@ class Driver:
         #: The outcome events published so far, read from the archive queue (OutcomeArchive=Enabled).
         archive = stack.outcome_archive_queue_url
         self.outcome_log: OutcomeLog | None = OutcomeLog(self.sqs, archive) if archive else None
+
+    def _client_as(self, clients: Any, function_name: str, stream_arn: str | None, service: str) -> Any:
+        return self._as_function(clients(service), function_name, stream_arn=stream_arn)
+
+    def _as_function(self, client: Any, function_name: str, *, stream_arn: str | None = None) -> Any:
+        """A client of an event source: its calls are checked against the function's role, which
+        Lambda's event source mapping polls with (its Lambda invokes are the service's own)."""
+        iam = self.stack.iam
+        if iam is None or client.meta.service_model.service_name == "lambda":
+            return client
+        return iam.act_as(client, self.stack.logical_id(function_name), stream_arn=stream_arn)
 
     # -- input ---------------------------------------------------------------------------------
 

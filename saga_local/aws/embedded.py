@@ -174,10 +174,11 @@ class EmbeddedStack:
                 max_workers=self.max_workers,
                 log_dir=self.log_dir,
                 guard_off=not self.guard,
+                iam=self.stack.iam,
             )
             self._exit.callback(self.runtime.close)
         else:
-            self.runtime = InProcessRuntime(self.stack.functions, faults=self.faults)
+            self.runtime = InProcessRuntime(self.stack.functions, faults=self.faults, iam=self.stack.iam)
         self.hooks = self._exit.enter_context(
             patched_moto(self.runtime, retry_time_scale=self.retry_time_scale)
         )

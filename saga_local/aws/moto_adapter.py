@@ -153,16 +153,22 @@ _PROGRAMS_LOCK = threading.RLock()  # re-entrant: the patch may be nested (bench
 class _CachedBoto3:
     """Stands in for ``boto3`` inside moto's engine: one client per (service, region, endpoint)."""
 
-    def __init__(self, real: Any) -> None:
+    def __init__(self, real: Any, authorize: Any = None) -> None:
         self._real = real
         self._clients: dict[tuple[Any, ...], Any] = {}
         self._lock = threading.Lock()
+        self._authorize = authorize
 
     def client(self, *args: Any, **kwargs: Any) -> Any:
         key = (kwargs.get("service_name"), kwargs.get("region_name"), kwargs.get("endpoint_url"), args)
         with self._lock:
             if key not in self._clients:
-                self._clients[key] = self._real.client(*args, **kwargs)
+                client = self._real.client(*args, **kwargs)
+                if self._authorize is not None:
+                    # The engine's service integrations (Lambda invoke, SQS, EventBridge) are calls
+                    # the state machine's role makes: checked against it, as AWS checks them.
+                    client.meta.events.register("before-parameter-build", self._authorize)
+                self._clients[key] = client
             return self._clients[key]
 
     def __getattr__(self, name: str) -> Any:
@@ -376,9 +382,16 @@ def check_moto_version() -> None:
 
 @contextlib.contextmanager
 def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> Iterator[EngineHooks]:
-    """Install the patches for the duration of the block. Not re-entrant across runtimes."""
+    """Install the patches for the duration of the block. Not re-entrant across runtimes.
+
+    When ``runtime`` carries the stack's roles (``runtime.iam``), the engine's own calls (its Lambda
+    invokes and service integrations) are checked against the state machine's role.
+    """
     check_moto_version()
     hooks = EngineHooks(retry_time_scale=retry_time_scale)
+    iam = getattr(runtime, "iam", None)
+    machine = iam.state_machine() if iam is not None else None
+    authorize = iam.hook(machine) if iam is not None and machine is not None else None
     saved_environment = ExecutionWorker._get_evaluation_environment
     saved_entrypoint = ExecutionWorker._get_evaluation_entrypoint
 
@@ -419,7 +432,7 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
         (retrier_decl, "time", _ScaledTime(hooks)),
         (ExecutionWorker, "_get_evaluation_environment", evaluation_environment),
         (ExecutionWorker, "_get_evaluation_entrypoint", evaluation_entrypoint),
-        (engine_boto_client, "boto3", _CachedBoto3(engine_boto_client.boto3)),
+        (engine_boto_client, "boto3", _CachedBoto3(engine_boto_client.boto3, authorize)),
         (engine_json_path, "parse", functools.lru_cache(maxsize=4096)(engine_json_path.parse)),
         (jsonpath_ext, "parse", functools.lru_cache(maxsize=256)(jsonpath_ext.parse)),
         (SQSBackend, "is_message_valid_based_on_retention_period", _retention_check),

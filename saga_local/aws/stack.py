@@ -18,6 +18,7 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from saga_local.aws.iam import Authorizer, roles
 from saga_local.aws.template import (
     FunctionSpec,
     Resolver,
@@ -55,6 +56,9 @@ class Stack:
     outputs: dict[str, str]
     resolver: Resolver
     functions: dict[str, tuple[FunctionSpec, dict[str, str]]] = field(default_factory=dict)
+    #: Each function's and the state machine's role as deployed: every local runtime checks the
+    #: calls of what it runs against it (see ``saga_local.aws.iam``).
+    iam: Authorizer | None = None
 
     @property
     def queue_url(self) -> str:
@@ -145,6 +149,7 @@ def provision(
             if "Condition" not in v or resolver.condition(v["Condition"])
         },
         resolver=resolver,
+        iam=Authorizer(roles(template, resolver), REGION, ACCOUNT_ID),
     )
     for logical_id, spec in specs.items():
         env = {k: str(resolver.resolve(v)) for k, v in spec.environment.items()}

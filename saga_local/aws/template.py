@@ -60,8 +60,12 @@ for _short, _long in {
 
 def load_template(path: Path = TEMPLATE_PATH) -> dict[str, Any]:
     """The template as plain data, tags turned into their long form (``{"Ref": ...}``)."""
-    with path.open(encoding="utf-8") as handle:
-        data: dict[str, Any] = yaml.load(handle, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
+    return parse_template(path.read_text(encoding="utf-8"))
+
+
+def parse_template(text: str) -> dict[str, Any]:
+    """A template's text as plain data, tags turned into their long form (``{"Ref": ...}``)."""
+    data: dict[str, Any] = yaml.load(text, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
     return data
 
 

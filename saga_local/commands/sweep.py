@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from payment_saga.claims import ClaimsStore
+from payment_saga.claims import SECONDS_PER_DAY, ClaimsStore
 from payment_saga.clock import iso_utc, system_clock
 from payment_saga.payments import StripeProvider, stripe_secret_from_string
 from payment_saga.reconcile import DEFAULT_SEARCH_GRACE_SECONDS, ReconcileReport, reconcile
@@ -61,11 +61,19 @@ class DeployedStack:
     table_name: str
     secret_arn: str
     api_base: str | None
+    #: The stack's ``ClaimRetentionDays``: a claim this closes is kept as long as the sweeper's would be.
+    retention_seconds: int
 
 
 def deployed_stack(cloudformation: Any, stack_name: str) -> DeployedStack:
-    """Read the claims table (output ``ClaimsTableName``) and the provider settings (the stack's
-    parameters ``PaymentApiKeySecretArn`` and ``PaymentApiBase``) of a deployed stack."""
+    """Read the claims table (output ``ClaimsTableName``), the provider settings (the stack's
+    parameters ``PaymentApiKeySecretArn`` and ``PaymentApiBase``) and the retention of a closed claim
+    (``ClaimRetentionDays``) of a deployed stack.
+
+    A stack without ``ClaimRetentionDays`` is refused rather than given the library's default: a
+    claim closed with a shorter retention than the stack's could expire while a copy of its order
+    is still in a queue, and be charged again.
+    """
     stacks = cloudformation.describe_stacks(StackName=stack_name)["Stacks"]
     if not stacks:
         raise LookupError(f"no stack named {stack_name}")
@@ -80,11 +88,17 @@ def deployed_stack(cloudformation: Any, stack_name: str) -> DeployedStack:
     ]
     if missing:
         raise LookupError(f"stack {stack_name} is not a payment saga stack: no {', '.join(missing)}")
+    if not parameters.get("ClaimRetentionDays"):
+        raise LookupError(
+            f"stack {stack_name} has no ClaimRetentionDays parameter, so how long its closed claims are kept"
+            " is unknown: deploy this version of template.yaml to it first (sam deploy)"
+        )
     return DeployedStack(
         name=stack_name,
         table_name=outputs["ClaimsTableName"],
         secret_arn=parameters["PaymentApiKeySecretArn"],
         api_base=parameters.get("PaymentApiBase") or None,
+        retention_seconds=int(parameters["ClaimRetentionDays"]) * SECONDS_PER_DAY,
     )
 
 
@@ -109,7 +123,9 @@ def reconcile_deployed(
     secret_region = parts[3] if len(parts) > 3 and parts[3] else None
     secrets = session.client("secretsmanager", region_name=secret_region)
     raw = secrets.get_secret_value(SecretId=found.secret_arn)["SecretString"]
-    store = ClaimsStore(found.table_name, client=session.client("dynamodb"))
+    store = ClaimsStore(
+        found.table_name, client=session.client("dynamodb"), retention_seconds=found.retention_seconds
+    )
     provider = StripeProvider(stripe_secret_from_string(raw), api_base=found.api_base)
     try:
         return reconcile(

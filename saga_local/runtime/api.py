@@ -16,6 +16,9 @@ from saga_local.runtime.faults import ERROR_TYPES
 #: The demo's one switch: set to "1" in a worker's environment by ``WorkerRuntime(guard_off=True)``
 #: only; the worker then applies :func:`saga_local.runtime.guard.disable_claim_guard`.
 GUARD_OFF_ENV = "SAGA_LOCAL_GUARD_OFF"
+#: The function's role as deployed (``Authorizer.role_json``), in a worker's environment: the worker
+#: checks every AWS call of its handler against it (``saga_local.aws.iam``).
+IAM_ROLE_ENV = "SAGA_LOCAL_IAM_ROLE"
 
 
 @dataclass

@@ -4,8 +4,10 @@ A fault names a function (its logical id in template.yaml), a point in its invoc
 
 * points: ``start`` (before the handler runs), ``before:<call>`` / ``after:<call>`` around an AWS
   or provider call the handler makes, named as botocore names its events (``dynamodb.UpdateItem``,
-  ``dynamodb.GetItem``, ``sfn.StartExecution``, ``sqs.SendMessage``) or ``provider.charge``, and
-  ``end`` (the handler returned but its response is lost);
+  ``dynamodb.GetItem``, ``sfn.StartExecution``, ``sqs.SendMessage``, ``eventbridge.PutEvents``) or
+  ``provider.charge``, and ``end`` (the handler returned but its response is lost). :data:`CALLS`
+  lists the calls each function makes; a fault at any other point would never fire and is refused
+  when it is created, with the function's points in the message;
 * kinds:
 
   - ``die`` (the process exits: Lambda reports ``Runtime.ExitError``), ``timeout``
@@ -132,7 +134,41 @@ SDK_RETRY_ATTEMPTS = 2
 START_FUNCTION = "StartExecutionFunction"
 
 
-#: Where each function of template.yaml can be hit: its start and end, and around every call it makes.
+#: Every call each function of template.yaml makes where faults fire, named as botocore names its
+#: events (``<service id, hyphenated>.<Operation>``: ``eventbridge.PutEvents``, not the IAM prefix
+#: ``events``; ``sfn.StartExecution``, not ``states``), and ``provider.charge``, the one provider call
+#: the runtime hooks. A point on any other call would never fire, so :class:`Fault` refuses it.
+#: The Stripe key's secret is left out: it is read only when ``PAYMENT_API_KEY`` is unset, never where
+#: faults fire. tests/local/test_faults.py checks the table against the calls the handlers make when
+#: the saga runs and against the permissions template.yaml grants each function.
+CALLS: dict[str, tuple[str, ...]] = {
+    START_FUNCTION: ("sfn.StartExecution", "sqs.SendMessage", "eventbridge.PutEvents"),
+    "ClaimOrderFunction": ("dynamodb.UpdateItem",),
+    "ChargePaymentFunction": ("dynamodb.GetItem", "provider.charge"),
+    "MarkCompleteFunction": ("dynamodb.UpdateItem",),
+    # UpdateItem: the release and the fence of a failed claim; PutItem: the fence's tombstone.
+    "ReleaseClaimFunction": ("dynamodb.UpdateItem", "dynamodb.PutItem"),
+    # Query: discovery (the open-claims index); UpdateItem: the sweep lock and the fenced writes;
+    # GetItem: the read after a fenced write lost.
+    "SweeperFunction": ("dynamodb.Query", "dynamodb.UpdateItem", "dynamodb.GetItem"),
+    "OutcomeRelayFunction": ("eventbridge.PutEvents", "sqs.SendMessage"),
+}
+
+
+def valid_points(function: str) -> tuple[str, ...]:
+    """Every point of ``function`` a fault can fire at: ``start``, ``before:``/``after:`` each of its
+    :data:`CALLS`, and ``end``. Raises ``ValueError`` for a function template.yaml does not have."""
+    if function not in CALLS:
+        raise ValueError(
+            f"unknown function {function!r}: one of {sorted(CALLS)} (a test's stand-in that makes its"
+            " own calls through the runtime's acting_as takes probe=True)"
+        )
+    around = tuple(f"{side}:{call}" for call in CALLS[function] for side in ("before", "after"))
+    return ("start", *around, "end")
+
+
+#: Where chaos hits each function it schedules faults for: its start and end, and around the calls
+#: it makes on the saga's path (every point is one of :func:`valid_points`; a test checks it).
 POINTS: dict[str, tuple[str, ...]] = {
     START_FUNCTION: ("start", "before:sfn.StartExecution", "after:sfn.StartExecution", "end"),
     "ClaimOrderFunction": ("start", "before:dynamodb.UpdateItem", "after:dynamodb.UpdateItem", "end"),
@@ -147,8 +183,6 @@ POINTS: dict[str, tuple[str, ...]] = {
     "MarkCompleteFunction": ("start", "before:dynamodb.UpdateItem", "after:dynamodb.UpdateItem", "end"),
     "ReleaseClaimFunction": (
         "start",
-        "before:dynamodb.GetItem",
-        "after:dynamodb.GetItem",
         "before:dynamodb.UpdateItem",
         "after:dynamodb.UpdateItem",
         "end",
@@ -208,6 +242,9 @@ class Fault:
     seconds: float = 0.0
     lands_after: str | None = None
     dies_as: str = "die"
+    #: A test's stand-in function (``runtime.acting_as``): its calls are whatever the test makes, so
+    #: only the point's shape is checked.
+    probe: bool = False
     fired: int = 0
 
     def __post_init__(self) -> None:
@@ -233,6 +270,11 @@ class Fault:
             raise ValueError("the start function runs before any execution exists: nothing to stop")
         if self.times < 1 or (self.attempt is not None and self.attempt < 1):
             raise ValueError("times and attempt count from 1")
+        if not self.probe and self.point not in (points := valid_points(self.function)):
+            raise ValueError(
+                f"{self.function} never reaches point {self.point!r}, so the fault would never fire;"
+                f" its points: {', '.join(points)}"
+            )
 
     def matches(self, function: str, point: str, order_id: str | None, invocation: int | None) -> bool:
         """Whether this fault is armed for ``point`` of this invocation (not counting ``times``)."""

@@ -31,7 +31,14 @@ import boto3
 
 from saga_local.aws.moto_adapter import Invocation, Throttled
 from saga_local.aws.template import ROOT
-from saga_local.runtime.api import GUARD_OFF_ENV, LambdaContext, death_error, lambda_error, order_id_of
+from saga_local.runtime.api import (
+    GUARD_OFF_ENV,
+    IAM_ROLE_ENV,
+    LambdaContext,
+    death_error,
+    lambda_error,
+    order_id_of,
+)
 from saga_local.runtime.faults import (
     CALL_KINDS,
     ERROR_TYPES,
@@ -50,6 +57,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
+    from saga_local.aws.iam import Authorizer
     from saga_local.aws.template import FunctionSpec
     from saga_local.runtime.faults import Fault
 
@@ -83,13 +91,21 @@ class InProcessRuntime:
     Args:
         functions: physical function name -> (spec, resolved environment).
         faults: injected faults (optional).
+        iam: the stack's roles (``Stack.iam``): every AWS call a handler makes is checked against its
+            function's role and refused as AWS refuses it. None checks nothing (a runtime with no
+            functions, for tests of the adapter alone).
     """
 
     def __init__(
-        self, functions: dict[str, tuple[FunctionSpec, dict[str, str]]], *, faults: FaultPlan | None = None
+        self,
+        functions: dict[str, tuple[FunctionSpec, dict[str, str]]],
+        *,
+        faults: FaultPlan | None = None,
+        iam: Authorizer | None = None,
     ) -> None:
         self.functions = functions
         self.faults = faults or FaultPlan()
+        self.iam = iam
         self.records: list[InvocationRecord] = []
         #: AWS and provider calls made by handlers: (function logical id, call name) -> count.
         self.calls: Counter[tuple[str, str]] = Counter()
@@ -130,6 +146,7 @@ class InProcessRuntime:
         global _ACTIVE
         _ACTIVE = self
         events = boto3._get_default_session().events
+        events.register("before-parameter-build", _before_parameter_build, unique_id="saga-runtime-authorize")
         events.register("before-call", _before_call, unique_id="saga-runtime-before")
         events.register("after-call", _after_call, unique_id="saga-runtime-after")
         # First: ahead of moto's stubber, which answers (and applies) the request in-process.
@@ -229,8 +246,9 @@ class InProcessRuntime:
 
     @contextlib.contextmanager
     def acting_as(self, function: str, order_id: str | None = None) -> Iterator[None]:
-        """Make the block's AWS calls as an invocation of ``function`` would: counted, and hit by
-        the faults aimed at it (to exercise a fault on a call no handler makes here)."""
+        """Make the block's AWS calls as an invocation of ``function`` would: counted, hit by the
+        faults aimed at it (to exercise a fault on a call no handler makes here), and checked against
+        its role when it is a function of the template (a probe's name has none)."""
         current = self._current
         current.function, current.order_id = function, order_id
         current.invocation = self.faults.begin(function, order_id)
@@ -286,13 +304,21 @@ class InProcessRuntime:
         """Stop the invoking execution; this invocation goes on, as a running Lambda does."""
         if execution_arn is None:
             return
-        current = self._current
-        saved = current.function
-        current.function = None  # our own call: neither counted nor a fault point
-        try:
+        with self.outside_invocation():
             if self._sfn is None:
                 self._sfn = boto3.client("stepfunctions")
             self._sfn.stop_execution(executionArn=execution_arn, error="Chaos.Stopped", cause="fault: stop")
+
+    @contextlib.contextmanager
+    def outside_invocation(self) -> Iterator[None]:
+        """The block's AWS calls are the harness's own, even inside a handler's thread: neither
+        counted, nor a fault point, nor checked against the function's role (a test that plays
+        another party from inside an invocation, or the runtime stopping an execution)."""
+        current = self._current
+        saved = current.function
+        current.function = None
+        try:
+            yield
         finally:
             current.function = saved
 
@@ -352,6 +378,17 @@ _ACTIVE: InProcessRuntime | None = None
 def _point(point: str, model: Any = None) -> None:
     if _ACTIVE is not None:
         _ACTIVE.point(point, model)
+
+
+def _before_parameter_build(params: dict[str, Any], model: Any, **_: Any) -> None:
+    """A handler's call, checked against its function's role before anything is built or sent."""
+    runtime = _ACTIVE
+    if runtime is None or runtime.iam is None:
+        return
+    function = runtime._current.function
+    # A probe that is no function of the template (``acting_as("ProbeFunction")``) has no role.
+    if function is not None and function in runtime.iam.roles:
+        runtime.iam.check(function, model, params)
 
 
 def _before_call(event_name: str, model: Any = None, **_: Any) -> None:
@@ -416,6 +453,8 @@ class WorkerRuntime:
         max_workers: warm workers per function; an invocation beyond that waits for one.
         log_dir: where each function's stdout/stderr (its JSON logs) go; ``None`` discards them.
         guard_off: bypass the claim inside the workers (``saga demo``'s first act only).
+        iam: the stack's roles: each worker checks its handler's AWS calls against its function's
+            role (``saga_local.aws.iam``), as the in-process runtime does.
     """
 
     def __init__(
@@ -427,8 +466,10 @@ class WorkerRuntime:
         max_workers: int = 4,
         log_dir: Path | None = None,
         guard_off: bool = False,
+        iam: Authorizer | None = None,
     ) -> None:
         self.functions = functions
+        self.iam = iam
         self.base_environment = base_environment
         self.faults = faults or FaultPlan()
         self.max_workers = max_workers
@@ -459,6 +500,8 @@ class WorkerRuntime:
         }
         if self.guard_off:
             environment[GUARD_OFF_ENV] = "1"
+        if self.iam is not None:
+            environment[IAM_ROLE_ENV] = self.iam.role_json(spec.logical_id)
         output: Any = subprocess.DEVNULL
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)

@@ -131,6 +131,7 @@ def _limit_memory(memory_mb: int) -> None:
 def _install_hooks(calls: dict[str, int]) -> None:
     import boto3
 
+    from saga_local.runtime.api import IAM_ROLE_ENV
     from saga_local.runtime.faults import apply_request, install_retry_sleep_skip, lost_answer_error
 
     def before(event_name: str, model: Any = None, **_: Any) -> None:
@@ -157,6 +158,17 @@ def _install_hooks(calls: dict[str, int]) -> None:
             raise lost_answer_error(request.url)
 
     events = boto3._get_default_session().events
+    role = os.environ.get(IAM_ROLE_ENV)
+    if role:
+        from saga_local.aws.iam import worker_hook
+
+        authorize = worker_hook(role)
+
+        def before_parameter_build(**kwargs: Any) -> None:
+            if not _own_call:
+                authorize(**kwargs)
+
+        events.register("before-parameter-build", before_parameter_build)
     events.register("before-call", before)
     events.register("after-call", after)
     events.register_first("before-send", send)

@@ -8,7 +8,9 @@ unchanged (``StripeClient(..., base_addresses={"api": emulator.url})``): ``POST 
 What it adds for tests: a ledger of every applied charge, ``dedupe=False`` (ignore
 ``Idempotency-Key`` entirely, to show that the claim alone prevents double charges), latency, and
 faults that fire before or after the charge is applied (see :data:`FAULT_KINDS`), targeted at one
-order if wanted. Everything is reachable in Python and over HTTP under ``/_emulator/``.
+order if wanted, and an account's history put straight into its state (``add_history``: a
+hundred thousand PaymentIntents of other orders, to show what the list costs). Everything but
+the history is reachable in Python and over HTTP under ``/_emulator/``.
 
 Laid out as moto lays out a service, one room per concern:
 

@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from saga_local.stripe_emulator.intents import CreateRequest, Decline, ForcedOutcome, LedgerEntry
     from saga_local.stripe_emulator.search import Versions
 
+#: The account of every API key not given another one (``ProviderEmulator.assign_key``).
+DEFAULT_ACCOUNT = "acct_emulator"
+
 
 @dataclass(frozen=True)
 class _Call:
@@ -109,6 +112,8 @@ class ProviderEmulator:
         #: Restricted keys' PaymentIntents permission (an ``rk_`` key not listed may write).
         self._key_permissions: dict[str, Permission] = {}
         self._revoked: set[str] = set()
+        #: API key -> its account, for keys not of :data:`DEFAULT_ACCOUNT` (see ``assign_key``).
+        self._key_accounts: dict[str, str] = {}
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -195,6 +200,52 @@ class ProviderEmulator:
                 if order_id is None or intent["metadata"].get("orderId") == order_id
             ]
 
+    def add_history(
+        self,
+        count: int,
+        *,
+        created_from: int,
+        created_to: int,
+        customer: str | None = None,
+        status: str = "succeeded",
+        amount: int = 2500,
+        currency: str = "usd",
+    ) -> list[str]:
+        """Give the account ``count`` PaymentIntents of other orders, straight into the state.
+
+        An account's volume for a test (a hundred thousand in a few seconds): no request is sent or
+        counted, no idempotency key saved, no charge added to the ledger (they are not charges of
+        this run). Their ``created`` is spread evenly over ``[created_from, created_to]``; each
+        names its own order (``metadata[orderId]`` ``HISTORY-<n>``, attempt 1) and ``customer``, if
+        given, and is in ``status``. The search has indexed them as of their ``created``; the list
+        and retrieve see them at once. Returns their ids, oldest first.
+        """
+        if count < 0 or created_from > created_to:
+            raise ValueError("count must not be negative, nor created_from after created_to")
+        if status not in {"succeeded", "requires_payment_method", "canceled", "processing"}:
+            raise ValueError(f"cannot add PaymentIntents in {status!r}")
+        span = created_to - created_from
+        with self._lock:
+            first = len(self._intents)
+        made = [
+            intents.settled_intent(
+                amount=amount,
+                currency=currency.lower(),
+                created=created_from + (span * n) // max(count - 1, 1),
+                customer=customer,
+                metadata={"orderId": f"HISTORY-{first + n}", "attempt": "1"},
+                status=status,
+            )
+            for n in range(count)
+        ]
+        with self._lock:
+            for intent in made:
+                self._intents[intent["id"]] = intent
+                # Indexed as of its creation. A shallow copy is the published state: the state
+                # changes replace top-level fields only, never the nested ones it shares.
+                self._versions[intent["id"]] = [(float(intent["created"]), dict(intent))]
+        return [intent["id"] for intent in made]
+
     def request_count(self, endpoint: Endpoint) -> int:
         """How many authenticated requests reached ``endpoint`` (replays and 409s excluded)."""
         with self._lock:
@@ -215,6 +266,15 @@ class ProviderEmulator:
         with self._lock:
             self._key_permissions[api_key] = payment_intents
 
+    def assign_key(self, api_key: str, account: str) -> None:
+        """Make ``api_key`` a key of ``account`` (every key not assigned is one of
+        :data:`DEFAULT_ACCOUNT`). Idempotency keys are the account's, in the API key's mode: keys of
+        one account share them (a rolled key and its successor), keys of two accounts do not."""
+        if not account.startswith("acct_"):
+            raise ValueError("an account id starts with acct_")
+        with self._lock:
+            self._key_accounts[api_key] = account
+
     def revoke_key(self, api_key: str) -> None:
         """Make ``api_key`` invalid from now on (a rolled or deleted key): every request is a 401."""
         with self._lock:
@@ -223,8 +283,8 @@ class ProviderEmulator:
     def reset(self) -> None:
         """Forget every PaymentIntent, charge, idempotency key, fault and forced outcome.
 
-        Settings (``dedupe``, ``latency``, ``search_lag_seconds``, key permissions and revoked keys)
-        and the clock are kept.
+        Settings (``dedupe``, ``latency``, ``search_lag_seconds``, key permissions, revoked keys and
+        keys' accounts) and the clock are kept.
         """
         with self._lock:
             self._reset_state()
@@ -344,7 +404,9 @@ class ProviderEmulator:
         except BadRequest as exc:
             return bad_request(exc, call.echo)
 
-        slot = idempotency.slot_of(call.api_key, call.key, dedupe=self.dedupe)
+        with self._lock:
+            account = self._key_accounts.get(call.api_key, DEFAULT_ACCOUNT)
+        slot = idempotency.slot_of(account, call.api_key, call.key, dedupe=self.dedupe)
         if slot is None:
             return self._run(call, checked, None)
         refused = idempotency.key_too_long(slot, call.echo)

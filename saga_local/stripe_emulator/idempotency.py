@@ -1,7 +1,7 @@
 """The ``Idempotency-Key`` layer, as Stripe documents it for API v1.
 
-A POST's status and body are saved under (API key, ``Idempotency-Key``) once the endpoint has begun
-executing, and replayed for 24 hours (on the emulator's clock) with ``Idempotent-Replayed: true``::
+A POST's status and body are saved under (account, mode, ``Idempotency-Key``) once the endpoint has
+begun executing, and replayed for 24 hours (on the emulator's clock) with ``Idempotent-Replayed: true``::
 
     authenticate -> rate limit -> permissions -> validate | -> key seen? -> execute -> save
     (401)           (429)         (403)           (400)   |    replay / 400 idempotency_error / 409
@@ -14,6 +14,11 @@ not: anything answered before the layer, and a 500 injected before the endpoint 
 
 The same key with other parameters or on another endpoint is a 400 ``idempotency_error``; the same
 key while the first request is still executing is a 409 ``idempotency_key_in_use``.
+
+Stripe scopes a key to the account and its mode (live or test), not to the API key that sent it: a
+rolled key stays valid for hours beside the new one, and a retry sent with the new key must get the
+replay of what the old one sent, not a second charge. Two accounts, or test and live mode of one
+account, never share a key.
 
 The store itself (``saved``, ``in_flight``) is plain data owned by the emulator, passed in, and
 these functions are called with the emulator's lock held.
@@ -32,8 +37,8 @@ IDEMPOTENCY_TTL_SECONDS = 24 * 60 * 60
 #: Stripe's limit on the length of an ``Idempotency-Key``.
 MAX_KEY_LENGTH = 255
 
-#: (API key, Idempotency-Key): a key is private to the API key that used it.
-Slot = tuple[str, str]
+#: (account, mode, Idempotency-Key): every API key of the account in that mode shares the key.
+Slot = tuple[str, str, str]
 
 
 @dataclass
@@ -48,14 +53,22 @@ class Saved:
     created: float
 
 
-def slot_of(api_key: str, header_key: str | None, *, dedupe: bool) -> Slot | None:
-    """Where a request's result is kept, or None when it is not kept at all (no key, or dedupe off)."""
-    return (api_key, header_key) if header_key and dedupe else None
+def mode_of(api_key: str) -> str:
+    """``live`` or ``test``: the mode an API key (``sk_live_``, ``rk_test_``...) acts in."""
+    return "live" if api_key.startswith(("sk_live_", "rk_live_")) else "test"
+
+
+def slot_of(account: str, api_key: str, header_key: str | None, *, dedupe: bool) -> Slot | None:
+    """Where a request's result is kept, or None when it is not kept at all (no key, or dedupe off).
+
+    ``account`` is the account ``api_key`` belongs to: the slot is the account's, in the key's mode.
+    """
+    return (account, mode_of(api_key), header_key) if header_key and dedupe else None
 
 
 def key_too_long(slot: Slot, echo: dict[str, str]) -> Reply | None:
     """Stripe's 400 for an over-long key (checked before the key is looked up)."""
-    if len(slot[1]) > MAX_KEY_LENGTH:
+    if len(slot[2]) > MAX_KEY_LENGTH:
         return error(400, "Idempotency keys can be up to 255 characters long.", headers=echo)
     return None
 
@@ -85,7 +98,7 @@ def admit(
             409,
             "There is currently another in-progress request using this Idempotent Key (that "
             "probably means you submitted twice, and the other request is still going through): "
-            f"{slot[1]}. Please try again later.",
+            f"{slot[2]}. Please try again later.",
             type_="idempotency_error",
             code="idempotency_key_in_use",
             headers=echo,
@@ -99,7 +112,7 @@ def _replay(entry: Saved, slot: Slot, path: str, params: dict[str, Any], echo: d
         return error(
             400,
             "Keys for idempotent requests can only be used with the same parameters they "
-            f"were first used with. Try using a key other than '{slot[1]}' if you meant to "
+            f"were first used with. Try using a key other than '{slot[2]}' if you meant to "
             "execute a different request.",
             type_="idempotency_error",
             headers=echo,

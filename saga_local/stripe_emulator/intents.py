@@ -489,6 +489,32 @@ def new_intent(request: CreateRequest, params: dict[str, Any], now: float) -> di
     }
 
 
+def settled_intent(
+    *, amount: int, currency: str, created: int, customer: str | None, metadata: dict[str, str], status: str
+) -> dict[str, Any]:
+    """A PaymentIntent as a create and confirm with a test card leave it once ``status`` is reached.
+
+    For a test that gives the account a history without sending it (see
+    :meth:`~saga_local.stripe_emulator.ProviderEmulator.add_history`): the same shape as
+    :func:`new_intent` then :func:`transition` give one created over HTTP.
+    """
+    request = CreateRequest(
+        amount=amount,
+        currency=currency,
+        confirm=True,
+        off_session=True,
+        metadata=metadata,
+        types_param=None,
+        types=None,
+        automatic={"enabled": "true", "allow_redirects": "never"},
+        error_on_requires_action=False,
+        method="pm_card_visa",
+    )
+    intent = new_intent(request, {"customer": customer} if customer else {}, created)
+    transition(intent, status, created)
+    return intent
+
+
 def confirm_outcome(request: CreateRequest, forced: str | None) -> str | Decline:
     """What confirming ``request``'s payment method ends in: a status, or how it declines."""
     method = request.method

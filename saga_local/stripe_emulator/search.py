@@ -256,18 +256,16 @@ def list_page(request: ListRequest, intents: dict[str, dict[str, Any]]) -> Reply
     ):
         if cursor is not None and cursor not in intents:
             raise BadRequest(f"No such payment_intent: '{cursor}'", param=name, code="resource_missing")
-    # Newest first; among equal ``created`` seconds, the later created first.
-    ordered = sorted(
-        ((intent["created"], position, intent) for position, intent in enumerate(intents.values())),
-        key=lambda entry: (entry[0], entry[1]),
-        reverse=True,
-    )
     customer = request.customer
-    matching = [
-        intent
-        for created_at, _, intent in ordered
-        if request.created(created_at) and (customer is None or intent.get("customer") == customer)
+    # Filtered first, then sorted: an account of a hundred thousand PaymentIntents sorts only what
+    # the filters keep. Newest first; among equal ``created`` seconds, the later created first.
+    kept = [
+        (intent["created"], position, intent)
+        for position, intent in enumerate(intents.values())
+        if (customer is None or intent.get("customer") == customer) and request.created(intent["created"])
     ]
+    kept.sort(key=lambda entry: (entry[0], entry[1]), reverse=True)
+    matching = [intent for _, _, intent in kept]
     page, has_more = _page(matching, request, intents)
     return Reply(
         200,

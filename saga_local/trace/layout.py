@@ -477,10 +477,19 @@ def label_box(
     """The first place along (then beside) ``edge`` that covers no box in ``occupied`` and no point of
     a highlighted path but its own; failing that, the place with the fewest such conflicts."""
     anchors = [bezier(edge.points, segment, t) for segment in range(len(edge.points) - 1) for t in _ALONG]
-    shifts = (0.0, label_w / 2 + 6, -(label_w / 2 + 6))
+    beside = label_w / 2 + 6
+    # On the curve, then beside it; only then above or below it (a crowded fan of edges, where a long
+    # label finds no free place level with its curve).
+    shifts = (
+        (0.0, 0.0),
+        (beside, 0.0),
+        (-beside, 0.0),
+        *((dx, dy) for dy in (LABEL_H + 2, -(LABEL_H + 2)) for dx in (0.0, beside, -beside)),
+    )
     best: tuple[int, Box] | None = None
-    for shift in shifts:
-        for cx, cy in anchors:
+    for shift, rise in shifts:
+        for cx, anchor_y in anchors:
+            cy = anchor_y + rise
             box = (cx + shift - label_w / 2, cy - LABEL_H / 2, cx + shift + label_w / 2, cy + LABEL_H / 2)
             score = _conflicts(box, occupied, paths, own, bounds)
             if score == 0:

@@ -57,6 +57,26 @@ class JsonEdit:
 
 
 @dataclass(frozen=True)
+class YamlEdit:
+    """Transform the template read as data (CloudFormation tags in their long form, ``Fn::GetAtt``),
+    written back as YAML in that long form, which CloudFormation and the local stack read alike."""
+
+    transform: JsonTransform
+
+    def apply(self, text: str) -> str:
+        import yaml
+
+        from saga_local.aws.template import parse_template
+
+        document = parse_template(text)
+        original = json.dumps(document, sort_keys=True)
+        self.transform(document)
+        if json.dumps(document, sort_keys=True) == original:
+            raise MutantError("the transform changed nothing")
+        return str(yaml.safe_dump(document, sort_keys=False, width=200))
+
+
+@dataclass(frozen=True)
 class Mutant:
     """One deliberate bug, the tests meant to kill it, and (rarely) why no test can.
 
@@ -68,7 +88,7 @@ class Mutant:
     path: str
     description: str
     tests: tuple[str, ...]
-    edit: TextEdit | JsonEdit
+    edit: TextEdit | JsonEdit | YamlEdit
     equivalent: str = ""
 
     def mutate(self, original: str) -> str:
@@ -101,6 +121,19 @@ class Catalogue:
     ) -> None:
         self.mutants.append(
             Mutant(id, self.path, description, tests or self.default_tests, TextEdit(old, new), equivalent)
+        )
+
+    def yaml(
+        self,
+        id: str,
+        transform: JsonTransform,
+        description: str,
+        *,
+        tests: tuple[str, ...] = (),
+        equivalent: str = "",
+    ) -> None:
+        self.mutants.append(
+            Mutant(id, self.path, description, tests or self.default_tests, YamlEdit(transform), equivalent)
         )
 
     def asl(

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.exceptions import ReadTimeoutError
 
-from payment_saga.claims import NO_OWNER, ClaimResult, ClaimsStore, ClaimStatus, ReleaseReason
+from payment_saga.claims import (
+    NO_OWNER,
+    ClaimResult,
+    ClaimsStore,
+    ClaimStatus,
+    FenceResult,
+    ReleaseReason,
+)
 from payment_saga.errors import ClaimLost, OrderConflict
 from payment_saga.orders import Order
 from payment_saga.proof import may_release_failed_claim
@@ -197,7 +204,8 @@ def test_a_claim_write_still_in_flight_cannot_land_after_the_fence(
     with pytest.raises(ReadTimeoutError):
         store.claim(ORDER, token=A)  # the Claim Lambda is killed with its write on the wire
 
-    assert direct.fence_failed_claim(ORDER, token=A) is None  # Release Claim fences the order
+    fence = direct.fence_failed_claim(ORDER, token=A)  # Release Claim fences the order
+    assert fence.result is FenceResult.TOMBSTONE
     landed = network.land_held()  # the write arrives at last
 
     assert not landed
@@ -225,8 +233,10 @@ def test_a_fenced_execution_never_claims_the_order_again(direct: ClaimsStore) ->
 def test_the_fence_reports_a_claim_that_did_land(direct: ClaimsStore) -> None:
     direct.claim(ORDER, token=A)
 
-    held = direct.fence_failed_claim(ORDER, token=A)
+    fence = direct.fence_failed_claim(ORDER, token=A)
 
+    assert fence.result is FenceResult.HELD
+    held = fence.claim
     assert held is not None
     assert held.held_by(A)
     assert held.attempt_started_by == A
@@ -235,8 +245,10 @@ def test_the_fence_reports_a_claim_that_did_land(direct: ClaimsStore) -> None:
 def test_fencing_someone_elses_live_claim_leaves_it_alone(direct: ClaimsStore) -> None:
     direct.claim(ORDER, token=B)
 
-    assert direct.fence_failed_claim(ORDER, token=A) is None
+    fence = direct.fence_failed_claim(ORDER, token=A)
 
+    assert fence.result is FenceResult.FENCED
+    assert not fence.must_send_again(ORDER, token=A)  # B carries this payment attempt to its end
     row = direct.get(ORDER.order_id)
     assert row is not None
     assert row.held_by(B)
@@ -279,6 +291,85 @@ def test_a_release_is_still_fenced_on_its_token_and_payment_attempt(direct: Clai
     with pytest.raises(ClaimLost):
         direct.release(ORDER.order_id, token=A, reason=ReleaseReason.DECLINED, payment_attempt="retry-9")
     assert direct.get(ORDER.order_id).status is ClaimStatus.CLAIMED  # type: ignore[union-attr]
+
+
+# -- who sends the order again after a failed Claim step ----------------------------------------
+# A closing transition (a tombstone, a release) reaches the outcome relay, which re-queues what was
+# never charged; a fence added to a row that stays as it was reaches nobody, so the state machine
+# must send the order itself, or the order is lost.
+
+
+def test_a_fence_that_writes_a_tombstone_leaves_the_resend_to_the_relay(direct: ClaimsStore) -> None:
+    fence = direct.fence_failed_claim(ORDER, token=A)
+
+    assert fence.result is FenceResult.TOMBSTONE
+    assert not fence.must_send_again(ORDER, token=A)
+
+
+def test_a_requeued_order_whose_claim_fails_must_be_sent_again(direct: ClaimsStore) -> None:
+    direct.claim(ORDER, token=B)
+    direct.release(ORDER.order_id, token=B, reason=ReleaseReason.NOT_CHARGED, payment_attempt="initial")
+
+    fence = direct.fence_failed_claim(ORDER, token=A)  # the re-queued delivery's Claim step failed
+
+    assert fence.result is FenceResult.FENCED
+    assert fence.must_send_again(ORDER, token=A)
+    row = direct.get(ORDER.order_id)
+    assert row is not None
+    assert (row.status, row.fenced_tokens) == (ClaimStatus.RELEASED, {A})  # no closing transition
+
+
+def test_a_customer_retry_after_a_decline_whose_claim_fails_must_be_sent_again(direct: ClaimsStore) -> None:
+    direct.claim(ORDER, token=B)
+    direct.release(ORDER.order_id, token=B, reason=ReleaseReason.DECLINED, payment_attempt="initial")
+
+    assert direct.fence_failed_claim(RETRY_1, token=A).must_send_again(RETRY_1, token=A)
+
+
+def test_a_declined_payment_attempt_whose_claim_fails_is_not_sent_again(direct: ClaimsStore) -> None:
+    direct.claim(ORDER, token=B)
+    direct.release(ORDER.order_id, token=B, reason=ReleaseReason.DECLINED, payment_attempt="initial")
+
+    assert not direct.fence_failed_claim(ORDER, token=A).must_send_again(ORDER, token=A)
+
+
+def test_a_completed_order_whose_late_claim_fails_is_not_sent_again(direct: ClaimsStore) -> None:
+    direct.claim(ORDER, token=B)
+    direct.complete(ORDER.order_id, token=B, charge_id="pi_1")
+
+    assert not direct.fence_failed_claim(ORDER, token=A).must_send_again(ORDER, token=A)
+
+
+def test_a_claim_failing_behind_another_open_payment_attempt_must_be_sent_again(
+    direct: ClaimsStore,
+) -> None:
+    direct.claim(ORDER, token=B)  # the first payment attempt is still open
+
+    assert direct.fence_failed_claim(RETRY_1, token=A).must_send_again(RETRY_1, token=A)
+
+
+def test_a_retried_fence_meeting_its_own_release_leaves_the_resend_to_the_relay(
+    direct: ClaimsStore,
+) -> None:
+    direct.claim(ORDER, token=A)  # the failed step's claim landed
+    assert direct.fence_failed_claim(ORDER, token=A).result is FenceResult.HELD
+    direct.release(ORDER.order_id, token=A, reason=ReleaseReason.NOT_CHARGED, payment_attempt="initial")
+
+    again = direct.fence_failed_claim(ORDER, token=A)  # Release Claim died after its release; retried
+
+    assert again.result is FenceResult.FENCED
+    assert not again.must_send_again(ORDER, token=A)
+
+
+def test_a_retried_fence_meeting_its_own_tombstone_leaves_the_resend_to_the_relay(
+    direct: ClaimsStore,
+) -> None:
+    direct.fence_failed_claim(ORDER, token=A)
+
+    again = direct.fence_failed_claim(ORDER, token=A)
+
+    assert again.result is FenceResult.FENCED
+    assert not again.must_send_again(ORDER, token=A)
 
 
 # -- the claim loop reads the answer of every write it sends -------------------------------------

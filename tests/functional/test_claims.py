@@ -151,6 +151,32 @@ def test_zombie_holder_cannot_complete_after_a_takeover(store: ClaimsStore, cloc
     assert store.get(ORDER.order_id).claim_token == B  # type: ignore[union-attr]
 
 
+def test_a_zombie_finding_its_own_charge_completed_by_the_taker_has_ended_charged(
+    store: ClaimsStore, clock: Any
+) -> None:
+    # The taker kept the attempt, so the idempotency key: the provider replayed A's PaymentIntent.
+    store.claim(ORDER, token=A)
+    clock.advance(901)
+    store.claim(ORDER, token=B)
+    store.complete(ORDER.order_id, token=B, charge_id="pi_1")
+
+    ended = store.complete(ORDER.order_id, token=A, charge_id="pi_1")
+
+    assert (ended.status, ended.charge_id, ended.claim_token) == (ClaimStatus.COMPLETED, "pi_1", B)
+
+
+def test_a_zombie_finding_the_order_completed_with_another_charge_is_refused(
+    store: ClaimsStore, clock: Any
+) -> None:
+    store.claim(ORDER, token=A)
+    clock.advance(901)
+    store.claim(ORDER, token=B)
+    store.complete(ORDER.order_id, token=B, charge_id="pi_2")
+
+    with pytest.raises(ClaimLost):  # two charges for one order: reconciliation, not an end
+        store.complete(ORDER.order_id, token=A, charge_id="pi_1")
+
+
 def test_complete_and_release_are_reentrant(store: ClaimsStore) -> None:
     store.claim(ORDER, token=A)
     store.complete(ORDER.order_id, token=A, charge_id="pi_1")

@@ -100,6 +100,7 @@ def sweeper_env(monkeypatch: pytest.MonkeyPatch, claims_table: str) -> Iterator[
     # No stale claim is seeded: the provider is built but never called.
     monkeypatch.setenv("PAYMENT_API_BASE", "http://127.0.0.1:9")
     monkeypatch.setenv("PAYMENT_API_KEY", "sk_test_not_a_real_key")
+    monkeypatch.setenv("CLAIM_RETENTION_DAYS", "30")
     handler_runtime.reset()
     yield
     handler_runtime.reset()

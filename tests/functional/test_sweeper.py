@@ -17,10 +17,11 @@ from payment_saga.errors import ClaimLost, PaymentOutcomeUnknown
 from payment_saga.orders import Order
 from payment_saga.payments import AttemptRecord, Charge, StripeProvider, idempotency_key
 from payment_saga.reconcile import ReconcileOutcome, ReconcileReport, reconcile, searchable_order
+from payment_saga.sweep_lock import SweepLock
 from saga_local.aws.stack import LOCAL_API_KEY
 from saga_local.aws.template import ROOT, load_template
 from saga_local.runtime.api import LambdaContext
-from saga_local.stripe_emulator import ProviderEmulator
+from saga_local.stripe_emulator import ENDPOINTS, SAVED_PAYMENT_METHOD, TEST_CUSTOMER, ProviderEmulator
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -303,6 +304,154 @@ def test_a_payment_still_processing_is_pending_until_it_settles(
     assert (decision.outcome, decision.charge_id) == (ReconcileOutcome.COMPLETED, intent["id"])
 
 
+# -- at an account's volume ---------------------------------------------------------------------
+
+#: An order paid with a card saved to a Stripe Customer: every charge request names the customer.
+SAVED = Order(
+    "ORDER-SAVED", 15000, "BRL", "cus_123", SAVED_PAYMENT_METHOD, provider_customer_id=TEST_CUSTOMER
+)
+#: Stripe's default rate is 25 orders/s: a hundred thousand PaymentIntents in about an hour.
+BUSY_ACCOUNT = 100_000
+
+
+def requests_sent(emulator: ProviderEmulator) -> int:
+    """Every request the SDK sent to the provider (each endpoint's count)."""
+    return sum(emulator.request_count(endpoint) for endpoint in ENDPOINTS)
+
+
+def busy_account(emulator: ProviderEmulator, clock: FakeClock, *, customer_share: int = 0) -> None:
+    """A hundred thousand PaymentIntents of other orders around now, some of them the customer's."""
+    around = {"created_from": int(clock.now) - 1800, "created_to": int(clock.now) + LEASE + 1800}
+    emulator.add_history(BUSY_ACCOUNT - customer_share, **around)
+    emulator.add_history(customer_share, customer=TEST_CUSTOMER, **around)
+
+
+def test_among_a_hundred_thousand_payment_intents_a_customers_uncharged_claim_is_released_in_two_requests(
+    store: ClaimsStore, provider: StripeProvider, emulator: ProviderEmulator, clock: FakeClock
+) -> None:
+    busy_account(emulator, clock, customer_share=40)
+    store.claim(SAVED, token=A)  # the holder died before its charge
+    clock.advance(LEASE + GRACE + 1)
+    sent = requests_sent(emulator)
+
+    (decision,) = sweep(store, provider, clock).decisions
+
+    assert (decision.outcome, decision.release_reason) == (
+        ReconcileOutcome.RELEASED,
+        ReleaseReason.NOT_CHARGED,
+    )
+    assert requests_sent(emulator) - sent == 2  # one search, one page of the customer's list
+    assert emulator.charges_for(SAVED.order_id) == []
+    outcome = store.claim(SAVED, token=B)
+    assert (outcome.result, outcome.claim.attempt) == (ClaimResult.NEW_ATTEMPT, 2)
+
+
+@pytest.mark.parametrize("lag", [0, 2 * 3600], ids=["search-current", "search-two-hours-behind"])
+def test_among_a_hundred_thousand_payment_intents_a_customers_landed_charge_is_found_and_never_released(
+    lag: int, store: ClaimsStore, provider: StripeProvider, emulator: ProviderEmulator, clock: FakeClock
+) -> None:
+    busy_account(emulator, clock, customer_share=40)
+    emulator.search_lag_seconds = lag
+    store.claim(SAVED, token=A)
+    landed = charge(provider, SAVED)  # sent with the customer, then the holder died
+    clock.advance(LEASE + GRACE + 1)
+    sent = requests_sent(emulator)
+
+    (decision,) = sweep(store, provider, clock).decisions
+
+    assert (decision.outcome, decision.charge_id) == (ReconcileOutcome.COMPLETED, landed.charge_id)
+    # Found by the search when it is current (one request), else by the customer's list (one more).
+    found_by, requests = ("list", 2) if lag else ("search", 1)
+    assert found_by in decision.reason
+    assert requests_sent(emulator) - sent == requests
+    claim = store.get(SAVED.order_id)
+    assert claim is not None
+    assert (claim.status, claim.charge_id) == (ClaimStatus.COMPLETED, landed.charge_id)
+    assert store.claim(SAVED, token=B).result is ClaimResult.DUPLICATE
+    assert len(emulator.charges_for(SAVED.order_id)) == 1
+
+
+def test_a_charge_made_without_the_customer_by_the_attempts_first_holder_is_not_missed_after_a_takeover(
+    store: ClaimsStore, provider: StripeProvider, emulator: ProviderEmulator, clock: FakeClock
+) -> None:
+    """A charges attempt 1 with a one-off card (no customer) and dies. A copy of the order paid with
+    the saved card (same amount, currency and customer: the same order) takes the attempt over; its
+    charge carries the customer, so Stripe refuses it as the same key with other parameters, and B
+    dies too. The claim's order now names the customer, but the one charge does not: the
+    customer's list would not show it, and releasing would let attempt 2 charge again."""
+    one_off = Order(SAVED.order_id, SAVED.amount, SAVED.currency, SAVED.customer_id, "pm_card_visa")
+    emulator.search_lag_seconds = 4 * 3600
+    store.claim(one_off, token=A)
+    landed = charge(provider, one_off)
+    clock.advance(LEASE + 1)
+    assert store.claim(SAVED, token=B).result is ClaimResult.TAKEOVER
+    with pytest.raises(PaymentOutcomeUnknown):
+        charge(provider, SAVED)
+    clock.advance(LEASE + GRACE + 1)
+
+    (decision,) = sweep(store, provider, clock).decisions
+
+    assert (decision.outcome, decision.charge_id) == (ReconcileOutcome.COMPLETED, landed.charge_id)
+    assert "list" in decision.reason
+    assert len(emulator.charges_for(SAVED.order_id)) == 1
+
+
+def test_an_order_without_a_customer_in_a_busy_account_stays_pending_for_a_person_within_the_page_cap(
+    store: ClaimsStore,
+    provider: StripeProvider,
+    emulator: ProviderEmulator,
+    clock: FakeClock,
+    dynamodb: Any,
+    claims_table: str,
+) -> None:
+    busy_account(emulator, clock)
+    store.claim(ORDER, token=A)  # no providerCustomerId: nothing narrows the list but time
+    later = Order(
+        "ORDER-LATER", 2500, "USD", "cus_9", SAVED_PAYMENT_METHOD, provider_customer_id=TEST_CUSTOMER
+    )
+    clock.advance(10)
+    store.claim(later, token=B)
+    clock.advance(LEASE + GRACE + 1)
+    before = row(dynamodb, claims_table)
+    sent = requests_sent(emulator)
+
+    report = reconcile(
+        store, provider, now=clock.now, apply=True, search_grace_seconds=GRACE, list_page_cap=5
+    )
+
+    pending, released = report.decisions
+    assert (pending.order_id, pending.outcome, pending.list_cap_reached) == (
+        ORDER.order_id,
+        ReconcileOutcome.PENDING,
+        True,
+    )
+    assert "a person decides" in pending.reason
+    assert row(dynamodb, claims_table) == before
+    # The expensive claim cost its cap and no more, and did not hold up the sweep.
+    assert (released.order_id, released.outcome) == ("ORDER-LATER", ReconcileOutcome.RELEASED)
+    assert requests_sent(emulator) - sent == (1 + 5) + (1 + 1)
+
+
+def test_the_list_window_is_the_attempts_own_however_long_the_claim_has_been_stale(
+    store: ClaimsStore, provider: StripeProvider, emulator: ProviderEmulator, clock: FakeClock
+) -> None:
+    # Nobody swept for a day while the account took a hundred thousand orders after the lease.
+    store.claim(ORDER, token=A)
+    emulator.add_history(
+        BUSY_ACCOUNT, created_from=int(clock.now) + LEASE + 3600, created_to=int(clock.now) + 86_000
+    )
+    clock.advance(86_400)
+    sent = requests_sent(emulator)
+
+    (decision,) = sweep(store, provider, clock).decisions
+
+    assert (decision.outcome, decision.release_reason) == (
+        ReconcileOutcome.RELEASED,
+        ReleaseReason.NOT_CHARGED,
+    )
+    assert requests_sent(emulator) - sent == 2
+
+
 # -- races --------------------------------------------------------------------------------------
 
 
@@ -324,15 +473,9 @@ class RacingProvider:
         return self.provider.search_attempt(order, attempt=attempt, idempotency_key=idempotency_key)
 
     def list_attempt(
-        self, order: Order, *, attempt: int, idempotency_key: str, created_from: int, created_to: int
+        self, order: Order, *, attempt: int, idempotency_key: str, **window: Any
     ) -> AttemptRecord:
-        return self.provider.list_attempt(
-            order,
-            attempt=attempt,
-            idempotency_key=idempotency_key,
-            created_from=created_from,
-            created_to=created_to,
-        )
+        return self.provider.list_attempt(order, attempt=attempt, idempotency_key=idempotency_key, **window)
 
 
 @pytest.mark.parametrize("charged", [True, False], ids=["would-complete", "would-release"])
@@ -565,6 +708,43 @@ def test_one_claim_failing_does_not_stop_the_others(
     assert report.counts["failed"] == 1
 
 
+def test_the_report_gives_the_age_of_the_oldest_attempt_it_left_open(
+    store: ClaimsStore, provider: StripeProvider, clock: FakeClock
+) -> None:
+    # ORDER-003 waits longest and stays pending; ORDER-004, claimed later, is resolved (charged).
+    store.claim(ORDER, token=A)
+    clock.advance(600)
+    later = Order("ORDER-004", 2500, "USD", "cus_9", "pm_card_visa")
+    store.claim(later, token=A)
+    charge(provider, later)
+    clock.advance(LEASE + 1)
+
+    report = sweep(store, provider, clock)
+
+    assert (report.counts["pending"], report.counts["completed"]) == (1, 1)
+    assert report.oldest_unresolved_age_seconds == 600 + LEASE + 1
+    # Once nothing is left open, the age is 0: the alarm's reading goes back to normal.
+    clock.advance(GRACE)
+    assert sweep(store, provider, clock).counts["released"] == 1
+    assert sweep(store, provider, clock).oldest_unresolved_age_seconds == 0
+
+
+def test_a_claim_that_failed_counts_as_unresolved_in_the_age(
+    store: ClaimsStore, provider: StripeProvider, clock: FakeClock
+) -> None:
+    store.claim(ORDER, token=A)
+    clock.advance(LEASE + 1)
+
+    class Broken(RacingProvider):
+        def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:
+            raise RuntimeError("boom")
+
+    report = sweep(store, Broken(provider, lambda: None), clock)
+
+    assert report.counts["failed"] == 1
+    assert report.oldest_unresolved_age_seconds == LEASE + 1
+
+
 def test_the_order_searched_for_is_rebuilt_from_the_claim_without_inventing_a_payment_method() -> None:
     claim = Claim(
         order_id="ORDER-7",
@@ -598,6 +778,7 @@ def sweeper_env(
     monkeypatch.setenv("PAYMENT_API_BASE", emulator.url)
     monkeypatch.setenv("PAYMENT_API_KEY", LOCAL_API_KEY)
     monkeypatch.setenv("CLAIM_SEARCH_GRACE_SECONDS", "60")
+    monkeypatch.setenv("CLAIM_RETENTION_DAYS", "30")
     handler_runtime.reset()
     yield
     handler_runtime.reset()
@@ -716,6 +897,29 @@ def test_the_sweeper_lambda_alarms_on_a_charge_for_a_released_claim_and_on_dupli
     assert (totals.get("ChargeOnReleasedClaim"), totals.get("DuplicateCharge")) == (1, 1)
 
 
+def test_the_sweeper_lambda_counts_a_claim_it_cannot_prove_within_the_list_cap_and_leaves_it_claimed(
+    sweeper_env: None,
+    dynamodb: Any,
+    claims_table: str,
+    emulator: ProviderEmulator,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    claimed_at = int(time.time()) - 5000
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: claimed_at).claim(ORDER, token=A)
+    # More PaymentIntents of other orders in the attempt's window than ten pages of the list.
+    emulator.add_history(1500, created_from=claimed_at - 300, created_to=claimed_at + LEASE)
+
+    result = sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert (result["finished"], result["counts"]["pending"]) == (True, 1)
+    assert ClaimsStore(claims_table, client=dynamodb).get(ORDER.order_id).status is ClaimStatus.CLAIMED  # type: ignore[union-attr]
+    (pending,) = [r for r in caplog.records if getattr(r, "event", None) == "reconciliation_pending"]
+    assert (pending.orderId, pending.listCapReached) == (ORDER.order_id, True)  # type: ignore[attr-defined]
+    totals = emitted_metrics(capfd.readouterr().out)
+    assert (totals.get("ReconciliationPending"), totals.get("ReconciliationListCapped")) == (1, 1)
+
+
 def test_the_sweeper_lambda_logs_a_decline_as_declined(
     sweeper_env: None,
     dynamodb: Any,
@@ -753,6 +957,125 @@ def test_the_sweeper_lambda_fails_visibly_when_a_claim_could_not_be_reconciled(
 
     with pytest.raises(RuntimeError, match="1 stale claim"):
         sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+    assert ClaimsStore(claims_table, client=dynamodb).get(ORDER.order_id).status is ClaimStatus.CLAIMED  # type: ignore[union-attr]
+
+
+def function_metrics(out: str, function_name: str) -> dict[str, float]:
+    """Metric name -> value over the embedded metric format lines broken down by ``FunctionName``."""
+    readings: dict[str, float] = {}
+    for line in out.splitlines():
+        if not line.startswith("{"):
+            continue
+        record = json.loads(line)
+        for directive in (record.get("_aws") or {}).get("CloudWatchMetrics", []):
+            if sorted(directive["Dimensions"][0]) != ["FunctionName", "service"]:
+                continue
+            assert record["FunctionName"] == function_name
+            for metric in directive["Metrics"]:
+                value = record[metric["Name"]]
+                readings[metric["Name"]] = readings.get(metric["Name"], 0) + sum(
+                    value if isinstance(value, list) else [value]
+                )
+    return readings
+
+
+def test_a_sweep_publishes_its_heartbeat_and_the_age_of_the_claim_it_left_pending(
+    sweeper_env: None,
+    dynamodb: Any,
+    claims_table: str,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A claim whose lease ran out 100 s ago: its search finds nothing and the grace has not passed.
+    monkeypatch.setenv("CLAIM_SEARCH_GRACE_SECONDS", "3600")
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - LEASE - 100).claim(ORDER, token=A)
+
+    result = sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert result["counts"]["pending"] == 1
+    readings = function_metrics(capfd.readouterr().out, "payment-saga-SweeperFunction")
+    assert readings["SweepCompleted"] == 1
+    assert LEASE + 100 <= readings["OldestUnresolvedClaimAge"] < LEASE + 200
+
+
+def test_a_sweep_with_nothing_to_do_still_beats_and_reads_zero(
+    sweeper_env: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    readings = function_metrics(capfd.readouterr().out, "payment-saga-SweeperFunction")
+    assert (readings["SweepCompleted"], readings["OldestUnresolvedClaimAge"]) == (1, 0)
+
+
+def test_a_sweep_that_fails_on_a_claim_still_beats_and_counts_the_claim_unresolved(
+    sweeper_env: None,
+    dynamodb: Any,
+    claims_table: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000).claim(ORDER, token=A)
+
+    class Unreachable:
+        def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:
+            raise OSError("network unreachable")
+
+    monkeypatch.setattr(sweeper, "provider", Unreachable)
+
+    with pytest.raises(RuntimeError):
+        sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    readings = function_metrics(capfd.readouterr().out, "payment-saga-SweeperFunction")
+    assert readings["SweepCompleted"] == 1
+    assert readings["OldestUnresolvedClaimAge"] >= 5000
+
+
+def test_a_sweep_that_finds_the_lock_held_publishes_no_heartbeat(
+    sweeper_env: None, dynamodb: Any, claims_table: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A skip is healthy only if the sweep holding the lease completes: that sweep beats, not this one."""
+    SweepLock(claims_table, client=dynamodb).acquire("another-sweep", lease_seconds=300)
+
+    result = sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert result["skipped"] is True
+    out = capfd.readouterr().out
+    assert "SweepCompleted" not in function_metrics(out, "payment-saga-SweeperFunction")
+    assert emitted_metrics(out).get("SweepSkipped") == 1
+
+
+def test_a_sweeper_that_fails_before_its_first_claim_publishes_no_heartbeat(
+    sweeper_env: None, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # The index query fails (a permission taken away, say): the sweep never reaches a claim.
+    def refused(self: ClaimsStore, **_: Any) -> Any:
+        raise RuntimeError("AccessDeniedException: dynamodb:Query")
+
+    monkeypatch.setattr(ClaimsStore, "open_claims", refused)
+
+    with pytest.raises(RuntimeError, match="AccessDenied"):
+        sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert "SweepCompleted" not in function_metrics(capfd.readouterr().out, "payment-saga-SweeperFunction")
+
+
+def test_a_sweeper_without_the_retention_setting_refuses_rather_than_guessing_one(
+    sweeper_env: None,
+    dynamodb: Any,
+    claims_table: str,
+    emulator: ProviderEmulator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A charged claim the sweeper would complete, with a TTL: it must not pick one of its own.
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000).claim(ORDER, token=A)
+    holder = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
+    charge(holder)
+    holder.close()
+    monkeypatch.delenv("CLAIM_RETENTION_DAYS")
+
+    with pytest.raises(RuntimeError, match="CLAIM_RETENTION_DAYS"):
+        sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
     assert ClaimsStore(claims_table, client=dynamodb).get(ORDER.order_id).status is ClaimStatus.CLAIMED  # type: ignore[union-attr]
 
 

@@ -11,12 +11,14 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import botocore.session
 import pytest
 from botocore.exceptions import ClientError
 
 from handlers.start_execution import execution_name
 from saga_local.aws.stack import REGION
-from saga_local.runtime.faults import Fault, FaultPlan, call_error, redeliver
+from saga_local.aws.template import load_template
+from saga_local.runtime.faults import CALLS, POINTS, Fault, FaultPlan, call_error, redeliver, valid_points
 from tests.helpers import order
 from tests.local.conftest import sweep
 
@@ -73,7 +75,7 @@ def test_a_fault_that_cannot_happen_is_refused(fault: dict[str, Any], problem: s
 
 
 def test_attempt_targets_only_that_invocation_of_the_function_for_that_order() -> None:
-    plan = FaultPlan([Fault("F", "start", "die", times=5, order_id="A", attempt=2)])
+    plan = FaultPlan([Fault("F", "start", "die", times=5, order_id="A", attempt=2, probe=True)])
 
     fired = []
     for order_id in ["A", "B", "A", "A", "B"]:
@@ -329,3 +331,91 @@ def test_call_errors_delays_stops_lost_answers_and_late_writes_fire_in_worker_pr
     }
     assert len(plan.late.landings) == 1  # the parent held W-5's write and sent it later
     assert plan.late.failed == []
+
+
+# -- the points a fault may name ---------------------------------------------------------------
+
+
+def test_a_point_on_a_call_the_function_never_makes_is_refused_with_its_points() -> None:
+    # EventBridge's IAM prefix is "events", but botocore names its calls "eventbridge".
+    with pytest.raises(ValueError, match="never reaches") as refused:
+        Fault("StartExecutionFunction", "before:events.PutEvents")
+
+    assert "before:eventbridge.PutEvents" in str(refused.value)
+    assert "after:sqs.SendMessage" in str(refused.value)
+    assert Fault("StartExecutionFunction", "before:eventbridge.PutEvents").point in valid_points(
+        "StartExecutionFunction"
+    )
+
+
+def test_a_fault_for_a_function_the_template_does_not_have_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown function 'ClaimFunction'"):
+        Fault("ClaimFunction", "start")
+
+
+def test_every_point_chaos_aims_at_is_one_the_function_reaches() -> None:
+    for function, points in POINTS.items():
+        assert set(points) <= set(valid_points(function)), function
+
+
+def aws_calls_allowed(template: dict[str, Any], function: str) -> set[str]:
+    """The calls the function's role allows, named as botocore names them (``eventbridge.PutEvents``)."""
+    resources = template["Resources"]
+    properties = resources[function]["Properties"]
+    policies = list(properties.get("Policies") or [])
+    role = properties.get("Role", {}).get("Fn::GetAtt", [None])[0]
+    if role:
+        policies += [policy["PolicyDocument"] for policy in resources[role]["Properties"]["Policies"]]
+    statements = []
+    for policy in policies:
+        if "Fn::If" in policy:
+            policy = policy["Fn::If"][1]
+        statements += policy.get("Statement", [])
+    session = botocore.session.get_session()
+    names = {}  # IAM prefix -> botocore's name of the service in its events
+    for service in ("dynamodb", "stepfunctions", "sqs", "events", "secretsmanager", "kms"):
+        model = session.get_service_model(service)
+        names[model.metadata["endpointPrefix"]] = model.service_id.hyphenize()
+    allowed = set()
+    for statement in statements:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        for action in actions:
+            prefix, _, operation = action.partition(":")
+            allowed.add(f"{names[prefix]}.{operation}")
+    return allowed
+
+
+def test_every_call_a_fault_may_name_is_one_the_functions_role_allows() -> None:
+    """A call spelled as IAM spells it (``events.PutEvents``), or one the function may not make, is
+    no point: the template's permissions are what each function can call."""
+    template = load_template()
+    for function, calls in CALLS.items():
+        allowed = aws_calls_allowed(template, function)
+        for call in calls:
+            if call != "provider.charge":
+                assert call in allowed, f"{function}: {call} is not among its permissions {sorted(allowed)}"
+
+
+def test_every_call_the_handlers_make_when_the_saga_runs_is_a_point(saga: Saga) -> None:
+    """The calls the runtime sees each handler make, on a charge, a decline, a malformed message and
+    a claim that never lands: a fault can be aimed at each of them."""
+    saga.driver.send("{not json")
+    saga.driver.send(order("POINTS-1"))
+    saga.driver.pump()
+    saga.driver.wait(saga.driver.start(order("POINTS-2", paymentMethod="pm_card_chargeDeclined"), name="p2"))
+    saga.faults.add(
+        Fault(
+            "ClaimOrderFunction", "before:dynamodb.UpdateItem", "error_call", times=100, order_id="POINTS-3"
+        )
+    )
+    saga.driver.wait(saga.driver.start(order("POINTS-3"), name="p3"))
+
+    seen: dict[str, set[str]] = {}
+    for function, call in saga.runtime.calls:
+        seen.setdefault(function, set()).add(call)
+    assert {"dynamodb.PutItem", "dynamodb.UpdateItem"} <= seen[
+        "ReleaseClaimFunction"
+    ]  # the fence's tombstone
+    assert {"sqs.SendMessage", "eventbridge.PutEvents"} <= seen["StartExecutionFunction"]
+    for function, calls in seen.items():
+        assert calls <= set(CALLS[function]), f"{function} makes {sorted(calls - set(CALLS[function]))}"

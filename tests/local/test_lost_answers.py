@@ -120,7 +120,7 @@ def test_a_lost_answer_is_applied_then_sent_again_by_botocore(
     saga: Saga, call: str, setup: Callable[[], tuple[Callable[[], Any], Callable[[Any], Any]]], effect: Any
 ) -> None:
     make_call, observe = setup()
-    saga.faults.add(Fault("ProbeFunction", f"after:{call}", "lost_answer"))
+    saga.faults.add(Fault("ProbeFunction", f"after:{call}", "lost_answer", probe=True))
 
     with saga.runtime.acting_as("ProbeFunction"):
         answer = make_call()
@@ -132,7 +132,7 @@ def test_a_lost_answer_is_applied_then_sent_again_by_botocore(
 
 def test_a_resent_conditional_put_finds_its_own_first_write(saga: Saga) -> None:
     make_call, _ = put_item()
-    saga.faults.add(Fault("ProbeFunction", "after:dynamodb.PutItem", "lost_answer"))
+    saga.faults.add(Fault("ProbeFunction", "after:dynamodb.PutItem", "lost_answer", probe=True))
 
     with saga.runtime.acting_as("ProbeFunction"), pytest.raises(Exception, match="ConditionalCheckFailed"):
         make_call()
@@ -147,8 +147,8 @@ def test_step_functions_calls_lose_their_answer_and_are_sent_again(saga: Saga) -
     body = json.dumps({"order": order("LOST-SFN"), "messageId": "m-1"}, sort_keys=True)
     # A stalled claim keeps the execution running until it is stopped.
     saga.faults.add(Fault("ClaimOrderFunction", "start", "delay", seconds=5, order_id="LOST-SFN"))
-    saga.faults.add(Fault("ProbeFunction", "after:sfn.StartExecution", "lost_answer"))
-    saga.faults.add(Fault("ProbeFunction", "after:sfn.StopExecution", "lost_answer"))
+    saga.faults.add(Fault("ProbeFunction", "after:sfn.StartExecution", "lost_answer", probe=True))
+    saga.faults.add(Fault("ProbeFunction", "after:sfn.StopExecution", "lost_answer", probe=True))
 
     with saga.runtime.acting_as("ProbeFunction"):
         started = sfn.start_execution(stateMachineArn=arn, name="lost-sfn", input=body)

@@ -18,7 +18,8 @@ the provider and in the claims table:
 2. nothing lost: every order ends charged (COMPLETED, 1 charge), declined (RELEASED DECLINED, 0
    charges), or needs-reconciliation (CLAIMED) -- none left CLAIMED after the sweep, and a claim
    RELEASED as NOT_CHARGED by the sweeper is *lost* until the order is charged (issue 9.1), unless
-   every execution of the order ended ``ClaimFailed`` (visibly failed before anything was charged);
+   every execution of the order ended ``ClaimFailed``, ``ClaimRetriedLater`` or ``RequeuesExhausted``
+   (visibly failed before anything was charged);
    and no execution that SUCCEEDED still holds the order's claim open (it reported a duplicate of
    itself: nothing will ever charge the order);
 5. no declined payment attempt, ``(orderId, paymentAttempt)``, is ever sent to the provider again
@@ -360,12 +361,17 @@ def judge(saga: Saga, ids: list[str], *, swept: bool) -> Outcome:
     return outcome
 
 
+#: Ends of an execution whose Claim step failed before anything was charged: fenced (the relay
+#: re-queues a tombstone), sent back by the state machine, or sent back its most allowed times.
+CLAIM_FAILED_ENDS = frozenset({"ClaimFailed", "ClaimRetriedLater", "RequeuesExhausted"})
+
+
 def classify(
     claim: dict[str, Any], charges: int, executions: dict[str, ExecutionResult], *, swept: bool
 ) -> tuple[str, str | None]:
     """An order's ending, and the broken invariant it shows (``{order_id}`` left to fill), if any."""
     status = claim.get("status")
-    every_claim_failed = bool(executions) and {e.outcome for e in executions.values()} == {"ClaimFailed"}
+    every_claim_failed = bool(executions) and {e.outcome for e in executions.values()} <= CLAIM_FAILED_ENDS
     if charges > 1:
         return "double-charged", None  # invariant 1, reported by broken_invariants
     if status == "COMPLETED" and charges == 1:
@@ -381,7 +387,7 @@ def classify(
         and (status is None or claim.get("releaseReason") == "NOT_CHARGED")
         and every_claim_failed
     ):
-        # Every claim write failed (or was fenced out): each execution ended ClaimFailed, visibly,
+        # Every claim write failed (or was fenced out): each execution ended in a failed claim, visibly,
         # before anything was charged. Nothing charged; the producer must send it again.
         return "claim-failed", None
     if status == "RELEASED" and charges == 0:

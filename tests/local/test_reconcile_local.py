@@ -72,9 +72,10 @@ def test_local_reconcile_without_a_time_leaves_live_claims_alone(stack: Embedded
 # -- a deployed stack, through CloudFormation ---------------------------------------------------
 
 
-def create_deployed_stack(api_base: str) -> str:
+def create_deployed_stack(api_base: str, *, retention_days: str | None = "45") -> str:
     """A stack with what reconciliation reads: the claims table as template.yaml declares it, its
-    ``ClaimsTableName`` output, and the provider parameters, with the key in Secrets Manager."""
+    ``ClaimsTableName`` output, the provider parameters, with the key in Secrets Manager, and the
+    retention of closed claims (``None``: a stack deployed before it was a parameter)."""
     secret = boto3.client("secretsmanager", region_name=REGION).create_secret(
         Name="payment-saga/stripe", SecretString=json.dumps({"apiKey": LOCAL_API_KEY})
     )
@@ -82,7 +83,9 @@ def create_deployed_stack(api_base: str) -> str:
     body = {
         "AWSTemplateFormatVersion": "2010-09-09",
         "Parameters": {
-            name: template["Parameters"][name] for name in ("PaymentApiBase", "PaymentApiKeySecretArn")
+            name: template["Parameters"][name]
+            for name in ("PaymentApiBase", "PaymentApiKeySecretArn", "ClaimRetentionDays")
+            if retention_days is not None or name != "ClaimRetentionDays"
         },
         "Resources": {"ClaimsTable": template["Resources"]["ClaimsTable"]},
         "Outputs": {"ClaimsTableName": template["Outputs"]["ClaimsTableName"]},
@@ -93,6 +96,11 @@ def create_deployed_stack(api_base: str) -> str:
         Parameters=[
             {"ParameterKey": "PaymentApiKeySecretArn", "ParameterValue": secret["ARN"]},
             {"ParameterKey": "PaymentApiBase", "ParameterValue": api_base},
+            *(
+                []
+                if retention_days is None
+                else [{"ParameterKey": "ClaimRetentionDays", "ParameterValue": retention_days}]
+            ),
         ],
     )
     return "payment-saga"
@@ -106,6 +114,16 @@ def test_the_deployed_stack_is_found_by_its_outputs_and_parameters(aws: None) ->
     assert found.table_name.startswith("payment-saga-ClaimsTable")
     assert found.secret_arn.startswith("arn:aws:secretsmanager:")
     assert found.api_base == "https://payments.example"
+    assert found.retention_seconds == 45 * 24 * 3600
+
+
+def test_a_stack_deployed_without_the_retention_parameter_is_refused_not_given_a_default(aws: None) -> None:
+    """Closing a claim with a retention shorter than the stack's could let it expire while a copy of
+    its order is still in a queue: a redelivered copy would then be charged again."""
+    name = create_deployed_stack("https://payments.example", retention_days=None)
+
+    with pytest.raises(LookupError, match="ClaimRetentionDays"):
+        reconcile_deployed(name, apply=True, region=REGION)
 
 
 def test_a_stack_that_is_not_a_payment_saga_is_refused(aws: None) -> None:
@@ -140,3 +158,6 @@ def test_reconcile_deployed_resolves_stale_claims_with_the_key_from_the_stacks_s
     assert claim is not None
     assert (claim.status, claim.charge_id) == (ClaimStatus.COMPLETED, landed.charge_id)
     assert len(emulator.charges_for(ORDER.order_id)) == 1
+    # The completed claim is kept as long as the stack's parameter says (45 days), not the library's 30.
+    item = dynamodb.get_item(TableName=table, Key={"orderId": {"S": ORDER.order_id}}, ConsistentRead=True)
+    assert int(item["Item"]["expiresAt"]["N"]) - time.time() > 44 * 24 * 3600

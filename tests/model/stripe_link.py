@@ -117,7 +117,7 @@ def emulator_summary(emulator: ProviderEmulator) -> Any:
     ]
     saved = sorted(
         (key, entry.status, _plain(entry.body).get("id") or json.dumps(_plain(entry.body).get("error")))
-        for (_, key), entry in vars(emulator)["_saved"].items()
+        for (*_, key), entry in vars(emulator)["_saved"].items()
     )
     ledger = [entry.charge_id for entry in vars(emulator)["_ledger"]]
     faults = [_plain(fault) for fault in vars(emulator)["_faults"]]

@@ -40,6 +40,6 @@ def saga(aws: None, provider_dedupe: bool) -> Iterator[Saga]:
             },
             visibility_timeout=1,
         )
-        runtime = InProcessRuntime(stack.functions)
+        runtime = InProcessRuntime(stack.functions, iam=stack.iam)
         with patched_moto(runtime) as hooks:
             yield Saga(stack, runtime, provider, hooks)

@@ -183,9 +183,12 @@ def test_a_payment_key_that_cannot_be_read_sends_nothing_and_the_order_is_charge
     saga: Saga, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No key, no request: the claim is released NOT_CHARGED (not kept for reconciliation), so
-    the order goes through once the secret is there."""
+    the order goes through once the secret is there. The secret is the stack's own (the only one its
+    role may read), scheduled for deletion by mistake and then restored under the same ARN."""
     monkeypatch.delitem(os.environ, "PAYMENT_API_KEY")
-    monkeypatch.setitem(os.environ, "PAYMENT_API_KEY_SECRET_ARN", "payment-api-key")  # not created yet
+    secret_arn = os.environ["PAYMENT_API_KEY_SECRET_ARN"]
+    secrets = boto3.client("secretsmanager", region_name=REGION)
+    secrets.delete_secret(SecretId=secret_arn, RecoveryWindowInDays=7)
     handler_runtime.reset()
 
     first = saga.driver.wait(saga.driver.start(order(), name="no-secret"))
@@ -194,9 +197,7 @@ def test_a_payment_key_that_cannot_be_read_sends_nothing_and_the_order_is_charge
     claim = saga.driver.claim("ORDER-003")
     assert claim is not None
     assert (claim["status"], claim["releaseReason"]) == ("RELEASED", "NOT_CHARGED")
-    boto3.client("secretsmanager", region_name=REGION).create_secret(
-        Name="payment-api-key", SecretString=LOCAL_API_KEY
-    )
+    secrets.restore_secret(SecretId=secret_arn)
     again = saga.driver.wait(saga.driver.start(order(), name="with-secret"))
     assert again.outcome == "CHARGED", again
     assert saga.charges("ORDER-003") == 1

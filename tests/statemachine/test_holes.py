@@ -226,7 +226,13 @@ def test_a_customer_retry_while_the_first_attempt_is_open_waits_on_the_queue_ins
 
     assert retry.status == "SUCCEEDED"
     assert retry.outcome == "REQUEUED", retry
-    assert retry.path == ["Claim Order", "Requeue Order", "Claim Busy"]
+    assert retry.path == [
+        "Claim Order",
+        "Requeue Allowed?",
+        "Count First Requeue",
+        "Requeue Order",
+        "Claim Busy",
+    ]
     attributes = saga.driver.sqs.get_queue_attributes(
         QueueUrl=saga.stack.queue_url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
     )["Attributes"]

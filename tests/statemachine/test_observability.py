@@ -5,11 +5,13 @@ And what must never be logged: a card number, the provider's secret key, a payme
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import logging
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -181,3 +183,80 @@ def test_the_card_number_check_would_see_one() -> None:
         '"function_request_id":"9f6e0c2a-7704-1100-4753-807000000000"}'
     )
     assert card_numbers(line) == ["4242424242424242"]
+
+
+# -- every logged event is counted ---------------------------------------------------------------
+
+HANDLERS_DIR = Path(__file__).resolve().parents[2] / "functions" / "handlers"
+LOG_LEVELS = {"debug", "info", "warning", "error", "exception", "critical"}
+
+
+def logged_event(node: ast.AST) -> str | None:
+    """The event a statement logs: ``log_event("x")``, or ``logger.<level>(..., extra={"event": "x"})``."""
+    if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
+        return None
+    call = node.value
+    if isinstance(call.func, ast.Name) and call.func.id == "log_event":
+        first = call.args[0]
+        return str(first.value) if isinstance(first, ast.Constant) else "<dynamic>"
+    if isinstance(call.func, ast.Attribute) and call.func.attr in LOG_LEVELS:
+        for keyword in call.keywords:
+            if keyword.arg == "extra" and isinstance(keyword.value, ast.Dict):
+                for key, value in zip(keyword.value.keys, keyword.value.values, strict=True):
+                    if isinstance(key, ast.Constant) and key.value == "event":
+                        return str(value.value) if isinstance(value, ast.Constant) else "<dynamic>"
+    return None
+
+
+def counts_a_metric(node: ast.AST) -> bool:
+    """A statement that counts: ``count(...)``, or a loop whose body does (one per extra charge)."""
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        return isinstance(node.value.func, ast.Name) and node.value.func.id == "count"
+    if isinstance(node, ast.For):
+        return any(counts_a_metric(child) for child in node.body)
+    return False
+
+
+def uncounted_events(source: str) -> list[tuple[int, str]]:
+    """(line, event) of every log event whose branch (the statement list it is in) counts no metric."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        blocks = [getattr(node, field, None) for field in ("body", "orelse", "finalbody")]
+        for block in blocks:
+            if not isinstance(block, list):
+                continue
+            counted = any(counts_a_metric(statement) for statement in block)
+            for statement in block:
+                event = logged_event(statement)
+                if event is not None and not counted:
+                    found.append((statement.lineno, event))
+    return sorted(found)
+
+
+def test_every_event_a_handler_logs_is_counted_in_the_same_branch() -> None:
+    """Invariant 9: a log line and a metric. A log line alone shows in no dashboard and no alarm."""
+    missing = [
+        f"{path.name}:{line} {event}"
+        for path in sorted(HANDLERS_DIR.glob("*.py"))
+        if path.name != "runtime.py"  # where log_event and count themselves are defined
+        for line, event in uncounted_events(path.read_text(encoding="utf-8"))
+    ]
+    assert len(list(HANDLERS_DIR.glob("*.py"))) > 5, "no handlers found: the check would be vacuous"
+    assert missing == []
+
+
+def test_the_check_sees_an_event_logged_without_its_metric() -> None:
+    source = (
+        "def handler(event, context):\n"
+        "    try:\n"
+        "        charge()\n"
+        "    except ClaimLost as exc:\n"
+        '        logger.error("charge_refused", extra={"event": "charge_refused"})\n'
+        "        raise\n"
+        "    if event:\n"
+        '        log_event("claim_fenced", reason="x")\n'
+        '        return {"released": False}\n'
+        '    log_event("claim_released")\n'
+        '    count("ClaimReleased")\n'
+    )
+    assert uncounted_events(source) == [(5, "charge_refused"), (8, "claim_fenced")]

@@ -73,7 +73,7 @@ def test_release_sample_releases_the_claim_of_the_declined_sample(saga: Saga) ->
     released, error = invoke(saga, "ReleaseClaimFunction", sample("release_claim.json"))
 
     assert error is None, released
-    assert released == {"released": True, "reason": "DECLINED", "attempt": 1}
+    assert released == {"released": True, "reason": "DECLINED", "attempt": 1, "sendAgain": False}
     assert saga.driver.claim("ORDER-102")["status"] == "RELEASED"  # type: ignore[index]
 
 

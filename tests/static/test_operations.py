@@ -44,16 +44,25 @@ LOGGED_EXECUTION_FAILED = {
 
 
 def emitted_metrics() -> set[tuple[str, frozenset[str]]]:
-    """(name, dimension names besides ``service``) for every ``count(...)`` call in the handlers.
+    """(name, dimension names besides ``service``) for every ``count(...)`` and ``measure(...)`` call
+    in the handlers.
 
     ``count("X", Layer=...)`` emits X twice: the plain total, and X broken down by Layer.
+    ``measure("X", value, unit, FunctionName=...)`` emits X broken down only.
     """
     found: set[tuple[str, frozenset[str]]] = set()
     for path in HANDLERS_DIR.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not (
-                isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "count"
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in {"count", "measure"}
             ):
+                continue
+            if node.func.id == "measure":
+                name = node.args[0]
+                assert isinstance(name, ast.Constant), f"{path.name}:{node.lineno}: name is not a literal"
+                found.add((str(name.value), frozenset(k.arg for k in node.keywords if k.arg)))
                 continue
             names = [node.args[0]] if isinstance(node.args[0], ast.Constant) else []
             if isinstance(node.args[0], ast.IfExp):  # count("A" if replayed else "B")
@@ -215,6 +224,8 @@ def test_every_alarm_says_what_to_do_and_notifies_the_topic(template: Template) 
         assert len(text.split()) >= 30, f"{name}: the description is the runbook"
         assert properties["AlarmActions"] == [topic], name
         assert properties["OKActions"] == [topic], name
+        if name == "SweeperHeartbeatAlarm":
+            continue  # its missing data is the failure it watches for (test_the_sweeper_heartbeat_...)
         assert properties.get("TreatMissingData") in {"notBreaching", "ignore"}, name
 
 
@@ -234,6 +245,7 @@ def test_alarm_names_match_what_the_topic_key_lets_publish(template: Template) -
 def test_every_alarm_reads_a_metric_something_publishes(template: Template) -> None:
     namespace, service = powertools_settings(template)
     emitted = {name for name, dimensions in emitted_metrics() if not dimensions}
+    by_function = {name for name, dimensions in emitted_metrics() if dimensions == {"FunctionName"}}
     from_filters = filter_metrics(template)
     for name, properties in template.of_type("AWS::CloudWatch::Alarm").items():
         for space, metric, dimensions in alarm_metrics(properties):
@@ -243,6 +255,12 @@ def test_every_alarm_reads_a_metric_something_publishes(template: Template) -> N
             assert space == namespace, name
             if (space, metric) in from_filters:
                 assert not dimensions, name
+            elif "FunctionName" in dimensions:
+                # Published by FunctionName so that each stack's alarm reads its own function.
+                assert metric in by_function, f"{name}: no handler emits {metric} by FunctionName"
+                function = template.referenced_resource(dimensions.pop("FunctionName"))
+                assert function in template.functions, name
+                assert dimensions == {"service": service}, f"{name}: Powertools publishes service={service}"
             else:
                 assert metric in emitted, f"{name}: no handler emits {metric}"
                 assert dimensions == {"service": service}, f"{name}: Powertools publishes service={service}"
@@ -294,17 +312,79 @@ def test_the_pending_alarm_waits_longer_than_an_ordinary_stale_claim_stays_pendi
 ) -> None:
     """A claim whose search finds nothing is pending, sweep after sweep, until the search grace ends.
 
-    That is every stale claim nothing was charged for: the alarm must see ReconciliationPending for
-    longer than the grace plus a sweep, in every period, before it asks for a person.
+    Its attempt started a lease before any sweep sees it (the lease must run out first), then the
+    sweeper waits the grace before it asks the list, and the sweep that resolves it may come one
+    interval later: an age past lease + grace + interval is a claim the sweeper cannot resolve. The
+    parameter's default and its least allowed value both wait longer than that, and the alarm reads
+    the age of its own stack's sweeper.
     """
     alarm = template.of_type("AWS::CloudWatch::Alarm")["ReconciliationPendingAlarm"]
-    assert alarm_metrics(alarm) == [("PaymentSaga", "ReconciliationPending", {"service": "payment-saga"})]
-    interval = sweep_interval_seconds(template)
-    assert alarm["Period"] == interval, "one sweep per period: a datapoint in every period"
-    assert alarm["DatapointsToAlarm"] == alarm["EvaluationPeriods"], "pending in every period of the window"
     sweeper = template.function_by_handler("handlers.sweeper.handler")
+    assert alarm_metrics(alarm) == [
+        (
+            "PaymentSaga",
+            "OldestUnresolvedClaimAge",
+            {"FunctionName": {"Ref": sweeper}, "service": "payment-saga"},
+        )
+    ]
+    assert (alarm["Statistic"], alarm["ComparisonOperator"]) == ("Maximum", "GreaterThanThreshold")
+    assert alarm["Threshold"] == {"Ref": "ReconciliationPendingAgeSeconds"}
+    interval = sweep_interval_seconds(template)
     grace = int(template.functions[sweeper]["Environment"]["Variables"]["CLAIM_SEARCH_GRACE_SECONDS"])
-    assert alarm["Period"] * alarm["EvaluationPeriods"] > grace + interval
+    lease = template.parameters["ClaimLeaseSeconds"]["Default"]
+    threshold = template.parameters["ReconciliationPendingAgeSeconds"]
+    for bound in (threshold["Default"], threshold["MinValue"]):
+        assert bound >= lease + grace + interval
+    assert threshold["Default"] >= 2 * 3600
+
+
+def test_a_skipped_sweep_does_not_reset_the_pending_alarm(template: Template) -> None:
+    """A tick that skips (the lease held) or lands late leaves a period without a reading: the alarm
+    must not need a reading in every period of its window (18 of 18 reset on one gap)."""
+    alarm = template.of_type("AWS::CloudWatch::Alarm")["ReconciliationPendingAlarm"]
+    assert alarm["Period"] == sweep_interval_seconds(template)
+    assert alarm["DatapointsToAlarm"] < alarm["EvaluationPeriods"]
+    assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_the_sweeper_heartbeat_alarms_when_no_sweep_completed_for_three_periods(template: Template) -> None:
+    """Missing data is the failure: a sweeper that never starts or always dies publishes nothing.
+
+    A sweep runs at most its timeout, so with one skipped tick between two sweeps they complete less
+    than the alarm's window apart: an ordinary long sweep never pages.
+    """
+    alarm = template.of_type("AWS::CloudWatch::Alarm")["SweeperHeartbeatAlarm"]
+    sweeper = template.function_by_handler("handlers.sweeper.handler")
+    assert alarm_metrics(alarm) == [
+        ("PaymentSaga", "SweepCompleted", {"FunctionName": {"Ref": sweeper}, "service": "payment-saga"})
+    ]
+    assert alarm["TreatMissingData"] == "breaching"
+    assert (alarm["Statistic"], alarm["Threshold"], alarm["ComparisonOperator"]) == (
+        "Sum",
+        1,
+        "LessThanThreshold",
+    )
+    interval = sweep_interval_seconds(template)
+    assert alarm["Period"] == interval
+    assert alarm["DatapointsToAlarm"] == alarm["EvaluationPeriods"] == 3
+    timeout = template.functions[sweeper]["Timeout"]
+    assert alarm["Period"] * alarm["EvaluationPeriods"] > interval + timeout
+
+
+def test_the_sweepers_own_errors_are_alarmed(template: Template) -> None:
+    """What fails before the first claim (the secret, the sweep lock, the index) shows only as Errors."""
+    sweeper = template.function_by_handler("handlers.sweeper.handler")
+    (alarm,) = [
+        properties
+        for properties in template.of_type("AWS::CloudWatch::Alarm").values()
+        if alarm_metrics(properties) == [("AWS/Lambda", "Errors", {"FunctionName": {"Ref": sweeper}})]
+    ]
+    assert (alarm["Statistic"], alarm["Threshold"], alarm["ComparisonOperator"]) == (
+        "Sum",
+        0,
+        "GreaterThanThreshold",
+    )
+    assert alarm["Period"] == sweep_interval_seconds(template)
 
 
 def test_the_failed_executions_alarm_leaves_out_declines_only(template: Template, saga: StateMachine) -> None:

@@ -188,10 +188,33 @@ def test_each_event_task_goes_to_the_bus_and_on_to_its_fail_state_whatever_happe
         assert {catcher["Next"] for catcher in state["Catch"]} == {state["Next"]}
         assert state["Catch"][-1]["ErrorEquals"] == ["States.ALL"]
         paths = [v for k, v in detail.items() if k.endswith(".$") and str(v).startswith("$.")]
-        assert all(v.split(".")[1] in {"order", "claim", "error"} for v in paths), paths
-    assert set(published) == {"OrderConflict", "OrderNeedsReconciliation"}
+        readable = {"order", "claim", "error"} | ({"requeue"} if only_with_requeue(states, name) else set())
+        assert all(v.split(".")[1] in readable for v in paths), paths
+    assert set(published) == {"OrderConflict", "OrderNeedsReconciliation", "OrderNeedsAttention"}
     assert states[published["OrderConflict"]]["Next"] == "Order Conflict"
     assert states[published["OrderNeedsReconciliation"]]["Next"] == "Needs Reconciliation"
+    assert states[published["OrderNeedsAttention"]]["Next"] == "Requeues Exhausted"
+
+
+def only_with_requeue(states: dict[str, Any], target: str) -> bool:
+    """Whether every way into ``target`` is the Default of a Choice that first sends an input without
+    ``$.requeue`` elsewhere (an execution started by hand has none: reading it would be States.Runtime)."""
+    ways_in = [
+        (name, state)
+        for name, state in states.items()
+        if target
+        in {state.get("Next"), state.get("Default")}
+        | {rule.get("Next") for rule in state.get("Choices", [])}
+        | {catcher["Next"] for catcher in state.get("Catch", [])}
+    ]
+    return bool(ways_in) and all(
+        state["Type"] == "Choice"
+        and state["Default"] == target
+        and state["Choices"][0]
+        == {"Variable": "$.requeue", "IsPresent": False, "Next": state["Choices"][0]["Next"]}
+        and all(rule["Next"] != target for rule in state["Choices"])
+        for _, state in ways_in
+    )
 
 
 # -- who may publish -------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import ast
-import copy
 import json
 import re
 from dataclasses import dataclass
@@ -23,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from samtranslator.translator.transform import transform
 
+from saga_local.aws.iam import MANAGED_POLICIES, as_list, managed_arn, role_statements, sam_transform
 from saga_local.aws.template import load_template
 
 if TYPE_CHECKING:
@@ -41,14 +40,6 @@ DATA_SERVICES = frozenset({"dynamodb", "sqs", "secretsmanager", "states", "s3", 
 MAX_ORDER_MESSAGE_BYTES = 256 * 1024
 #: A value that satisfies the template's required parameter (a Secrets Manager ARN).
 SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:payment-saga/stripe-AbCdEf"
-
-
-class _NoManagedPolicies:
-    """SAM's managed-policy loader, offline: SAM still attaches the ARNs it knows by heart
-    (``AWSLambdaBasicExecutionRole``, X-Ray, SQS polling), which is what ``MANAGED_POLICIES`` reads."""
-
-    def load(self) -> dict[str, str]:
-        return {}
 
 
 @dataclass(frozen=True)
@@ -97,108 +88,12 @@ ALLOWED_WILDCARDS = (
     ),
 )
 
-#: What the AWS managed policies that SAM attaches grant (AWS publishes each policy's document in
-#: the IAM console and the "AWS managed policy reference"). A managed policy missing here fails
-#: ``test_every_managed_policy_is_known``: read it, then add its statements.
-MANAGED_POLICIES: dict[str, list[dict[str, Any]]] = {
-    "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole": [
-        {
-            "Effect": "Allow",
-            "Action": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"],
-            "Resource": "*",
-        }
-    ],
-    "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess": [
-        {
-            "Effect": "Allow",
-            "Action": [
-                "xray:PutTraceSegments",
-                "xray:PutTelemetryRecords",
-                "xray:GetSamplingRules",
-                "xray:GetSamplingTargets",
-                "xray:GetSamplingStatisticSummaries",
-            ],
-            "Resource": ["*"],
-        }
-    ],
-    # What StartExecutionFunctionRole attaches for tracing (the same grants as the above).
-    "arn:aws:iam::aws:policy/AWSXRayDaemonWriteAccess": [
-        {
-            "Effect": "Allow",
-            "Action": [
-                "xray:PutTraceSegments",
-                "xray:PutTelemetryRecords",
-                "xray:GetSamplingRules",
-                "xray:GetSamplingTargets",
-                "xray:GetSamplingStatisticSummaries",
-            ],
-            "Resource": ["*"],
-        }
-    ],
-    # SAM attaches this to a function with an SQS event source: receive and delete on every queue.
-    "arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole": [
-        {
-            "Effect": "Allow",
-            "Action": [
-                "sqs:ReceiveMessage",
-                "sqs:DeleteMessage",
-                "sqs:GetQueueAttributes",
-                "logs:CreateLogGroup",
-                "logs:CreateLogStream",
-                "logs:PutLogEvents",
-            ],
-            "Resource": "*",
-        }
-    ],
-}
-
-
-def as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
 
 @pytest.fixture(scope="module")
 def deployed(template: Template) -> dict[str, Any]:
     """The template as CloudFormation receives it after SAM's transform (what ``sam deploy`` sends)."""
-    sam = copy.deepcopy(template.data)
-    # sam package would upload these and put S3 URIs in their place; the translator insists on that form.
-    sam.setdefault("Globals", {}).setdefault("Function", {})["CodeUri"] = "s3://artifacts/functions.zip"
-    for resource in sam["Resources"].values():
-        if resource["Type"] == "AWS::Serverless::Function" and "CodeUri" in resource.get("Properties", {}):
-            resource["Properties"]["CodeUri"] = "s3://artifacts/functions.zip"
-        if resource["Type"] == "AWS::Serverless::StateMachine":
-            resource["Properties"]["DefinitionUri"] = "s3://artifacts/definition.json"
-    result: dict[str, Any] = transform(sam, {"PaymentApiKeySecretArn": SECRET_ARN}, _NoManagedPolicies())
+    result: dict[str, Any] = sam_transform(template.data, {"PaymentApiKeySecretArn": SECRET_ARN})
     return result
-
-
-def unconditional(policies: list[Any]) -> Iterator[Any]:
-    """Each policy of a role, a conditional one (``Fn::If [cond, policy, AWS::NoValue]``, as SAM passes
-    a conditional entry of ``Policies`` on) read as both of its branches: what a deploy may grant."""
-    for policy in policies:
-        if isinstance(policy, dict) and set(policy) == {"Fn::If"}:
-            _, if_true, if_false = policy["Fn::If"]
-            yield from unconditional([b for b in (if_true, if_false) if b != {"Ref": "AWS::NoValue"}])
-        else:
-            yield policy
-
-
-def role_statements(role: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(where, statement) for every statement a role carries: inline and managed."""
-    properties = role["Properties"]
-    for policy in unconditional(properties.get("Policies") or []):
-        for statement in as_list(policy["PolicyDocument"]["Statement"]):
-            yield policy["PolicyName"], statement
-    for arn in properties.get("ManagedPolicyArns") or []:
-        for statement in MANAGED_POLICIES.get(managed_arn(arn), []):
-            yield managed_arn(arn).rsplit("/", 1)[-1], statement
-
-
-def managed_arn(arn: Any) -> str:
-    """A managed policy ARN, ``!Sub arn:${AWS::Partition}:...`` read in the aws partition."""
-    if isinstance(arn, dict) and "Fn::Sub" in arn:
-        return str(arn["Fn::Sub"]).replace("${AWS::Partition}", "aws")
-    return str(arn)
 
 
 def identity_policies(deployed: dict[str, Any]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
@@ -337,6 +232,30 @@ def test_the_sqs_wildcard_finding_stays_fixed_by_the_start_functions_own_role(
     receive = [s for _, s in statements if "sqs:ReceiveMessage" in as_list(s.get("Action", []))]
     assert [s["Resource"] for s in receive] == [{"Fn::GetAtt": ["OrdersQueue", "Arn"]}]
     assert wildcard_findings(statements) == []
+
+
+#: What Lambda's event source mappings read with the function's role (the Lambda developer guide's
+#: execution-role permissions for a DynamoDB stream and an SQS queue). Locally the SQS event source
+#: polls under the role (tests/statemachine/test_iam.py); the stream source reads moto's shard directly.
+STREAM_MAPPING_ACTIONS = {
+    "dynamodb:DescribeStream",
+    "dynamodb:GetRecords",
+    "dynamodb:GetShardIterator",
+    "dynamodb:ListStreams",
+}
+
+
+def test_the_relay_role_grants_what_lambdas_stream_mapping_reads_the_stream_with(
+    deployed: dict[str, Any],
+) -> None:
+    statements = identity_policies(deployed)["OutcomeRelayFunctionRole"]
+    granted = {
+        action
+        for _, statement in statements
+        if statement.get("Resource") == {"Fn::GetAtt": ["ClaimsTable", "StreamArn"]}
+        for action in as_list(statement.get("Action", []))
+    }
+    assert granted == STREAM_MAPPING_ACTIONS
 
 
 # -- data at rest ----------------------------------------------------------------------------------

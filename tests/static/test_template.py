@@ -187,6 +187,72 @@ def test_claims_expire_through_the_attribute_the_code_writes(template: Template)
     )
 
 
+def test_a_closed_claim_outlasts_every_copy_of_its_order_a_queue_can_still_deliver(
+    template: Template,
+) -> None:
+    """A closed claim's row is what stops a copy of a charged order from being charged again: once
+    its TTL deletes it, a copy is claimed afresh at attempt 1, under a key the provider forgot.
+
+    How long after an order is first sent can a copy still reach the claim? In the orders queue,
+    its retention. Moved to the dead-letter queue, the message keeps its first enqueue time, so it
+    is gone from there by the dead-letter queue's retention after it was first sent, whatever time
+    it spent in the orders queue. A redrive (``saga redrive``, a message move task) sends it back as
+    a new message, with a new retention window in the orders queue. So one redrive reaches the claim
+    at most DLQ retention + orders queue retention after the order was sent (14 + 4 = 18 days), and
+    the claim closes after the order was sent: the retention must be longer than that sum, both as
+    deployed by default and at the least value a deploy may set. (A copy that fails into the
+    dead-letter queue again and is redriven a second time is not covered: each round adds a DLQ
+    retention; docs/design.md says so.) The library's fallback is the same figure.
+    """
+    (_, _, queue), *_ = list(sqs_sources(template))
+    source = template.resources[queue]["Properties"]
+    dead_letter = template.referenced_resource(source["RedrivePolicy"]["deadLetterTargetArn"])
+    assert dead_letter is not None
+    dead_letter_kept = int(template.resources[dead_letter]["Properties"]["MessageRetentionPeriod"])
+    orders_kept = int(source.get("MessageRetentionPeriod", DEFAULT_RETENTION))
+    bound = dead_letter_kept + orders_kept
+    retention = template.parameters["ClaimRetentionDays"]
+    for days in (retention["Default"], retention["MinValue"]):
+        assert int(days) * claims.SECONDS_PER_DAY > bound, f"{days} days do not outlast a redriven copy"
+    assert int(retention["Default"]) * claims.SECONDS_PER_DAY == claims.DEFAULT_RETENTION_SECONDS
+
+
+def claim_writers(template: Template) -> set[str]:
+    """Functions allowed to write an item of the claims table."""
+    table, _ = claims_table(template)
+    return {
+        function
+        for function, properties in template.functions.items()
+        for statement in statements(properties)
+        if {"dynamodb:UpdateItem", "dynamodb:PutItem"} & set(as_list(statement["Action"]))
+        and table in {template.referenced_resource(r) for r in as_list(statement["Resource"])}
+    }
+
+
+def claims_store_builders(template: Template) -> set[str]:
+    """Functions whose handler builds the claims store (``runtime.claims_store()``)."""
+    found = set()
+    for function in template.functions:
+        module = str(template.function_setting(function, "Handler")).rsplit(".", 1)[0]
+        source = (FUNCTIONS_DIR / (module.replace(".", "/") + ".py")).read_text(encoding="utf-8")
+        if re.search(r"\bclaims_store\(\)", source):
+            found.add(function)
+    return found
+
+
+def test_every_function_that_writes_claims_takes_their_retention_from_the_parameter(
+    template: Template,
+) -> None:
+    """One figure: the functions read ``CLAIM_RETENTION_DAYS`` with no default of their own, so a
+    function that writes (or builds the store) without it would fail, and one given another figure
+    would close claims for less time than the checked parameter."""
+    writers = claim_writers(template)
+    assert len(writers) >= 4, writers  # claim, mark complete, release, the sweeper
+    for function in writers | claims_store_builders(template):
+        variables = template.functions[function]["Environment"]["Variables"]
+        assert variables.get("CLAIM_RETENTION_DAYS") == {"Ref": "ClaimRetentionDays"}, function
+
+
 def test_the_sweepers_index_is_the_one_the_code_reads(template: Template) -> None:
     _, table = claims_table(template)
     indexes = {index["IndexName"] for index in table["Properties"].get("GlobalSecondaryIndexes", [])}

@@ -359,6 +359,52 @@ def test_idempotent_replays_expire_after_24_hours(
     assert len(emulator.charges()) == 2  # why a takeover after 24 h must reconcile, never re-charge
 
 
+# -- idempotency keys belong to the account, not to the API key -----------------------------------
+
+#: The key a rotation replaced, still valid for hours beside its successor (both of one account).
+ROLLED_KEY = "sk_test_emulator_rolled"
+NEW_KEY = "sk_test_emulator_successor"
+
+
+def test_a_charge_retried_with_the_rolled_keys_successor_is_replayed_not_charged_again(
+    emulator: ProviderEmulator,
+) -> None:
+    # The first request, with the key about to be rolled, is applied and its answer lost (a 500).
+    emulator.inject("fail_after_apply")
+    old = StripeProvider(ROLLED_KEY, api_base=emulator.url, timeout_seconds=2.0)
+    with pytest.raises(PaymentOutcomeUnknown):
+        charge(old, make_order())
+    old.close()
+    # The key is rolled: the retry of the same attempt runs with the new key of the same account.
+    new = StripeProvider(NEW_KEY, api_base=emulator.url, timeout_seconds=2.0)
+
+    retried = charge(new, make_order())
+    new.close()
+
+    assert retried.replayed is True
+    (charged,) = emulator.charges()
+    assert retried.charge_id == charged.charge_id
+
+
+def test_the_same_idempotency_key_in_another_account_or_mode_is_its_own_request(
+    emulator: ProviderEmulator, provider: StripeProvider
+) -> None:
+    first = charge(provider, make_order())
+    emulator.assign_key("sk_test_emulator_other_account", "acct_other")
+    elsewhere = [
+        StripeProvider(key, api_base=emulator.url, timeout_seconds=2.0)
+        for key in ("sk_test_emulator_other_account", "sk_live_emulator_same_account")
+    ]
+
+    charges = [charge(other, make_order()) for other in elsewhere]
+    for other in elsewhere:
+        other.close()
+
+    assert [c.replayed for c in charges] == [False, False]
+    assert len({first.charge_id, *(c.charge_id for c in charges)}) == 3
+    assert len(emulator.charges()) == 3
+
+
 # -- requests rejected before anything was applied ----------------------------------------------
 
 

@@ -17,9 +17,9 @@ import stripe
 
 from payment_saga.errors import ChargeNotAttempted, PaymentOutcomeUnknown
 from payment_saga.orders import Order
-from payment_saga.payments import Charge, StripeProvider, idempotency_key
+from payment_saga.payments import Charge, ListTooLong, StripeProvider, idempotency_key
 from saga_local.aws.stack import LOCAL_API_KEY
-from saga_local.stripe_emulator import ProviderEmulator
+from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD, TEST_CUSTOMER, ProviderEmulator
 from tests.helpers import FakeClock
 
 START = 1_800_000_000.0
@@ -356,3 +356,86 @@ def test_a_declined_attempt_is_recorded_as_failed_by_search_and_list(
         order(), attempt=2, idempotency_key="k", created_from=0, created_to=int(START) + 1
     )
     assert (never.failed_ids, never.declined) == ((), False)
+
+
+def test_the_list_filters_an_accounts_history_on_customer_and_created_and_pages_within_the_filter(
+    raw: stripe.StripeClient, emulator: ProviderEmulator
+) -> None:
+    # 3,000 PaymentIntents without a customer around 250 of one customer, all in the same hour.
+    emulator.add_history(3000, created_from=int(START), created_to=int(START) + 3600)
+    theirs = emulator.add_history(
+        250, created_from=int(START), created_to=int(START) + 3600, customer=TEST_CUSTOMER
+    )
+    requests = emulator.request_count("list")
+
+    first = raw.v1.payment_intents.list({"customer": TEST_CUSTOMER, "limit": 100})
+    listed = [i.id for i in first.auto_paging_iter()]
+
+    assert (len(first.data), first.has_more) == (100, True)
+    assert listed == theirs[::-1]  # only the customer's, newest first, every one once
+    assert emulator.request_count("list") - requests == 3  # 250 in pages of 100
+    window = {"gte": int(START) + 1800, "lte": int(START) + 2700}
+    in_window = list(
+        raw.v1.payment_intents.list({"customer": TEST_CUSTOMER, "created": window}).auto_paging_iter()
+    )
+    assert in_window
+    assert all(i.customer == TEST_CUSTOMER and 1800 <= i.created - START <= 2700 for i in in_window)
+    assert {i.id for i in in_window} == {
+        i
+        for i in theirs
+        if 1800 <= emulator.payment_intent(i)["created"] - START <= 2700  # type: ignore[index]
+    }
+
+
+def test_a_customers_charge_is_listed_in_one_request_among_a_busy_accounts_payment_intents(
+    provider: StripeProvider, emulator: ProviderEmulator
+) -> None:
+    saved = order(payment_method=SAVED_PAYMENT_METHOD, provider_customer_id=TEST_CUSTOMER)
+    emulator.add_history(20_000, created_from=int(START) - 600, created_to=int(START) + 600)
+    landed = charge(provider, saved)
+    lists = emulator.request_count("list")
+
+    record = provider.list_attempt(
+        saved,
+        attempt=1,
+        idempotency_key="k",
+        created_from=int(START) - 600,
+        created_to=int(START) + 600,
+        customer=TEST_CUSTOMER,
+        max_pages=1,
+    )
+
+    assert (record.source, record.charge) == ("list", landed)
+    assert emulator.request_count("list") - lists == 1
+
+
+def test_a_list_past_its_page_cap_concludes_nothing(
+    provider: StripeProvider, emulator: ProviderEmulator
+) -> None:
+    emulator.add_history(1000, created_from=int(START) - 600, created_to=int(START) + 600)
+    lists = emulator.request_count("list")
+
+    with pytest.raises(ListTooLong, match="more than 3 pages") as raised:
+        provider.list_attempt(
+            order(), attempt=1, idempotency_key="k", created_from=0, created_to=int(START) + 600, max_pages=3
+        )
+
+    assert isinstance(raised.value, PaymentOutcomeUnknown)  # whoever only knows "unknown" keeps the claim
+    assert raised.value.pages == 3
+    assert emulator.request_count("list") - lists == 3
+
+
+def test_a_list_told_to_stop_between_pages_concludes_nothing(
+    provider: StripeProvider, emulator: ProviderEmulator
+) -> None:
+    emulator.add_history(250, created_from=int(START) - 600, created_to=int(START) + 600)
+
+    with pytest.raises(PaymentOutcomeUnknown, match="time budget"):
+        provider.list_attempt(
+            order(),
+            attempt=1,
+            idempotency_key="k",
+            created_from=0,
+            created_to=int(START) + 600,
+            keep_going=lambda: False,
+        )

@@ -1,4 +1,5 @@
-"""Every mutant, file by file (claims.py, payments.py, the charge and release handlers, the ASL)."""
+"""Every mutant, file by file (claims.py, payments.py, the charge and release handlers, the ASL, the
+template's IAM grants)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from catalogue.asl import ASL
 from catalogue.claims import CLAIMS
 from catalogue.handlers import CHARGE, CLAIM, PROOF, RELEASE
 from catalogue.payments import PAYMENTS
+from catalogue.template import TEMPLATE_GRANTS
 
-ALL: tuple[Mutant, ...] = tuple(
-    mutant for c in (CLAIMS, PROOF, CHARGE, RELEASE, CLAIM, PAYMENTS, ASL) for mutant in c.mutants
-)
+CATALOGUES = (CLAIMS, PROOF, CHARGE, RELEASE, CLAIM, PAYMENTS, ASL, TEMPLATE_GRANTS)
+ALL: tuple[Mutant, ...] = tuple(mutant for c in CATALOGUES for mutant in c.mutants)
