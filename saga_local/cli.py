@@ -10,6 +10,7 @@ saga simulate --orders N ...   many orders, duplicates and concurrency; a report
 saga chaos --orders N ...      the same with random faults everywhere, then the sweeper
 saga reconcile [--apply]       what the sweeper would do with stale claims (an order needs a person)
 saga redrive                   move the dead-letter queue back to the orders queue
+saga replay-parked             replay the records the outcome relay parked (dry run; --apply)
 saga cost [--wide]             AWS cost per million orders, from usage counted in a local run
 """
 
@@ -374,6 +375,40 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_replay_parked(args: argparse.Namespace) -> int:
+    from payment_saga.outcomes import OutcomeRelay
+    from saga_local.commands.replay import ReplayError, render, replay, requeue_policy
+
+    target = resolve_target(args)
+    parameters: dict[str, str] = {}
+    if args.stack:
+        described = target.clients("cloudformation").describe_stacks(StackName=args.stack)["Stacks"][0]
+        parameters = {p["ParameterKey"]: p["ParameterValue"] for p in described.get("Parameters", [])}
+    missing = [
+        key
+        for key in ("OutcomeRelayFailureQueueUrl", "OutcomeEventBusName", "OrdersQueueUrl")
+        if key not in target.outputs
+    ]
+    if missing:
+        raise SystemExit(f"saga replay-parked: the {target.where} has no output {', '.join(missing)}")
+    sqs = target.clients("sqs")
+    relay = OutcomeRelay(
+        events=target.clients("events"),
+        bus_name=target.outputs["OutcomeEventBusName"],
+        sqs=sqs,
+        orders_queue_url=target.outputs["OrdersQueueUrl"],
+        policy=requeue_policy(parameters),
+    )
+    try:
+        report = replay(
+            sqs, relay, parking_queue_url=target.outputs["OutcomeRelayFailureQueueUrl"], apply=args.apply
+        )
+    except ReplayError as exc:
+        raise SystemExit(f"saga replay-parked: {exc}") from None
+    Out()(render(report, target.where))
+    return 0 if report.ok else 1
+
+
 # -- invoke --------------------------------------------------------------------------------------
 
 
@@ -605,6 +640,18 @@ def _add_redrive(sub: Any) -> None:
     red.set_defaults(func=cmd_redrive)
 
 
+def _add_replay_parked(sub: Any) -> None:
+    replay = sub.add_parser(
+        "replay-parked",
+        help="replay the stream records the outcome relay parked, through its code (dry run by default)",
+    )
+    replay.add_argument(
+        "--apply", action="store_true", help="replay them and delete each one replayed (default: only check)"
+    )
+    add_target_arguments(replay)
+    replay.set_defaults(func=cmd_replay_parked)
+
+
 def _add_chaos(sub: Any) -> None:
     # Its options are saga_local.commands.chaos's own: main() hands everything after `chaos` to it.
     sub.add_parser(
@@ -646,6 +693,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_simulate,
         _add_reconcile,
         _add_redrive,
+        _add_replay_parked,
         _add_chaos,
         _add_cost,
     ):

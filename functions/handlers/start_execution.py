@@ -7,7 +7,8 @@
   parser raises nothing but ``InvalidOrder`` for any body (deep nesting, huge numbers and control
   characters included), so a bad body never fails the record and comes back to be retried until
   the queue's redrive moves it without a reason: it is rejected on its first receipt.
-* The execution's name is derived from the SQS MessageId and its input is a pure function of the
+* The execution's name is derived from the SQS MessageId (from ``requeueEventId`` for an order the
+  outcome relay re-queued) and its input is a pure function of the
   message, so a redelivery re-attaches to the execution it already started (``StartExecution`` is
   idempotent for the same name and input) or, once that has closed, answers
   ``ExecutionAlreadyExists``: already handled, not failed. This only deduplicates envelopes; a
@@ -16,6 +17,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -42,11 +44,30 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 MAX_REASON_LENGTH = 1024
 
 
-def execution_name(order_id: str, message_id: str) -> str:
-    """``ORDER-003-<MessageId>``: unique per SQS message, readable in the console."""
+def execution_name(order_id: str, message_id: str, requeue_event_id: str | None = None) -> str:
+    """``ORDER-003-<MessageId>``: unique per SQS message, readable in the console.
+
+    A message the outcome relay re-queued carries ``requeueEventId`` (``<orderId>/attempt-<n>/requeued``):
+    the relay may send one re-queue twice (it is retried after its send), and both copies must start
+    one execution, so its name comes from that id instead (:func:`requeue_execution_name`).
+    """
+    if requeue_event_id:
+        return requeue_execution_name(requeue_event_id)
     room = MAX_EXECUTION_NAME - len(message_id) - 1
     prefix = _UNSAFE.sub("_", order_id)[: max(room, 0)]
     return f"{prefix}-{message_id}" if prefix else message_id[:MAX_EXECUTION_NAME]
+
+
+def requeue_execution_name(requeue_event_id: str) -> str:
+    """``ORDER-003_attempt-1_requeued-<12 hex>``: the same for every copy of one re-queue.
+
+    Step Functions allows letters, digits, ``-`` and ``_`` in at most 80 characters; the id is
+    sanitised to that and cut to fit, and a digest of the whole id keeps two ids that sanitise
+    alike (``A.B`` and ``A_B``) or share a long prefix apart.
+    """
+    digest = hashlib.sha256(requeue_event_id.encode()).hexdigest()[:12]
+    readable = _UNSAFE.sub("_", requeue_event_id)[: MAX_EXECUTION_NAME - len(digest) - 1]
+    return f"{readable}-{digest}"
 
 
 def execution_input(order: Order, message_id: str, requeues: int = 0) -> str:
@@ -72,9 +93,14 @@ def requeue_count(record: SQSRecord) -> int:
         return 0
 
 
-def start(order: Order, message_id: str, *, requeues: int = 0) -> str:
-    """Start (or re-attach to) the execution for one message. Returns its name."""
-    name = execution_name(order.order_id, message_id)
+def start(order: Order, message_id: str, requeue_event_id: str | None = None, *, requeues: int = 0) -> str:
+    """Start (or re-attach to) the execution for one message. Returns its name.
+
+    Every copy of one re-queue (``requeue_event_id``) has the same name but its own messageId in the
+    input, so a second copy answers ``ExecutionAlreadyExists`` whether the first is running or closed:
+    already handled, as for a redelivery.
+    """
+    name = execution_name(order.order_id, message_id, requeue_event_id)
     sfn = client("stepfunctions")
     try:
         response = sfn.start_execution(
@@ -123,7 +149,14 @@ def record_handler(record: SQSRecord) -> None:
         reject(record, str(exc))
         publish_rejected(record, str(exc))
         return
-    start(order, record.message_id, requeues=requeue_count(record))
+    start(order, record.message_id, requeue_event_id(record), requeues=requeue_count(record))
+
+
+def requeue_event_id(record: SQSRecord) -> str | None:
+    """The ``requeueEventId`` attribute the outcome relay puts on a re-queued order, if any."""
+    attribute = (record.raw_event.get("messageAttributes") or {}).get("requeueEventId") or {}
+    value = attribute.get("stringValue")
+    return value if isinstance(value, str) and value else None
 
 
 def publish_rejected(record: SQSRecord, reason: str) -> None:

@@ -35,6 +35,10 @@ Attributes beyond the obvious ones:
   writes, even ones still in flight, can never land.
 * ``order``: the order's canonical message, written by every claim write and the tombstone, so a
   closed row holds what it takes to send the order again (see ``payment_saga.outcomes``).
+* ``version``: how many writes the row has taken. Every write here adds one to it in the same
+  conditional write (``ADD #version :one``; the tombstone is put at 1), so it grows strictly with
+  every change of the row: the outcome events carry it as ``sequence``, which lets a consumer find
+  an order's latest outcome whatever order the events arrive in.
 * ``expiresAt`` (TTL): set only once the claim is ``COMPLETED`` or ``RELEASED``. An open claim never
   expires: deleting it would let a duplicate claim the order afresh under a forgotten key.
 """
@@ -43,6 +47,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+import re
 import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -153,6 +158,8 @@ class Claim:
     declined_attempts: frozenset[str] = frozenset()
     fenced_tokens: frozenset[str] = frozenset()
     release_log: frozenset[str] = frozenset()
+    #: Writes the row has taken (0 for a row written before rows counted them).
+    version: int = 0
     #: The Stripe Customer the claiming execution's order names (``providerCustomerId`` in the row's
     #: ``order``), None when it names none or the row holds no order message. Every charge request
     #: that execution sends carries it as ``customer``; a takeover's order may name another.
@@ -189,6 +196,7 @@ class Claim:
             declined_attempts=_string_set(item, "declinedAttempts"),
             fenced_tokens=_string_set(item, "fencedTokens"),
             release_log=_string_set(item, "releaseLog"),
+            version=int(item.get("version", {}).get("N", 0)),
             provider_customer_id=item.get("order", {}).get("M", {}).get("providerCustomerId", {}).get("S"),
         )
 
@@ -702,6 +710,8 @@ class ClaimsStore:
             "fencedTokens": {"SS": [token]},
             "expiresAt": {"N": str(now + self.retention_seconds)},
             "order": order_attribute(order),
+            # The row's first write: every later one adds one (see _update).
+            "version": {"N": "1"},
         }
         try:
             self._client.put_item(
@@ -757,7 +767,12 @@ class ClaimsStore:
         self, order_id: str, request: dict[str, Any], *, return_new: bool = False
     ) -> tuple[bool, dict[str, Any] | None]:
         """One conditional ``UpdateItem``. Returns (won, item): the old row (or the new one with
-        ``return_new``) if it won, the row that beat it if it lost."""
+        ``return_new``) if it won, the row that beat it if it lost.
+
+        Every write counts itself in the row's ``version`` here, in the same write, so that no write
+        form can forget to (the outcome events' ``sequence`` rests on it).
+        """
+        request = _counted(request)
         try:
             response = self._client.update_item(
                 TableName=self.table_name,
@@ -944,9 +959,26 @@ def order_attribute(order: Order) -> dict[str, Any]:
     }
 
 
+def _counted(request: dict[str, Any]) -> dict[str, Any]:
+    """``request`` with ``#version`` incremented by one: joined to its ``ADD`` clause, or as one.
+
+    An update expression may name each clause once, so a write that already adds (a release's
+    ``releaseLog``, a fence's ``fencedTokens``) gets the counter inside its own ``ADD``.
+    """
+    update = str(request["UpdateExpression"])
+    found = re.search(r"(^|\s)ADD\s", update)
+    if found:
+        update = f"{update[: found.end()]}#version :one, {update[found.end() :]}"
+    else:
+        update = f"{update} ADD #version :one"
+    values = {**request.get("ExpressionAttributeValues", {}), ":one": {"N": "1"}}
+    return {**request, "UpdateExpression": update, "ExpressionAttributeValues": values}
+
+
 def _attribute_names(request: dict[str, Any]) -> dict[str, str]:
-    """``#status`` always; ``#order`` (``order`` is a DynamoDB reserved word) when the update sets it."""
-    names = {"#status": "status"}
+    """``#status`` and ``#version`` always; ``#order`` (``order`` is a DynamoDB reserved word) when the
+    update sets it."""
+    names = {"#status": "status", "#version": "version"}
     if "#order" in request.get("UpdateExpression", ""):
         names["#order"] = "order"
     return names

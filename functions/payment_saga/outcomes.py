@@ -28,7 +28,13 @@ and friends so every event id follows one scheme. See docs/outcome-events.md for
 
 Delivery is at least once: a relay retried after a failure publishes again. Every event carries a
 stable ``eventId`` derived from the transition (never a random id, never the time), so a consumer
-deduplicates on it.
+deduplicates on it. The relay's events also carry ``sequence``, the row's ``version`` after the
+write (every write of ``payment_saga.claims`` adds one), so a consumer finds an order's latest
+outcome whatever order the events arrive in; the other publishers' events carry none and never
+rank over one.
+
+A change whose images cannot be read as a claim row raises :class:`UnreadableChange` before
+anything is sent: retrying cannot help, and the handler parks the record instead of stalling on it.
 """
 
 from __future__ import annotations
@@ -82,6 +88,11 @@ class ResolvedBy(enum.StrEnum):
 
 class OutcomeNotPublished(Exception):
     """EventBridge refused an entry (``FailedEntryCount`` > 0): the caller must fail and be retried."""
+
+
+class UnreadableChange(ValueError):
+    """A claim row's change the relay can never read (an image missing an attribute, a value of the
+    wrong type): retrying cannot help, so the record is parked with this as its reason."""
 
 
 @dataclass(frozen=True)
@@ -239,19 +250,27 @@ class Closed:
     occurred_at: str
     order: dict[str, Any] | None
     late_charge_attempt: int | None
+    #: The row's ``version`` after this write (None for a row written before rows counted writes).
+    sequence: int | None = None
 
     @classmethod
     def of(cls, old: dict[str, Any] | None, new: dict[str, Any], now: float) -> Closed:
-        claim = Claim.from_item(new)
-        stamp = "completedAt" if claim.status is ClaimStatus.COMPLETED else "releasedAt"
-        late = new.get("lateChargeAttempt", {}).get("N")
-        return cls(
-            claim=claim,
-            resolved_by=_resolved_by(old, new),
-            occurred_at=new.get(stamp, {}).get("S") or iso_utc(now),
-            order=order_message(new),
-            late_charge_attempt=int(late) if late is not None else None,
-        )
+        """Read the transition; raises :class:`UnreadableChange` when the images cannot be read."""
+        try:
+            claim = Claim.from_item(new)
+            stamp = "completedAt" if claim.status is ClaimStatus.COMPLETED else "releasedAt"
+            late = new.get("lateChargeAttempt", {}).get("N")
+            return cls(
+                claim=claim,
+                resolved_by=_resolved_by(old, new),
+                occurred_at=new.get(stamp, {}).get("S") or iso_utc(now),
+                order=order_message(new),
+                late_charge_attempt=int(late) if late is not None else None,
+                sequence=claim.version or None,
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # A shape error in the row itself: the same record fails the same way on every retry.
+            raise UnreadableChange(f"the claim row's new image cannot be read: {exc!r}") from exc
 
     def event(self, outcome: Outcome, what: str, *, reason: str | None, **extra: Any) -> OutcomeEvent:
         claim = self.claim
@@ -274,9 +293,31 @@ class Closed:
                 "reason": reason,
                 "occurredAt": self.occurred_at,
                 "resolvedBy": self.resolved_by.value,
+                "sequence": self.sequence,
                 **extra,
             },
         )
+
+
+def read_change(old: Any, new: Any, now: float) -> Closed | None:
+    """The closing transition a change of a claim row makes, or None when it closes nothing.
+
+    Reads only, sends nothing: what the relay does first, and what a dry run of a replay asks.
+
+    Raises:
+        UnreadableChange: the images can never be read as claim rows.
+    """
+    if new is not None and not isinstance(new, dict):
+        raise UnreadableChange(f"the new image is not a DynamoDB item: {type(new).__name__}")
+    if old is not None and not isinstance(old, dict):
+        raise UnreadableChange(f"the old image is not a DynamoDB item: {type(old).__name__}")
+    try:
+        closing = new is not None and closing_transition(old, new)
+    except (TypeError, AttributeError) as exc:
+        raise UnreadableChange(f"the claim row's status cannot be read: {exc!r}") from exc
+    if new is None or not closing:
+        return None
+    return Closed.of(old, new, now)
 
 
 @dataclass(frozen=True)
@@ -318,13 +359,17 @@ class OutcomeRelay:
     def relay(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> Relayed | None:
         """Handle one change of a claim row; None when it closed nothing.
 
+        Everything is read from the images before anything is sent, so a change that cannot be read
+        has done nothing when it raises.
+
         Raises:
+            UnreadableChange: the images can never be read (park the record; retrying cannot help).
             OutcomeNotPublished: an event was refused; nothing after it was done.
             botocore's ClientError: EventBridge or SQS failed; the change must be handled again.
         """
-        if new is None or not closing_transition(old, new):
+        closed = read_change(old, new, self.clock())
+        if closed is None:
             return None
-        closed = Closed.of(old, new, self.clock())
         claim = closed.claim
         if claim.status is ClaimStatus.COMPLETED:
             return self._published(claim.order_id, closed.event(Outcome.CHARGED, "charged", reason=None))

@@ -91,10 +91,30 @@ def deduplicated(events: Iterable[OutcomeEvent]) -> list[OutcomeEvent]:
     return unique
 
 
+def in_outcome_order(events: Iterable[OutcomeEvent]) -> list[OutcomeEvent]:
+    """One order's events ranked as a consumer ranks them, whatever order they arrived in.
+
+    The relay's events carry ``sequence``, the claim row's version after the write they announce: it
+    grows with every write of the row, so the higher one is the later outcome. The events of the
+    state machine and the start function (``OrderConflict``, ``OrderNeedsReconciliation``,
+    ``OrderRejected``) carry none (no claim write made them) and rank below every sequenced event:
+    they are never final over one. Ties (the unsequenced among themselves, and the two events of one
+    transition, of which at most one is final) keep their arrival order.
+    """
+    arrived = list(events)
+
+    def rank(index: int) -> tuple[int, int, int]:
+        sequence = arrived[index].detail.get("sequence")
+        return (0, 0, index) if not isinstance(sequence, int) else (1, sequence, index)
+
+    return [arrived[i] for i in sorted(range(len(arrived)), key=rank)]
+
+
 def final_outcomes(events: Iterable[OutcomeEvent]) -> dict[str, list[str]]:
-    """orderId -> the final outcomes published for it, after deduplication (one each, if all is well)."""
+    """orderId -> the final outcomes published for it, after deduplication (one each, if all is well),
+    ranked by :func:`in_outcome_order` (the last is the order's final outcome)."""
     finals: dict[str, list[str]] = {}
-    for event in deduplicated(events):
+    for event in in_outcome_order(deduplicated(events)):
         if event.final and event.order_id is not None:
             finals.setdefault(event.order_id, []).append(event.detail_type)
     return finals
@@ -149,9 +169,9 @@ def tally(
     ``events`` are every delivery read (duplicates included); they are deduplicated on ``eventId``
     first. An order's *final events* are its distinct events of a :data:`FINAL` type other than
     ``OrderConflict`` (a conflict reports a delivery that disagreed with the order holding the
-    ``orderId``, beside that order's own outcome), in the order they were published (the relay
-    publishes one order's events in the order its claim changed). The order's *final outcome* is
-    the last of them. They are right when:
+    ``orderId``, beside that order's own outcome), ranked by :func:`in_outcome_order` (by their
+    ``sequence``, so the count does not depend on the order they arrived in). The order's *final
+    outcome* is the last of them. They are right when:
 
     * there is at least one (none: a subscriber never hears how the order ended, ``missing``);
     * every one before the last is ``OrderDeclined``: a decline ends one payment attempt, and the
@@ -170,7 +190,7 @@ def tally(
     wanted = list(dict.fromkeys(order_ids))
     finals: dict[str, list[OutcomeEvent]] = {order_id: [] for order_id in wanted}
     by_order: dict[str, list[OutcomeEvent]] = {}
-    for event in unique:
+    for event in in_outcome_order(unique):
         if event.order_id in finals:
             by_order.setdefault(event.order_id, []).append(event)
             if event.final and event.detail_type != "OrderConflict":

@@ -3,6 +3,7 @@ tests/statemachine/conftest.py are only visible under that directory)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -61,3 +62,17 @@ def stack() -> Iterator[EmbeddedStack]:
         # The in-process runtime installs the functions' environment in this process: put ours back.
         os.environ.clear()
         os.environ.update(environment)
+
+
+@pytest.fixture
+def deployed(saga: Saga) -> str:  # noqa: F811 - requests the imported fixture
+    """A CloudFormation stack whose outputs name the provisioned resources, as `sam deploy` leaves it."""
+    outputs = saga.stack.outputs
+    template = {
+        "Resources": {"Anchor": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": {key: {"Value": value} for key, value in outputs.items()},
+    }
+    boto3.client("cloudformation", region_name=REGION).create_stack(
+        StackName="payment-saga", TemplateBody=json.dumps(template)
+    )
+    return "payment-saga"

@@ -13,20 +13,6 @@ from saga_local.aws.stack import REGION
 from tests.helpers import Saga
 
 
-@pytest.fixture
-def deployed(saga: Saga) -> str:
-    """A CloudFormation stack whose outputs name the provisioned resources, as `sam deploy` leaves it."""
-    outputs = saga.stack.outputs
-    template = {
-        "Resources": {"Anchor": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
-        "Outputs": {key: {"Value": value} for key, value in outputs.items()},
-    }
-    boto3.client("cloudformation", region_name=REGION).create_stack(
-        StackName="payment-saga", TemplateBody=json.dumps(template)
-    )
-    return "payment-saga"
-
-
 def test_send_and_trace_against_a_deployed_stack(
     saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,21 +10,27 @@ is at least once.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import boto3
+import pytest
+
+from handlers.start_execution import requeue_execution_name
 from saga_local.aws.template import ROOT
 from saga_local.commands.events import OutcomeEvent, command, final_outcomes, tally
 from saga_local.commands.usage import transitions
-from saga_local.runtime.faults import Fault
+from saga_local.runtime.faults import Fault, call_error
 from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD
 from tests.helpers import order
 from tests.local.conftest import sweep
 
 if TYPE_CHECKING:
-    import pytest
-
     from saga_local.commands.events import OutcomeLog
     from tests.helpers import Saga
+
+
+#: How botocore names EventBridge's PutEvents in its events (what a fault point names).
+PUT_EVENTS = "eventbridge.PutEvents"
 
 
 def log(saga: Saga) -> OutcomeLog:
@@ -297,3 +303,140 @@ def test_the_final_outcome_must_agree_with_the_providers_ledger() -> None:
         "A: OrderCharged with pi_a, the provider has pi_other",
         "B: ended OrderDeclined, but the provider charged pi_b",
     ]
+
+
+# -- the relay publishes in stream order, re-queues once, parks what it can never read ------------
+
+
+def relay_later(saga: Saga) -> None:
+    """Hold the relay back, so that the closing writes made meanwhile reach it in one batch."""
+    saga.driver.relay_outcomes = False
+
+
+def relay_now(saga: Saga, *, timeout: float = 120) -> None:
+    saga.driver.relay_outcomes = True
+    saga.driver.pump(timeout=timeout)
+
+
+def parked(saga: Saga) -> list[dict[str, object]]:
+    """The parking queue's messages (left there): the record, its reason and its orderId."""
+    response = saga.driver.sqs.receive_message(
+        QueueUrl=saga.stack.outputs["OutcomeRelayFailureQueueUrl"],
+        MaxNumberOfMessages=10,
+        MessageAttributeNames=["All"],
+        VisibilityTimeout=0,
+    )
+    return [
+        {
+            "record": json.loads(message["Body"]),
+            **{name: value["StringValue"] for name, value in message["MessageAttributes"].items()},
+        }
+        for message in response.get("Messages", [])
+    ]
+
+
+def put_unreadable_row(saga: Saga, order_id: str) -> None:
+    """A row that closes (COMPLETED) but is no claim: no token, no attempt. No retry can read it."""
+    saga.driver.dynamodb.put_item(
+        TableName=saga.stack.table_name,
+        Item={"orderId": {"S": order_id}, "status": {"S": "COMPLETED"}},
+    )
+
+
+def test_a_failed_publish_is_retried_before_the_orders_later_outcome_is_published(saga: Saga) -> None:
+    # Attempt 1 declined, then the customer's retry charged, both closing writes in one relay batch;
+    # the first PutEvents of the batch (OrderDeclined) fails once.
+    relay_later(saga)
+    saga.driver.send(order("ORDER-SEQ-1", paymentMethod="pm_card_chargeDeclined"))
+    saga.driver.pump(timeout=60)
+    saga.driver.send(order("ORDER-SEQ-1", paymentAttempt="retry-1"))
+    saga.driver.pump(timeout=60)
+    saga.faults.add(Fault("OutcomeRelayFunction", f"before:{PUT_EVENTS}", "error_call"))
+
+    relay_now(saga)
+
+    assert saga.faults.faults[-1].fired == 1, "the publish failed once"
+    events = log(saga).events("ORDER-SEQ-1")
+    assert kinds(events) == ["OrderDeclined", "OrderCharged"], "published in the order the claim changed"
+    declined, charged = events
+    assert declined.detail["sequence"] < charged.detail["sequence"]
+    claim = saga.driver.claim("ORDER-SEQ-1")
+    assert claim is not None
+    assert charged.detail["sequence"] == int(claim["version"]), "the claim row's version"
+    ledger = {"ORDER-SEQ-1": [c.charge_id for c in saga.provider.charges_for("ORDER-SEQ-1")]}
+    for arrival in (events, events[::-1]):  # whatever order a consumer reads them in
+        counted = tally(arrival, ["ORDER-SEQ-1"], ledger)
+        assert counted.exact, counted.problems
+        assert counted.final_by_order == {"ORDER-SEQ-1": "OrderCharged"}
+
+
+def test_a_record_that_can_never_be_read_is_parked_and_the_release_behind_it_requeued_once(
+    saga: Saga,
+) -> None:
+    # In one batch: an unreadable row, then the tombstone of ORDER-SEQ-2's failed claim (released
+    # NOT_CHARGED). Parking the first fails twice (SQS down): the relay stalls on it, twice, and
+    # touches nothing behind it; then it parks it and re-queues the order, once.
+    relay_later(saga)
+    put_unreadable_row(saga, "ORDER-POISON")
+    saga.faults.add(Fault("ClaimOrderFunction", "start", "die", times=4, order_id="ORDER-SEQ-2"))
+    saga.driver.send(order("ORDER-SEQ-2"))
+    saga.driver.pump(timeout=120)
+    saga.faults.add(Fault("OutcomeRelayFunction", "before:sqs.SendMessage", "error_call", times=2))
+
+    relay_now(saga)
+
+    assert saga.runtime.sends[("OutcomeRelayFunction", "sqs.SendMessage")] == 2, "one park, one re-queue"
+    outcomes = sorted(r.outcome for r in saga.driver.results(with_path=False) if r.order_id == "ORDER-SEQ-2")
+    assert outcomes == ["CHARGED", "ClaimFailed"], "re-queued exactly once"
+    assert kinds(log(saga).events("ORDER-SEQ-2")) == ["OrderReleased", "OrderRequeued", "OrderCharged"]
+    assert log(saga).events("ORDER-POISON") == []
+    (parked_record,) = parked(saga)
+    assert parked_record["orderId"] == "ORDER-POISON"
+    assert "claimToken" in str(parked_record["parkReason"])
+    assert parked_record["record"]["dynamodb"]["NewImage"]["status"] == {"S": "COMPLETED"}  # type: ignore[index]
+    assert saga.charges("ORDER-SEQ-2") == 1
+
+
+def test_a_requeue_sent_twice_by_a_retried_relay_starts_one_execution(saga: Saga) -> None:
+    # The relay dies right after its SendMessage landed (before OrderRequeued is published): the
+    # record is retried and the order is sent again. Both copies name the same execution.
+    saga.faults.add(Fault("ClaimOrderFunction", "start", "die", times=4, order_id="ORDER-SEQ-3"))
+    saga.faults.add(Fault("OutcomeRelayFunction", "after:sqs.SendMessage", "die"))
+    saga.driver.send(order("ORDER-SEQ-3"))
+    saga.driver.pump(timeout=120)
+
+    assert saga.runtime.sends[("OutcomeRelayFunction", "sqs.SendMessage")] == 2, "two copies sent"
+    results = [r for r in saga.driver.results(with_path=False) if r.order_id == "ORDER-SEQ-3"]
+    assert sorted(r.outcome for r in results) == ["CHARGED", "ClaimFailed"], "one execution for the re-queue"
+    requeue_name = requeue_execution_name("ORDER-SEQ-3/attempt-0/requeued")
+    assert [r.arn.rsplit(":", 1)[-1] for r in results if r.outcome == "CHARGED"] == [requeue_name]
+    assert kinds(log(saga).events("ORDER-SEQ-3")) == ["OrderReleased", "OrderRequeued", "OrderCharged"]
+    assert saga.charges("ORDER-SEQ-3") == 1
+
+
+def test_a_requeue_whose_publish_failed_after_its_send_starts_one_execution(
+    saga: Saga, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The relay's SendMessage lands, then its PutEvents of OrderRequeued fails once: the record is
+    # reported failed and retried, and the order is sent again. Both copies name one execution.
+    saga.faults.add(Fault("ClaimOrderFunction", "start", "die", times=4, order_id="ORDER-SEQ-4"))
+    failures = [call_error("error_call", PUT_EVENTS)]
+
+    def fail_the_first_requeued(params: dict[str, Any], **_: Any) -> None:
+        if failures and any(e["DetailType"] == "OrderRequeued" for e in params.get("Entries", [])):
+            raise failures.pop()
+
+    hooks = boto3._get_default_session().events  # the session the handlers' clients come from
+    hooks.register(f"provide-client-params.{PUT_EVENTS}", fail_the_first_requeued)
+    try:
+        saga.driver.send(order("ORDER-SEQ-4"))
+        saga.driver.pump(timeout=120)
+    finally:
+        hooks.unregister(f"provide-client-params.{PUT_EVENTS}", fail_the_first_requeued)
+
+    assert failures == [], "the publish of OrderRequeued failed once"
+    assert saga.runtime.sends[("OutcomeRelayFunction", "sqs.SendMessage")] == 2, "two copies sent"
+    results = [r for r in saga.driver.results(with_path=False) if r.order_id == "ORDER-SEQ-4"]
+    assert sorted(r.outcome for r in results) == ["CHARGED", "ClaimFailed"], "one execution for the re-queue"
+    assert kinds(log(saga).events("ORDER-SEQ-4")) == ["OrderReleased", "OrderRequeued", "OrderCharged"]
+    assert saga.charges("ORDER-SEQ-4") == 1

@@ -42,8 +42,9 @@ NOT_CALLED_LOCALLY = {
     ("OutcomeRelayFunction", "dynamodb:GetRecords", "/stream/"): "the stream event source mapping",
     ("OutcomeRelayFunction", "dynamodb:GetShardIterator", "/stream/"): "the stream event source mapping",
     ("OutcomeRelayFunction", "dynamodb:ListStreams", "/stream/"): "the stream event source mapping",
-    # What the mapping gives up on goes to its OnFailure destination, sent with the relay's role.
-    ("OutcomeRelayFunction", "sqs:SendMessage", "OutcomeRelayFailureQueue"): "the mapping's OnFailure",
+    # The relay parks a record it can never read there (tests/local/test_outcome_events.py parks one);
+    # none of these scenarios writes such a record.
+    ("OutcomeRelayFunction", "sqs:SendMessage", "OutcomeRelayFailureQueue"): "parking an unreadable record",
 }
 #: Services whose grants belong to the platform around the code (Lambda's own logs, the X-Ray SDK's
 #: segments, Step Functions' log delivery): no local run writes to them.

@@ -56,27 +56,39 @@ def test_the_claims_table_streams_both_images(template: Template) -> None:
     assert relay_event(template)["Stream"] == {"Fn::GetAtt": ["ClaimsTable", "StreamArn"]}
 
 
-def test_the_relay_never_drops_a_record_silently(template: Template) -> None:
+def test_the_relay_stalls_on_a_failing_record_instead_of_shedding_it(template: Template) -> None:
     event = relay_event(template)
-    assert event["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-    assert event["BisectBatchOnFunctionError"] is True
-    assert 0 <= event["MaximumRetryAttempts"] <= 100, (
-        "bounded: a poison record must not hold the shard for a day"
-    )
-    destination = event["DestinationConfig"]["OnFailure"]
-    assert destination["Type"] == "SQS"
-    failure_queue = template.referenced_resource(destination["Destination"])
-    assert failure_queue in template.of_type("AWS::SQS::Queue")
-    assert template.of_type("AWS::SQS::Queue")[failure_queue]["MessageRetentionPeriod"] == 1209600
+    assert event["FunctionResponseTypes"] == ["ReportBatchItemFailures"], "retried from the failing record"
+    assert event["MaximumRetryAttempts"] == -1, "retried without limit: an outage stalls, never sheds"
+    assert event["MaximumRecordAgeInSeconds"] == -1, "no record is discarded for its age"
+    assert event.get("BisectBatchOnFunctionError", False) is False, "the function names the failing record"
+    assert "DestinationConfig" not in event, "with no limit, an on-failure destination never receives"
+    (age_alarm,) = [
+        alarm
+        for alarm in template.of_type("AWS::CloudWatch::Alarm").values()
+        if alarm.get("Namespace") == "AWS/Lambda"
+        and alarm.get("MetricName") == "IteratorAge"
+        and [template.referenced_resource(d["Value"]) for d in alarm["Dimensions"]]
+        == ["OutcomeRelayFunction"]
+    ]
+    assert age_alarm["Statistic"] == "Maximum"
+    window_ms = age_alarm["Period"] * age_alarm["EvaluationPeriods"] * 1000
+    assert age_alarm["Threshold"] + window_ms < 24 * 3600 * 1000, "it fires long before the stream trims"
+
+
+def test_the_relay_parks_what_it_can_never_read_on_an_alarmed_queue(template: Template) -> None:
+    relay = template.of_type("AWS::Serverless::Function")["OutcomeRelayFunction"]
+    parking = template.referenced_resource(relay["Environment"]["Variables"]["PARKED_RECORDS_QUEUE_URL"])
+    assert parking in template.of_type("AWS::SQS::Queue")
+    assert template.of_type("AWS::SQS::Queue")[parking]["MessageRetentionPeriod"] == 1209600
     watched = [
         alarm
         for alarm in template.of_type("AWS::CloudWatch::Alarm").values()
         if alarm.get("Namespace") == "AWS/SQS"
-        and any(
-            template.referenced_resource(d["Value"]) == failure_queue for d in alarm.get("Dimensions", [])
-        )
+        and any(template.referenced_resource(d["Value"]) == parking for d in alarm.get("Dimensions", []))
     ]
-    assert watched, "the on-failure queue is alarmed"
+    assert watched, "the parking queue is alarmed"
+    event = relay_event(template)
     assert event.get("ParallelizationFactor", 1) == 1, "an order's changes are published in order"
     assert event["StartingPosition"] == "TRIM_HORIZON"
 
@@ -286,6 +298,4 @@ def test_the_relay_reads_only_the_claims_stream_and_sends_only_to_its_queues(
         and r["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["ClaimsTable", "StreamArn"]}
     ]
     assert len(mapping["FilterCriteria"]["Filters"]) == 3, "SAM passes the filter on to Lambda"
-    assert mapping["DestinationConfig"]["OnFailure"]["Destination"] == {
-        "Fn::GetAtt": ["OutcomeRelayFailureQueue", "Arn"]
-    }
+    assert mapping["MaximumRetryAttempts"] == -1, "SAM passes the unbounded retries on to Lambda"

@@ -15,6 +15,7 @@ from payment_saga.outcomes import (
     OutcomeNotPublished,
     OutcomeRelay,
     RequeuePolicy,
+    UnreadableChange,
     closing_transition,
     order_message,
     rejected_order_id,
@@ -130,6 +131,56 @@ def test_a_completion_publishes_order_charged_with_a_stable_id() -> None:
     assert detail["occurredAt"] == "2026-01-01T00:00:00Z"
     assert detail["resolvedBy"] == "saga"
     assert sqs.sent == []
+
+
+def test_every_event_of_a_transition_carries_the_rows_version_as_its_sequence() -> None:
+    events, sqs = FakeEvents(), FakeSqs()
+    relay(events, sqs).relay(
+        row("CLAIMED", version=3), row("RELEASED", releaseReason="NOT_CHARGED", version=4)
+    )
+    relay(events, sqs).relay(row("CLAIMED", attempt=2, version=5), row("COMPLETED", attempt=2, version=6))
+
+    details = [json.loads(entry["Detail"]) for entry in events.entries]
+    assert [(d["eventId"], d["sequence"]) for d in details] == [
+        ("ORDER-U1/attempt-1/released", 4),
+        ("ORDER-U1/attempt-1/requeued", 4),
+        ("ORDER-U1/attempt-2/charged", 6),
+    ]
+
+
+def test_a_row_written_before_rows_counted_their_writes_has_no_sequence() -> None:
+    events, sqs = FakeEvents(), FakeSqs()
+    relay(events, sqs).relay(row("CLAIMED"), row("COMPLETED"))
+
+    assert json.loads(events.entries[0]["Detail"])["sequence"] is None
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        {"orderId": {"S": "ORDER-U1"}, "status": {"S": "COMPLETED"}},  # no token, no attempt
+        {**row("COMPLETED"), "attempt": {"N": "one"}},
+        {**row("RELEASED"), "releaseReason": {"S": "LOST"}},
+        {**row("COMPLETED"), "status": "COMPLETED"},  # not an attribute value
+        ["not", "an", "item"],
+    ],
+    ids=["missing-attributes", "bad-number", "unknown-reason", "bare-status", "not-a-map"],
+)
+def test_a_change_that_can_never_be_read_raises_unreadable_and_sends_nothing(new: Any) -> None:
+    events, sqs = FakeEvents(), FakeSqs()
+
+    with pytest.raises(UnreadableChange):
+        relay(events, sqs).relay(row("CLAIMED"), new)
+
+    assert events.entries == []
+    assert sqs.sent == []
+
+
+def test_a_refused_publish_is_not_unreadable_so_the_record_stalls_and_is_retried() -> None:
+    with pytest.raises(OutcomeNotPublished) as raised:
+        relay(FakeEvents(fail=True), FakeSqs()).relay(row("CLAIMED"), row("COMPLETED"))
+
+    assert not isinstance(raised.value, UnreadableChange)
 
 
 def test_the_same_change_relayed_twice_publishes_the_same_event_id() -> None:
