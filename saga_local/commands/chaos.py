@@ -24,6 +24,11 @@ drawn at random, reproducibly from ``--seed``:
   endpoint of the provider fails (a 500 before anything is applied). The charges of that window
   end in Needs Reconciliation with their claims kept; the sweeper releases them NOT_CHARGED and the
   outcome relay puts them back on the orders queue, where they must be charged exactly once;
+* Lambda's concurrency exhausted (:class:`LambdaThrottle`): from
+  :attr:`ChaosConfig.throttle_start_seconds` into the run, for :attr:`ChaosConfig.throttle_seconds`
+  (a minute by default), every invocation of Claim Order and Release Claim is throttled, retries
+  included: a failed claim that cannot even be fenced, which the state machine itself must send
+  back to the orders queue;
 * the provider's search lags :attr:`ChaosConfig.search_lag_seconds` (two hours by default), longer
   than the sweeper's grace (one hour): the search sees none of the run's PaymentIntents, so every
   release rests on the list (``GET /v1/payment_intents``) and every completion the sweeper makes
@@ -129,6 +134,10 @@ class ChaosConfig:
     outage_seconds: float = 180.0
     #: How far behind the provider's search is: longer than the sweeper's grace.
     search_lag_seconds: float = 7200.0
+    #: Wall-time seconds into the run when Claim Order and Release Claim start being throttled.
+    throttle_start_seconds: float = 20.0
+    #: How long every invocation of both is throttled (0: never).
+    throttle_seconds: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -341,6 +350,80 @@ class Outage:
         )
 
 
+# -- Lambda's concurrency exhausted ------------------------------------------------------------
+
+#: The functions a throttle window hits together: a Claim step that fails, and the step that would
+#: fence it, so that nothing is written (the small-account case docs/deploy.md sizes for).
+THROTTLED_TOGETHER = ("ClaimOrderFunction", "ReleaseClaimFunction")
+
+
+class LambdaThrottle:
+    """Every invocation of :data:`THROTTLED_TOGETHER` throttled for a window of wall time.
+
+    From ``start_after`` seconds after :meth:`start` for ``seconds``, one ``throttle`` fault per
+    function, at ``start``, for any order and any number of times, that stops firing when the window
+    ends (``Fault.until``). A window that has not begun when the run is over never happens.
+    """
+
+    def __init__(self, stack: Any, *, start_after: float, seconds: float) -> None:
+        self.stack = stack
+        self.start_after = start_after
+        self.seconds = seconds
+        self.began: float | None = None
+        self.faults: list[Fault] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._clock = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="chaos-lambda-throttle", daemon=True)
+
+    def start(self) -> None:
+        if self.seconds > 0:
+            self._clock = time.monotonic()
+            self._thread.start()
+
+    def finish(self) -> None:
+        """Call off a window that has not begun; one under way runs out by itself."""
+        with self._lock:
+            self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        if self._stop.wait(self.start_after):
+            return
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self.began = time.monotonic() - self._clock
+            until = time.monotonic() + self.seconds
+            self.faults = [
+                Fault(function, "start", "throttle", times=10**9, until=until)
+                for function in THROTTLED_TOGETHER
+            ]
+            self.stack.faults.extend(self.faults)
+
+    @property
+    def throttles(self) -> int:
+        return sum(fault.fired for fault in self.faults)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "functions": list(THROTTLED_TOGETHER),
+            "startAfterSeconds": self.start_after,
+            "seconds": self.seconds,
+            "began": None if self.began is None else round(self.began, 1),
+            "throttles": self.throttles,
+        }
+
+    def line(self) -> str:
+        if self.began is None:
+            return "lambda throttled     none"
+        return (
+            f"lambda throttled     {self.seconds:.0f} s from {self.began:.0f} s into the run:"
+            f" {' and '.join(THROTTLED_TOGETHER)}, {self.throttles} invocations refused"
+        )
+
+
 # -- checking ----------------------------------------------------------------------------------
 
 
@@ -433,6 +516,9 @@ class ChaosReport:
     #: The provider's outage (:meth:`Outage.to_dict`).
     outage: dict[str, Any] = field(default_factory=dict)
     outage_line: str = "provider outage      none"
+    #: Claim Order and Release Claim throttled together (:meth:`LambdaThrottle.to_dict`).
+    throttle: dict[str, Any] = field(default_factory=dict)
+    throttle_line: str = "lambda throttled     none"
     search_lag_seconds: float = 0.0
     #: Requests the sweeps sent to the provider's search and list.
     sweeper_requests: dict[str, int] = field(default_factory=dict)
@@ -485,6 +571,7 @@ class ChaosReport:
             "violationsAfter": self.violations_after,
             "wallSeconds": self.wall_seconds,
             "outage": self.outage,
+            "lambdaThrottle": self.throttle,
             "searchLagSeconds": self.search_lag_seconds,
             "sweeperRequests": self.sweeper_requests,
             "outcomeEvents": None if self.outcomes is None else self.outcomes.to_dict(),
@@ -516,7 +603,11 @@ def run_chaos(
         seed=config.seed + 1,
     )
     outage = Outage(stack.provider, start_after=config.outage_start_seconds, seconds=config.outage_seconds)
+    throttle = LambdaThrottle(
+        stack, start_after=config.throttle_start_seconds, seconds=config.throttle_seconds
+    )
     outage.start()
+    throttle.start()
     redeliveries.start()
     try:
         ran = simulate.run(
@@ -534,6 +625,7 @@ def run_chaos(
         raise
     finally:
         redeliveries.stop()
+        throttle.finish()
     outage.finish()  # the outage lasts its whole window; what it left open is settled below
     redeliveries.after_the_end()
     simulate.settle(stack)
@@ -551,7 +643,7 @@ def run_chaos(
 
     by_kind = Counter(stack.faults.fired_by_kind())
     by_function: Counter[str] = Counter()
-    for fault in schedule.faults:
+    for fault in schedule.faults + throttle.faults:
         by_function[fault.function] += fault.fired
     for provider_fault in provider_faults:
         by_kind[f"provider {provider_fault.kind}"] += provider_fault.fired
@@ -578,6 +670,8 @@ def run_chaos(
         },
         outage=outage.to_dict(),
         outage_line=outage.line(),
+        throttle=throttle.to_dict(),
+        throttle_line=throttle.line(),
         search_lag_seconds=stack.provider.search_lag_seconds,
         sweeper_requests=dict(sweeper_requests),
         outcomes=count_outcome_events(stack, order_ids),
@@ -684,6 +778,7 @@ def render(report: ChaosReport) -> str:
     lines.extend(f"  {n:6d}  {kind}" for kind, n in report.faults_by_kind.items())
     lines.append("  by function: " + _counts(report.faults_by_function))
     lines.append(report.outage_line)
+    lines.append(report.throttle_line)
     lines.append(f"late writes          {_counts(report.late_writes)}")
     lines.append(f"redeliveries         {_counts(report.redeliveries)}")
     lines.append(f"dead letters         {report.dead_letters}")
@@ -779,6 +874,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.outage_seconds,
         help="how long every call to the provider fails (0: no outage)",
     )
+    parser.add_argument(
+        "--throttle-start",
+        type=float,
+        default=defaults.throttle_start_seconds,
+        help="seconds into the run when Claim Order and Release Claim start being throttled",
+    )
+    parser.add_argument(
+        "--throttle-seconds",
+        type=float,
+        default=defaults.throttle_seconds,
+        help="how long both are throttled on every invocation (0: never)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--log-file", help="where the functions' JSON logs go (default: discarded)")
     return parser
@@ -794,6 +901,8 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         outage_start_seconds=args.outage_start,
         outage_seconds=args.outage_seconds,
+        throttle_start_seconds=args.throttle_start,
+        throttle_seconds=args.throttle_seconds,
     )
     from saga_local.aws.embedded import EmbeddedStack
 

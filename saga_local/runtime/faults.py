@@ -245,6 +245,9 @@ class Fault:
     #: A test's stand-in function (``runtime.acting_as``): its calls are whatever the test makes, so
     #: only the point's shape is checked.
     probe: bool = False
+    #: ``time.monotonic()`` after which the fault no longer fires (a window of wall time: Lambda's
+    #: concurrency exhausted for a minute), or None.
+    until: float | None = None
     fired: int = 0
 
     def __post_init__(self) -> None:
@@ -283,6 +286,7 @@ class Fault:
             and self.point == point
             and (self.order_id is None or self.order_id == order_id)
             and (self.attempt is None or self.attempt == invocation)
+            and (self.until is None or time.monotonic() < self.until)
         )
 
     def __str__(self) -> str:

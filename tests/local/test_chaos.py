@@ -47,6 +47,8 @@ SMALL = ChaosConfig(
     visibility_timeout=1,
     outage_start_seconds=1.0,
     outage_seconds=3.0,
+    throttle_start_seconds=0.5,
+    throttle_seconds=1.5,
 )
 
 
@@ -143,6 +145,17 @@ def test_the_outage_leaves_orders_for_the_sweeper_and_the_relay_charges_them_lat
     # Each order sent again ends charged (or in another customer-visible end), never without an end.
     assert set(small_run.requeued_endings) <= {"OrderCharged", "OrderNeedsAttention", "OrderDeclined"}
     assert small_run.requeued_endings.get("OrderCharged", 0) > 0
+
+
+def test_claims_and_releases_throttled_together_are_sent_back_and_charged_later(
+    small_run: ChaosReport,
+) -> None:
+    """Lambda's concurrency exhausted: every Claim Order and Release Claim refused for a while. The
+    orders that met it left no claim behind; the state machine sent each back itself, and the
+    promise held (the verdict tests): nothing was lost."""
+    assert small_run.throttle["throttles"] > 0, "the throttle window met no invocation: start it earlier"
+    assert small_run.after.execution_outcomes.get("ClaimRetriedLater", 0) > 0
+    assert "lambda throttled" in render(small_run)
 
 
 def test_with_the_search_behind_the_grace_the_sweepers_decisions_rest_on_the_list(
