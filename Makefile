@@ -111,7 +111,7 @@ test: install tools lint check-template chromium ## Everything CI runs: lint, te
 demo: install ## Run the whole saga locally, duplicates and failures included (no AWS, no Docker)
 	$(BIN)/saga demo
 
-# Issue 4: the promise under random faults. Neither runs in `make test` (a small version of each does).
+# The promise under random faults. Neither runs in `make test` (a small version of each does).
 .PHONY: chaos property-long
 CHAOS_ORDERS ?= 1000
 CHAOS_SEED ?= 7
@@ -123,7 +123,7 @@ chaos: install ## 1,000 orders x 4 deliveries, random faults at every step, then
 property-long: install ## The property-based test with 500 examples (SAGA_PROPERTY_EXAMPLES; 25 in make test)
 	SAGA_PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) $(BIN)/python -m pytest tests/local/test_properties.py -q
 
-# Issue 11: the figures, side by side in one run. stdout is JSON Lines: each benchmark is one line of the
+# The figures, side by side in one run. stdout is JSON Lines: each benchmark is one line of the
 # recipe below and prints one JSON object on one line, named by its "benchmark" key; builds, installs and
 # progress go to stderr. To add a benchmark, add its line.
 BENCH_BARE_DIR := .aws-sam/bench-bare
@@ -137,7 +137,7 @@ bench: ## Benchmarks, one JSON object a line: cold start as shipped, local throu
 	@$(BIN)/python bench/throughput.py --concurrency 1 4
 	@$(BIN)/python bench/memory.py --orders 10000 --copies 4
 
-# Issue 8: every interleaving of a few deliveries, the sweeper and up to 2-3 faults, the real code in
+# Every interleaving of a few deliveries, the sweeper and up to 2-3 faults, the real code in
 # every step (tests/model). `make test` explores the CI scopes; this explores the full ones.
 .PHONY: model
 model: install ## Model-check the claim protocol exhaustively on the full scopes (tests/model; CI runs small ones)

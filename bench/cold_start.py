@@ -65,7 +65,7 @@ BARE_DIR = ROOT / "bench" / "bare"
 #: The bare handler's two builds in bench/bare/template.yaml, by the row they give.
 BARE_ROWS = {"bare_plain": "BarePlainFunction", "bare_bytecode": "BareBytecodeFunction"}
 BARE_MODULE = "bare_powertools_handler"
-#: Issue 11: every function at most half a bare Powertools handler as a plain sam build ships it.
+#: The goal: every function at most half a bare Powertools handler as a plain sam build ships it.
 GOAL_X_BARE_PLAIN = 0.5
 #: SDKs whose presence after the import says what a function pays for at every cold start.
 WATCHED = ("stripe", "aws_xray_sdk", "boto3", "botocore", "requests")

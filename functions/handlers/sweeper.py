@@ -1,4 +1,4 @@
-"""Sweeper: resolves claims whose lease ran out, by asking the provider what happened (issue 4).
+"""Sweeper: resolves claims whose lease ran out, by asking the provider what happened.
 
 Run by a schedule (every 5 minutes, see template.yaml), it always applies what it decides: see
 ``payment_saga.reconcile`` for the decision table and why each branch is safe. It is the one

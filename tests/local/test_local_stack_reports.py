@@ -1,4 +1,4 @@
-"""The local stack under load, and what `saga simulate` reports of it (issue 11, point 3).
+"""The local stack under load, and what `saga simulate` reports of it.
 
 * a report counts only its own run, on a stack that ran other orders before;
 * a batch slower than the (compressed) visibility timeout is not delivered twice, nor dead-lettered;

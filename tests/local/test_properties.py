@@ -17,7 +17,7 @@ the provider and in the claims table:
 1. at most one charge per order (the provider's ledger);
 2. nothing lost: every order ends charged (COMPLETED, 1 charge), declined (RELEASED DECLINED, 0
    charges), or needs-reconciliation (CLAIMED) -- none left CLAIMED after the sweep, and a claim
-   RELEASED as NOT_CHARGED by the sweeper is *lost* until the order is charged (issue 9.1), unless
+   RELEASED as NOT_CHARGED by the sweeper is *lost* until the order is charged, unless
    every execution of the order ended ``ClaimFailed``, ``ClaimRetriedLater`` or ``RequeuesExhausted``
    (visibly failed before anything was charged);
    and no execution that SUCCEEDED still holds the order's claim open (it reported a duplicate of
@@ -391,7 +391,7 @@ def classify(
         # before anything was charged. Nothing charged; the producer must send it again.
         return "claim-failed", None
     if status == "RELEASED" and charges == 0:
-        # Proven never charged and not declined: not an end (issue 9.1) until someone charges it.
+        # Proven never charged and not declined: not an end until someone charges it.
         return "lost", "2 (lost): {order_id} RELEASED NOT_CHARGED and never charged"
     return "lost", f"2 (lost): {{order_id}} is {status} with {charges} charge(s)"
 
@@ -446,7 +446,7 @@ def check(outcome: Outcome) -> None:
 
 
 #: The holes sampling found, as Hypothesis shrank them: hole 1 with its mutant (cut by hand from
-#: three payment attempts to the two it needs), hole 2 on the code before issue 8's fix.
+#: three payment attempts to the two it needs), hole 2 on the code before its fix.
 KNOWN = (
     # Hole 1: initial declined and released; the retry's re-claim applied, its answer lost, and the
     # resend found its own CLAIMED row: "a duplicate", the execution SUCCEEDED, nothing charged.

@@ -491,7 +491,7 @@ def rendered_geometry(page_html: str, tmp_path: Path, name: str) -> dict[str, An
     reason="needs Debian's chromium at /usr/bin/chromium (apt-get install -y chromium)",
 )
 def test_labels_fit_their_boxes_and_keep_off_nodes_labels_and_the_path(saga: Saga, tmp_path: Path) -> None:
-    """Issue 10.6: in the duplicate and decline traces, bold Choice labels spilled out of their boxes and
+    """In the duplicate and decline traces, bold Choice labels spilled out of their boxes and
     a Catch label sat on the highlighted edge. Geometry read from what Chromium laid out, for whatever
     graph the definition draws: every label, every node, every highlighted edge."""
     first = run(saga, order("ORDER-LAYOUT"), "layout-charged")

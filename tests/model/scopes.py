@@ -1,7 +1,7 @@
 """What the model explores: small scopes in CI, bigger ones with ``make model`` (``SAGA_MODEL_SCOPE=full``).
 
 Each scope is one order and a few deliveries of it. Which deliveries, and which faults, are chosen so
-that each hole issue 8 describes is within reach of some scope:
+that each known hole of the claim protocol is within reach of some scope:
 
 * ``duplicates``: the same message delivered twice (a duplicate producer), any fault;
 * ``declined-then-retry``: the card is declined, the customer retries with another ``paymentAttempt``

@@ -30,7 +30,7 @@ def test_every_schedule_keeps_the_promise(scope: Scope) -> None:
 def test_the_checker_finds_a_claim_that_mistakes_its_own_resend_for_a_duplicate(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Hole 1 of issue 8, planted: a claim that answers DUPLICATE when it finds its own row. A Claim
+    # Hole 1, planted: a claim that answers DUPLICATE when it finds its own row. A Claim
     # Lambda that dies after its write is retried, finds its own claim and must go on charging.
     real_claim = ClaimsStore.claim
 

@@ -1,7 +1,7 @@
 """What ``sam build`` ships: bytecode the runtime's Python trusts, and nothing that is not the saga.
 
 Lambda's ``/var/task`` is read-only: a package without valid bytecode for the runtime's exact Python
-compiles every module it imports at each cold start (issue 11). functions/Makefile compiles the package
+compiles every module it imports at each cold start. functions/Makefile compiles the package
 with python3.13 in unchecked-hash mode (PEP 552): Python then loads the ``.pyc`` without looking at the
 source at all, so a ``.pyc`` that does not match the shipped source would run other code than the one
 shipped. These tests read the build output that ``make sam-build`` leaves in ``.aws-sam/build-check``

@@ -1,4 +1,4 @@
-"""The first deploy, and the second region (issue 10, point 3), checked offline.
+"""The first deploy, and the second region, checked offline.
 
 Each test is one way a real deploy failed or would fail, read against the CloudFormation, SAM and
 service documentation: a reservation a small account refuses, a dashboard name taken in another

@@ -416,14 +416,14 @@ def test_every_checkov_skip_names_a_check_and_says_why(template: Template) -> No
 
 
 def test_checkov_skips_stay_on_the_resources_reviewed_for_them(template: Template) -> None:
-    """Skips are for the resources reviewed in issue 5; a new resource passes checkov or gets reviewed."""
+    """Skips are for the resources reviewed for them; a new resource passes checkov or gets reviewed."""
     reviewed = {
         "OrdersQueue",
         "OrdersDeadLetterQueue",
         "ClaimsTable",
         "PaymentSagaStateMachineLogGroup",
         *template.functions,
-        # Issue 10: each function's own log group (CKV_AWS_158, as the state machine's).
+        # Each function's own log group (CKV_AWS_158, as the state machine's).
         *(f"{function}LogGroup" for function in template.functions),
     }
     skipped = {name for name, _ in checkov_skips(template)}
