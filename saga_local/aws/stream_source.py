@@ -14,10 +14,15 @@ What ``template.yaml`` declares on ``OutcomeRelayFunction``'s ``DynamoDB`` event
   each half (a split does not count as a retry, as in Lambda); otherwise the batch is retried whole;
 * after ``MaximumRetryAttempts`` retries, what still fails is described on the ``OnFailure``
   destination (an SQS queue) in Lambda's shape (``DDBStreamBatchInfo``: shard and sequence numbers,
-  not the records) and skipped, so the shard moves on.
+  not the records) and skipped, so the shard moves on;
+* with ``MaximumRetryAttempts: -1`` (no bound, and no record age) a record that keeps failing is
+  never skipped: the shard *stalls* on it. A poll retries it a few times at once
+  (:data:`RETRIES_PER_POLL`), then stops there, and the next poll starts again from that record;
+  nothing behind it is delivered meanwhile, as Lambda holds the shard until the record succeeds.
 
-Retries are not delayed (the local stack compresses time). Records consumed are trimmed from moto's
-stream (the way a stream's 24-hour retention drops them) so that a long run does not keep them all.
+Retries within a poll are not delayed (the local stack compresses time). Records consumed are
+trimmed from moto's stream (the way a stream's 24-hour retention drops them) so that a long run does
+not keep them all.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ class StreamSourceStats:
     sent_to_on_failure: int = 0
     #: Polls that raised: retried on the next poll, from the same shard iterator.
     poll_errors: int = 0
+    #: Polls that stopped at a record that kept failing (an unbounded mapping: the shard waits on it).
+    stalls: int = 0
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ class StreamMapping:
     filters: tuple[str, ...] = ()
     report_batch_item_failures: bool = False
     bisect_on_error: bool = False
-    max_retry_attempts: int = -1  # -1: until the record expires (locally: retried 10 000 times)
+    max_retry_attempts: int = -1  # -1: until it succeeds (the shard stalls on it; see poll_once)
     on_failure_arn: str | None = None
 
     @classmethod
@@ -83,8 +90,9 @@ class StreamMapping:
         )
 
 
-#: Retries of a record whose mapping sets no bound (Lambda: until the record leaves the stream).
-UNBOUNDED_RETRIES = 10_000
+#: With no bound on retries, a poll retries a failing record this many times at once, then stalls on
+#: it (Lambda retries with a back-off until it succeeds: the next poll is the next try).
+RETRIES_PER_POLL = 2
 
 
 @dataclass
@@ -159,22 +167,42 @@ class StreamEventSource:
     # -- running -----------------------------------------------------------------------------
 
     def poll_once(self) -> int:
-        """Read what the stream holds, hand the matching records over in batches. Returns records read."""
+        """Read what the stream holds, hand the matching records over in batches. Returns records done.
+
+        A poll that stalls (an unbounded mapping, a record that kept failing) keeps that record and
+        every one after it for the next poll, and counts only the records before it as done.
+        """
         with self._lock:
-            # Records read but not yet delivered (a poll that raised half-way) go first: the shard
-            # iterator has moved past them, and Lambda's poller would not skip them either.
+            # Records read but not yet delivered (a poll that raised half-way, or one that stalled)
+            # go first: the shard iterator has moved past them, and Lambda would not skip them either.
             records = self._undelivered or self._read()
             if not records:
                 return 0
+            fresh = not self._undelivered
             self._undelivered = records
-            self.stats.read += len(records)
+            if fresh:
+                self.stats.read += len(records)
             matching = [r for r in records if self.matches(r)]
-            self.stats.matched += len(matching)
+            if fresh:
+                self.stats.matched += len(matching)
             for start in range(0, len(matching), self.mapping.batch_size):
-                self._deliver(matching[start : start + self.mapping.batch_size])
+                batch = matching[start : start + self.mapping.batch_size]
+                left = self._deliver(batch)
+                if left is not None:
+                    self.stats.stalls += 1
+                    held = records.index(batch[left])
+                    self._undelivered = records[held:]
+                    if held:
+                        _trim_consumed(self.stream_arn, records[held - 1]["dynamodb"]["SequenceNumber"])
+                    return held
             self._undelivered = []
             _trim_consumed(self.stream_arn, records[-1]["dynamodb"]["SequenceNumber"])
             return len(records)
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the shard waits on a record that kept failing (the next poll tries it again)."""
+        return bool(self._undelivered)
 
     def drain(self, *, max_polls: int = 1000) -> int:
         """Poll until the stream has nothing new. Returns the records read."""
@@ -195,13 +223,15 @@ class StreamEventSource:
                 self.stats.poll_errors += 1
                 polled = False
             if not polled:
-                time.sleep(idle_sleep)
+                # A stalled shard is tried again after a pause, as Lambda backs off its retries.
+                time.sleep(idle_sleep * 10 if self.stalled else idle_sleep)
 
-    def _deliver(self, batch: list[dict[str, Any]]) -> None:
-        """Invoke until every record is done or sent to the on-failure destination."""
+    def _deliver(self, batch: list[dict[str, Any]]) -> int | None:
+        """Invoke until every record is done, sent to the on-failure destination, or (with no bound on
+        retries) the poll stalls on one: then the index of the first record not done."""
         self.stats.batches += 1
-        limit = self.mapping.max_retry_attempts
-        limit = UNBOUNDED_RETRIES if limit < 0 else limit
+        unbounded = self.mapping.max_retry_attempts < 0
+        limit = RETRIES_PER_POLL if unbounded else self.mapping.max_retry_attempts
         work: deque[tuple[list[dict[str, Any]], int]] = deque([(batch, 0)])
         while work:
             records, retries = work.popleft()
@@ -216,10 +246,13 @@ class StreamEventSource:
                 work.appendleft((remaining[:middle], retries))
                 continue
             if retries >= limit:
+                if unbounded:
+                    return batch.index(remaining[0])
                 self._on_failure(remaining, retries + 1, function_error)
                 continue
             self.stats.retries += 1
             work.appendleft((remaining, retries + 1))
+        return None
 
     def _invoke(self, records: list[dict[str, Any]]) -> tuple[int | None, bool]:
         """(index of the first record to retry or None, whether the function failed as a whole)."""

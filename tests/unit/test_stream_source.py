@@ -110,3 +110,38 @@ def test_without_bisection_a_crash_gives_up_the_whole_batch() -> None:
 
     assert function.done == []
     assert queue.messages[0]["DDBStreamBatchInfo"]["batchSize"] == 3
+
+
+class Stream:
+    """What ``_read`` would return: the records of one read, then nothing."""
+
+    def __init__(self, source: StreamEventSource, batch: list[dict[str, Any]]) -> None:
+        self.pending = [batch]
+        source._read = self.read  # type: ignore[method-assign]
+
+    def read(self) -> list[dict[str, Any]]:
+        return self.pending.pop(0) if self.pending else []
+
+
+def test_with_no_bound_a_record_that_keeps_failing_stalls_the_shard_and_nothing_is_shed(
+    monkeypatch: Any,
+) -> None:
+    """An outage of what the relay calls (EventBridge down for an hour): the record that fails is
+    never skipped and nothing behind it is delivered; once the outage ends, all go through in order."""
+    monkeypatch.setattr("saga_local.aws.stream_source._trim_consumed", lambda *args: None)
+    function, queue = ScriptedLambda({2}, fail_times=9), Queue()
+    relay = source(function, queue, report_batch_item_failures=True, max_retry_attempts=-1, batch_size=2)
+    Stream(relay, records(5))
+
+    assert relay.drain() == 2  # 0 and 1; the shard stops at 2 (tried again by the drain's next poll)
+    assert relay.stalled
+    assert relay.drain() == 0  # still failing: no progress, nothing given up
+    assert function.done == [0, 1]
+    assert queue.messages == []  # nothing described on a failure queue: nothing shed
+    assert relay.stats.stalls == 3
+
+    for _ in range(3):
+        relay.drain()
+    assert function.done == [0, 1, 2, 3, 4]
+    assert not relay.stalled
+    assert queue.messages == []
