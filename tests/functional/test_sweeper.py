@@ -217,6 +217,43 @@ def test_with_a_two_hour_search_lag_the_sweeper_never_releases_a_claim_whose_cha
     assert len(emulator.charges_for(ORDER.order_id)) == 1
 
 
+def test_the_list_is_asked_exactly_the_grace_after_the_attempts_last_request(
+    store: ClaimsStore, provider: StripeProvider, emulator: ProviderEmulator, clock: FakeClock
+) -> None:
+    """The rule as documented: a search that finds nothing is trusted once ``search_grace_seconds``
+    have passed since the lease ended, not a second before and not a second later."""
+    store.claim(ORDER, token=A)
+    clock.advance(LEASE + GRACE - 1)
+    (decision,) = sweep(store, provider, clock).decisions
+    assert decision.outcome is ReconcileOutcome.PENDING
+    lists = emulator.request_count("list")
+
+    clock.advance(1)
+    (decision,) = sweep(store, provider, clock).decisions
+
+    assert decision.outcome is ReconcileOutcome.RELEASED
+    assert emulator.request_count("list") == lists + 1
+
+
+def test_a_charge_stamped_by_a_provider_clock_behind_ours_is_still_found(
+    store: ClaimsStore, clock: FakeClock
+) -> None:
+    """The provider's clock runs 30 s behind ours: the charge it stamps at the claim's very start
+    is dated before the attempt began, and the list must still see it (its window has a margin)."""
+    with ProviderEmulator(clock=lambda: clock.now - 30) as behind:
+        behind.search_lag_seconds = 2 * 3600  # only the list can show it
+        provider = StripeProvider(LOCAL_API_KEY, api_base=behind.url)
+        try:
+            store.claim(ORDER, token=A)
+            landed = charge(provider)
+            clock.advance(LEASE + GRACE + 1)
+            (decision,) = sweep(store, provider, clock).decisions
+        finally:
+            provider.close()
+
+    assert (decision.outcome, decision.charge_id) == (ReconcileOutcome.COMPLETED, landed.charge_id)
+
+
 def test_a_list_that_fails_leaves_the_claim_pending(
     store: ClaimsStore,
     provider: StripeProvider,

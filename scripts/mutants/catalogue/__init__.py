@@ -1,5 +1,5 @@
 """Every mutant, file by file (claims.py, payments.py, the charge and release handlers, the ASL, the
-template's IAM grants)."""
+template's IAM grants, the sweeper and the outcome relay)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,21 @@ from model import Mutant
 from catalogue.asl import ASL
 from catalogue.claims import CLAIMS
 from catalogue.handlers import CHARGE, CLAIM, PROOF, RELEASE
+from catalogue.outbox import OUTCOMES, RECONCILE, RELAY_HANDLER
 from catalogue.payments import PAYMENTS
 from catalogue.template import TEMPLATE_GRANTS
 
-CATALOGUES = (CLAIMS, PROOF, CHARGE, RELEASE, CLAIM, PAYMENTS, ASL, TEMPLATE_GRANTS)
+CATALOGUES = (
+    CLAIMS,
+    PROOF,
+    CHARGE,
+    RELEASE,
+    CLAIM,
+    PAYMENTS,
+    ASL,
+    TEMPLATE_GRANTS,
+    RECONCILE,
+    OUTCOMES,
+    RELAY_HANDLER,
+)
 ALL: tuple[Mutant, ...] = tuple(mutant for c in CATALOGUES for mutant in c.mutants)
