@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from payment_saga.claims import ClaimsStore, ReleaseReason
+from payment_saga.claims import ClaimsStore, FenceResult, ReleaseReason
 from payment_saga.errors import ClaimLost
 from payment_saga.orders import Order
 
@@ -88,13 +88,13 @@ def test_a_fence_added_to_a_row_counts_itself(store: ClaimsStore) -> None:
     store.claim(ORDER, token=A)
     store.release(ORDER.order_id, token=A, reason=ReleaseReason.NOT_CHARGED, payment_attempt="initial")
 
-    assert store.fence_failed_claim(ORDER, token=B) is None
+    assert store.fence_failed_claim(ORDER, token=B).result is FenceResult.FENCED
 
     assert version(store) == 3
 
 
 def test_the_tombstone_of_a_claim_that_never_landed_is_version_1(store: ClaimsStore) -> None:
-    assert store.fence_failed_claim(ORDER, token=A) is None
+    assert store.fence_failed_claim(ORDER, token=A).result is FenceResult.TOMBSTONE
 
     assert version(store) == 1
 
