@@ -11,6 +11,10 @@ drawn at random, reproducibly from ``--seed``:
   a Lambda that dies and landing later, after the state machine moved on; sometimes aimed at a
   later invocation (a retry) rather than the first;
 * on the start function, with :attr:`ChaosConfig.start_fault_rate` per invocation (a batch);
+* on the outcome relay, with :attr:`ChaosConfig.relay_fault_rate` per invocation (a batch of the
+  claims table's stream): any kind at any of its points (its PutEvents and SendMessage refused,
+  throttled, applied with the answer lost, or the relay dying around them), so that the shard
+  stalls and is retried from the failed record, and a re-queue sent twice must still run once;
 * at the provider, with :attr:`ChaosConfig.provider_fault_rate` per order: every kind the
   emulator injects (500 before or after applying, a 500 saved under the key, resets, hangs);
 * with :attr:`ChaosConfig.stop_rate` per order, the execution is stopped half-way (``stop``);
@@ -83,6 +87,7 @@ from saga_local.runtime.faults import (
     declined_attempts_sent_again,
     kinds_at,
     redeliver,
+    valid_points,
 )
 from saga_local.stripe_emulator import Endpoint
 from saga_local.stripe_emulator import FaultKind as ProviderFaultKind
@@ -98,6 +103,8 @@ if TYPE_CHECKING:
 PROVIDER_FAULT_KINDS: tuple[ProviderFaultKind, ...] = get_args(ProviderFaultKind)
 #: Every endpoint the provider emulator serves: an outage fails them all.
 PROVIDER_ENDPOINTS: tuple[Endpoint, ...] = get_args(Endpoint)
+#: The outcome relay: faulted by invocation, as the start function is.
+RELAY_FUNCTION = "OutcomeRelayFunction"
 #: Rounds of "later" after the sweep, at most: delayed re-queues delivered, run, and swept again
 #: (an order is re-queued at most MaxRequeueAttempts (5) times).
 LATER_ROUNDS = 6
@@ -118,6 +125,8 @@ class ChaosConfig:
     step_fault_rate: float = 0.15
     #: Per start-function invocation (one SQS batch).
     start_fault_rate: float = 0.03
+    #: Per outcome-relay invocation (one batch of the claims stream).
+    relay_fault_rate: float = 0.05
     #: Per order: one provider fault.
     provider_fault_rate: float = 0.05
     #: Per order: the execution that reaches the chosen point is stopped there.
@@ -183,6 +192,15 @@ def plan_faults(orders: list[dict[str, Any]], config: ChaosConfig, rng: random.R
             kind = rng.choice(kinds_at(START_FUNCTION, point))
             seconds = round(rng.uniform(0.05, 0.3), 2) if kind == "delay" else 0.0
             schedule.faults.append(Fault(START_FUNCTION, point, kind, attempt=invocation, seconds=seconds))  # type: ignore[arg-type]
+    # The relay's invocations carry stream batches, not orders: aim at them by number too (a run has
+    # fewer relay invocations than orders; a fault aimed past the last one never fires).
+    relay_points = valid_points(RELAY_FUNCTION)
+    for invocation in range(1, len(orders) + 1):
+        if rng.random() < config.relay_fault_rate:
+            point = rng.choice(relay_points)
+            kind = rng.choice([k for k in kinds_at(RELAY_FUNCTION, point) if k != "stop"])
+            seconds = round(rng.uniform(0.05, 0.3), 2) if kind in ("delay", "late_write") else 0.0
+            schedule.faults.append(Fault(RELAY_FUNCTION, point, kind, attempt=invocation, seconds=seconds))  # type: ignore[arg-type]
     return schedule
 
 

@@ -41,6 +41,7 @@ SMALL = ChaosConfig(
     seed=24,
     step_fault_rate=0.5,
     start_fault_rate=0.1,
+    relay_fault_rate=0.5,
     provider_fault_rate=0.25,
     stop_rate=0.2,
     redelivery_rate=0.1,
@@ -145,6 +146,18 @@ def test_the_outage_leaves_orders_for_the_sweeper_and_the_relay_charges_them_lat
     # Each order sent again ends charged (or in another customer-visible end), never without an end.
     assert set(small_run.requeued_endings) <= {"OrderCharged", "OrderNeedsAttention", "OrderDeclined"}
     assert small_run.requeued_endings.get("OrderCharged", 0) > 0
+
+
+def test_the_outcome_relay_is_faulted_and_every_order_still_has_its_one_final_outcome(
+    small_run: ChaosReport,
+) -> None:
+    """The relay failed around its PutEvents and SendMessage (refused, throttled, answers lost, the
+    function dying): the shard was retried from the failed record, and the outcome events are still
+    exact: every order has its one final outcome, in agreement with the ledger."""
+    assert small_run.faults_by_function.get("OutcomeRelayFunction", 0) > 0
+    outcomes = small_run.outcomes
+    assert outcomes is not None
+    assert outcomes.exact, outcomes.problems or outcomes.missing
 
 
 def test_claims_and_releases_throttled_together_are_sent_back_and_charged_later(
