@@ -262,6 +262,20 @@ class Driver:
         )["Attributes"]
         return sum(int(value) for value in attrs.values())
 
+    def backlog(self, url: str | None = None) -> int:
+        """Messages a poller could take now or has taken (visible and in flight), not those waiting
+        out a delay: what a producer keeping the queue full should wait on. A delayed re-send (an
+        order the state machine put back for minutes) is not work the pollers can do now."""
+        url = url or self.stack.queue_url
+        local = moto_adapter.messages_in_queue(url, delayed=False)
+        if local is not None:
+            return local
+        attrs = self.sqs.get_queue_attributes(
+            QueueUrl=url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return sum(int(value) for value in attrs.values())
+
     def running_count(self) -> int:
         local = moto_adapter.running_executions(self.stack.state_machine_arn)
         if local is not None:

@@ -158,7 +158,9 @@ def send_all(stack: EmbeddedStack, bodies: list[dict[str, Any]], *, max_depth: i
     """Send the bodies in batches of 10, never letting more than ``max_depth`` wait in the queue."""
     sqs = stack.driver.sqs
     for start in range(0, len(bodies), 10):
-        while stack.driver.queue_depth() >= max_depth:
+        # Delayed messages (orders sent back for minutes) are not waited on: they would hold the
+        # producer until a delay no local run sits out.
+        while stack.driver.backlog() >= max_depth:
             time.sleep(0.05)
         chunk = bodies[start : start + 10]
         sqs.send_message_batch(

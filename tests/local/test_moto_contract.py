@@ -184,6 +184,7 @@ def test_messages_counted_in_moto_s_queue_equal_get_queue_attributes_three_count
         attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=counts)["Attributes"]
         assert [int(attributes[name]) for name in counts] == [3, 2, 1]  # one of each kind
         assert messages_in_queue(url) == 6
+        assert messages_in_queue(url, delayed=False) == 5  # visible and in flight, not the delayed one
         assert messages_in_queue(url.replace("orders", "elsewhere")) is None
         boto3.client("sqs", region_name="eu-west-1").create_queue(QueueName="orders")
         assert messages_in_queue(url) is None  # the same name in two regions: ask SQS instead
