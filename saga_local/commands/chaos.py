@@ -103,6 +103,12 @@ if TYPE_CHECKING:
 PROVIDER_FAULT_KINDS: tuple[ProviderFaultKind, ...] = get_args(ProviderFaultKind)
 #: Every endpoint the provider emulator serves: an outage fails them all.
 PROVIDER_ENDPOINTS: tuple[Endpoint, ...] = get_args(Endpoint)
+#: The pages one stale claim's proof may list in chaos's sweeps. A run packs thousands of orders into
+#: minutes, so one attempt's window holds more PaymentIntents than the deployed sweeper's cap
+#: (DEFAULT_LIST_PAGE_CAP) lets it read, and such a claim is left for a person by design
+#: (tests/functional/test_sweeper.py shows that). Chaos judges the decisions, not a Lambda's time
+#: budget: its sweeps read every page (in memory, against the emulator).
+SWEEP_LIST_PAGE_CAP = 10_000
 #: The outcome relay: faulted by invocation, as the start function is.
 RELAY_FUNCTION = "OutcomeRelayFunction"
 #: Rounds of "later" after the sweep, at most: delayed re-queues delivered, run, and swept again
@@ -504,7 +510,7 @@ def sweep(stack: EmbeddedStack, *, now: float) -> list[Resolved]:
     """Run the sweeper (``apply=True``) at ``now``: what it did per claim."""
     from saga_local.commands.sweep import reconcile_stack
 
-    report = reconcile_stack(stack, apply=True, now=now)
+    report = reconcile_stack(stack, apply=True, now=now, list_page_cap=SWEEP_LIST_PAGE_CAP)
     return [Resolved.of(decision) for decision in report.decisions]
 
 

@@ -21,7 +21,12 @@ import boto3
 from payment_saga.claims import SECONDS_PER_DAY, ClaimsStore
 from payment_saga.clock import iso_utc, system_clock
 from payment_saga.payments import StripeProvider, stripe_secret_from_string
-from payment_saga.reconcile import DEFAULT_SEARCH_GRACE_SECONDS, ReconcileReport, reconcile
+from payment_saga.reconcile import (
+    DEFAULT_LIST_PAGE_CAP,
+    DEFAULT_SEARCH_GRACE_SECONDS,
+    ReconcileReport,
+    reconcile,
+)
 from saga_local.aws.stack import LOCAL_API_KEY
 
 if TYPE_CHECKING:
@@ -34,11 +39,13 @@ def reconcile_stack(
     apply: bool,
     now: float | None = None,
     search_grace_seconds: int = DEFAULT_SEARCH_GRACE_SECONDS,
+    list_page_cap: int = DEFAULT_LIST_PAGE_CAP,
 ) -> ReconcileReport:
     """Reconcile the embedded local stack's stale claims against its provider emulator.
 
     ``now`` pretends the sweep runs at that time (both for finding expired leases and for the
-    writes' lease check), so a demo can look past a lease without waiting for it.
+    writes' lease check), so a demo can look past a lease without waiting for it. ``list_page_cap``
+    is the sweeper's bound on the pages one claim's proof may read (see ``reconcile``).
     """
     moment = time.time() if now is None else now
     store = ClaimsStore(
@@ -48,7 +55,14 @@ def reconcile_stack(
     )
     provider = StripeProvider(LOCAL_API_KEY, api_base=stack.provider.url)
     try:
-        return reconcile(store, provider, now=moment, apply=apply, search_grace_seconds=search_grace_seconds)
+        return reconcile(
+            store,
+            provider,
+            now=moment,
+            apply=apply,
+            search_grace_seconds=search_grace_seconds,
+            list_page_cap=list_page_cap,
+        )
     finally:
         provider.close()
 
