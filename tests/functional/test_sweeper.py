@@ -865,16 +865,20 @@ def test_the_sweeper_lambda_completes_and_releases_and_logs_each_decision(
     assert ("ReconciliationResolved", ("Outcome",)) in metrics
 
 
-def emitted_metrics(out: str) -> dict[str, float]:
-    """Metric name -> total over the embedded metric format lines Powertools printed (no dimensions)."""
+def emitted_metrics(out: str, *, function_name: str | None = None) -> dict[str, float]:
+    """Metric name -> total over the embedded metric format lines Powertools printed: those with no
+    dimension but the service, or with ``function_name`` those broken down by ``FunctionName``."""
+    dimensions = ["service"] if function_name is None else ["FunctionName", "service"]
     totals: dict[str, float] = {}
     for line in out.splitlines():
         if not line.startswith("{"):
             continue
         record = json.loads(line)
         for directive in (record.get("_aws") or {}).get("CloudWatchMetrics", []):
-            if directive["Dimensions"] != [["service"]]:
+            if sorted(directive["Dimensions"][0]) != dimensions or len(directive["Dimensions"]) != 1:
                 continue
+            if function_name is not None:
+                assert record["FunctionName"] == function_name
             for metric in directive["Metrics"]:
                 value = record[metric["Name"]]
                 totals[metric["Name"]] = totals.get(metric["Name"], 0) + sum(
@@ -999,21 +1003,7 @@ def test_the_sweeper_lambda_fails_visibly_when_a_claim_could_not_be_reconciled(
 
 def function_metrics(out: str, function_name: str) -> dict[str, float]:
     """Metric name -> value over the embedded metric format lines broken down by ``FunctionName``."""
-    readings: dict[str, float] = {}
-    for line in out.splitlines():
-        if not line.startswith("{"):
-            continue
-        record = json.loads(line)
-        for directive in (record.get("_aws") or {}).get("CloudWatchMetrics", []):
-            if sorted(directive["Dimensions"][0]) != ["FunctionName", "service"]:
-                continue
-            assert record["FunctionName"] == function_name
-            for metric in directive["Metrics"]:
-                value = record[metric["Name"]]
-                readings[metric["Name"]] = readings.get(metric["Name"], 0) + sum(
-                    value if isinstance(value, list) else [value]
-                )
-    return readings
+    return emitted_metrics(out, function_name=function_name)
 
 
 def test_a_sweep_publishes_its_heartbeat_and_the_age_of_the_claim_it_left_pending(

@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING
 import boto3
 import pytest
 
+from handlers import runtime as handler_runtime
 from saga_local.aws.moto_adapter import patched_moto
 from saga_local.aws.stack import LOCAL_API_KEY, REGION, provision
 from saga_local.runtime.runtimes import InProcessRuntime
 from saga_local.stripe_emulator import ProviderEmulator
 from tests.helpers import Saga
+from tests.network import Network
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -43,3 +45,14 @@ def saga(aws: None, provider_dedupe: bool) -> Iterator[Saga]:
         runtime = InProcessRuntime(stack.functions, iam=stack.iam)
         with patched_moto(runtime) as hooks:
             yield Saga(stack, runtime, provider, hooks)
+
+
+@pytest.fixture
+def network(saga: Saga) -> Iterator[Network]:
+    """The handlers' claims store, behind a network that misbehaves on plan (``tests.network``)."""
+    store = handler_runtime.claims_store()
+    real = store._client
+    network = Network(real)
+    store._client = network  # type: ignore[assignment]
+    yield network
+    store._client = real

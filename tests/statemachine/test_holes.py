@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import boto3
 import pytest
 
-from handlers import runtime as handler_runtime
 from payment_saga.claims import NO_OWNER, ClaimsStore, ReleaseReason
 from payment_saga.orders import order_from_message
 from saga_local.aws.stack import REGION
@@ -22,20 +21,9 @@ from tests.helpers import Saga, order
 from tests.network import Network
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
 DECLINED = {"paymentMethod": "pm_card_chargeDeclined"}
-
-
-@pytest.fixture
-def network(saga: Saga) -> Iterator[Network]:
-    """The handlers' claims store, behind a network that misbehaves on plan."""
-    store = handler_runtime.claims_store()
-    real = store._client
-    network = Network(real)
-    store._client = network  # type: ignore[assignment]
-    yield network
-    store._client = real
 
 
 @pytest.fixture

@@ -20,9 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import boto3
-import pytest
 
-from handlers import runtime as handler_runtime
 from payment_saga.claims import ClaimsStore
 from payment_saga.orders import order_from_message
 from payment_saga.payments import StripeProvider, idempotency_key
@@ -33,8 +31,6 @@ from tests.helpers import Saga, order
 from tests.network import Network
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from saga_local.aws.driver import ExecutionResult
     from saga_local.commands.events import OutcomeLog
 
@@ -43,17 +39,6 @@ THROTTLED_STEP = 7
 #: Every try of a Lambda step that dies: the first and the catch-all retrier's 3 retries.
 DYING_STEP = 4
 LEASE = 900
-
-
-@pytest.fixture
-def network(saga: Saga) -> Iterator[Network]:
-    """The handlers' claims store, behind a network that misbehaves on plan (as in test_holes.py)."""
-    store = handler_runtime.claims_store()
-    real = store._client
-    network = Network(real)
-    store._client = network  # type: ignore[assignment]
-    yield network
-    store._client = real
 
 
 @dataclass(frozen=True)
