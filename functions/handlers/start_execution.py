@@ -146,8 +146,11 @@ def record_handler(record: SQSRecord) -> None:
     try:
         order = parse_order_body(record.body)
     except InvalidOrder as exc:
-        reject(record, str(exc))
+        # The event first, then the dead-letter queue: a publish that fails fails the record before
+        # any copy is dead-lettered, so its retry sends the one copy (and the same eventId again).
+        # The other way round, every failed publish left one more copy behind.
         publish_rejected(record, str(exc))
+        reject(record, str(exc))
         return
     start(order, record.message_id, requeue_event_id(record), requeues=requeue_count(record))
 
@@ -160,10 +163,11 @@ def requeue_event_id(record: SQSRecord) -> str | None:
 
 
 def publish_rejected(record: SQSRecord, reason: str) -> None:
-    """``OrderRejected`` on the outcome bus, once the message is dead-lettered.
+    """``OrderRejected`` on the outcome bus, before the message is dead-lettered.
 
-    If this fails the record fails and comes back: the dead-letter queue may then hold the message
-    twice (same ``sourceMessageId``), and the event, sent again, has the same ``eventId``.
+    If this fails the record fails and comes back, nothing dead-lettered yet; the event, sent again,
+    has the same ``eventId``. Only an outage that outlasts the queue's ``maxReceiveCount`` leaves the
+    message to the queue's own redrive, which dead-letters it without a reason (alarmed as any).
     """
     event = rejected_event(
         message_id=record.message_id,

@@ -97,6 +97,22 @@ def test_a_malformed_message_publishes_order_rejected_with_its_reason(saga: Saga
     assert saga.driver.claim("ORDER-EV-4") is None
 
 
+def test_a_rejection_whose_event_fails_once_is_dead_lettered_once_with_its_reason(saga: Saga) -> None:
+    """EventBridge refuses the OrderRejected once: the message comes back and is rejected again, and
+    the dead-letter queue holds one copy of it, with its reason, not one per try."""
+    saga.faults.add(Fault("StartExecutionFunction", "before:eventbridge.PutEvents", "error_call"))
+    body = json.dumps({"orderId": "ORDER-EV-4B", "amount": "150.00", "currency": "BRL"})
+    (message_id,) = saga.driver.send(body)
+    saga.driver.pump(timeout=60)
+
+    assert saga.faults.fired_by_kind() == {"error_call": 1}
+    letters = saga.driver.dead_letters()
+    assert len(letters) == 1, letters
+    assert "amount" in json.dumps(letters[0])
+    rejected = [e for e in log(saga).events() if e.detail_type == "OrderRejected"]
+    assert [e.event_id for e in rejected] == [f"rejected/{message_id}"]
+
+
 def test_an_unknown_charge_publishes_needs_reconciliation_then_the_sweepers_charge(saga: Saga) -> None:
     # The charge lands, but Stripe saves a 500 for the key: every retry replays it.
     saga.provider.inject("fail_after_apply_replayed", order_id="ORDER-EV-5")
