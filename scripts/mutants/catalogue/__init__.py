@@ -8,7 +8,7 @@ from model import Mutant
 from catalogue.asl import ASL
 from catalogue.claims import CLAIMS
 from catalogue.handlers import CHARGE, CLAIM, PROOF, RELEASE
-from catalogue.outbox import OUTCOMES, RECONCILE, RELAY_HANDLER
+from catalogue.outbox import OUTCOMES, RECONCILE, RELAY_HANDLER, RETENTION, RUNTIME
 from catalogue.payments import PAYMENTS
 from catalogue.template import TEMPLATE_GRANTS
 
@@ -24,5 +24,7 @@ CATALOGUES = (
     RECONCILE,
     OUTCOMES,
     RELAY_HANDLER,
+    RETENTION,
+    RUNTIME,
 )
 ALL: tuple[Mutant, ...] = tuple(mutant for c in CATALOGUES for mutant in c.mutants)

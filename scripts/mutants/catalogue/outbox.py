@@ -83,3 +83,33 @@ RELAY_HANDLER.text(
     '            count("OutcomeRelayStalled")\n            continue\n            return {',
     "the relay goes on past a failed record: a later outcome of the order is published before it",
 )
+
+# -- retention and the handlers' configuration ----------------------------------------------------
+
+RETENTION_TESTS = ("tests/static/test_template.py", "tests/functional/test_sweeper.py")
+
+RETENTION = Catalogue("template.yaml", RETENTION_TESTS)
+RETENTION.text(
+    "retention-default-3-days",
+    "  ClaimRetentionDays:\n    Type: Number\n    Default: 30\n",
+    "  ClaimRetentionDays:\n    Type: Number\n    Default: 3\n",
+    "closed claims expire after 3 days: a copy of a charged order redriven from the dead-letter queue"
+    " (kept 14 days) is claimed afresh at attempt 1 and charged again",
+)
+RETENTION.text(
+    "retention-min-value-3-days",
+    "    MinValue: 19\n",
+    "    MinValue: 3\n",
+    "a deploy may set 3 days of retention, shorter than a copy of the order can still arrive",
+)
+
+RUNTIME = Catalogue(
+    "functions/handlers/runtime.py",
+    ("tests/functional/test_sweeper.py", "tests/statemachine/test_observability.py"),
+)
+RUNTIME.text(
+    "runtime-retention-silent-default",
+    'retention_seconds=int(env("CLAIM_RETENTION_DAYS")) * SECONDS_PER_DAY,',
+    'retention_seconds=int(env("CLAIM_RETENTION_DAYS", "3")) * SECONDS_PER_DAY,',
+    "a function deployed without CLAIM_RETENTION_DAYS keeps closed claims 3 days instead of refusing",
+)
