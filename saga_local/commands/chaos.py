@@ -132,7 +132,7 @@ class ChaosConfig:
     #: Per start-function invocation (one SQS batch).
     start_fault_rate: float = 0.03
     #: Per outcome-relay invocation (one batch of the claims stream).
-    relay_fault_rate: float = 0.05
+    relay_fault_rate: float = 0.3
     #: Per order: one provider fault.
     provider_fault_rate: float = 0.05
     #: Per order: the execution that reaches the chosen point is stopped there.
