@@ -66,6 +66,15 @@ def row(dynamodb: Any, table: str, order_id: str = ORDER.order_id) -> dict[str, 
     return item
 
 
+def assert_charged_once(store: ClaimsStore, emulator: ProviderEmulator, order: Order, charge_id: str) -> None:
+    """The claim is completed with ``charge_id``, a later delivery is a duplicate, one charge in all."""
+    claim = store.get(order.order_id)
+    assert claim is not None
+    assert (claim.status, claim.charge_id) == (ClaimStatus.COMPLETED, charge_id)
+    assert store.claim(order, token=B).result is ClaimResult.DUPLICATE
+    assert len(emulator.charges_for(order.order_id)) == 1
+
+
 def sweep(store: ClaimsStore, provider: Any, clock: FakeClock, *, apply: bool = True) -> ReconcileReport:
     return reconcile(store, provider, now=clock.now, apply=apply, search_grace_seconds=GRACE)
 
@@ -210,11 +219,7 @@ def test_with_a_two_hour_search_lag_the_sweeper_never_releases_a_claim_whose_cha
     assert [d.charge_id for d in completed] == [landed.charge_id]
     # It was completed as soon as the grace ended, by the list, long before the search caught up.
     assert "list" in completed[0].reason
-    claim = store.get(ORDER.order_id)
-    assert claim is not None
-    assert (claim.status, claim.charge_id) == (ClaimStatus.COMPLETED, landed.charge_id)
-    assert store.claim(ORDER, token=B).result is ClaimResult.DUPLICATE
-    assert len(emulator.charges_for(ORDER.order_id)) == 1
+    assert_charged_once(store, emulator, ORDER, landed.charge_id)
 
 
 def test_the_list_is_asked_exactly_the_grace_after_the_attempts_last_request(
@@ -401,11 +406,7 @@ def test_among_a_hundred_thousand_payment_intents_a_customers_landed_charge_is_f
     found_by, requests = ("list", 2) if lag else ("search", 1)
     assert found_by in decision.reason
     assert requests_sent(emulator) - sent == requests
-    claim = store.get(SAVED.order_id)
-    assert claim is not None
-    assert (claim.status, claim.charge_id) == (ClaimStatus.COMPLETED, landed.charge_id)
-    assert store.claim(SAVED, token=B).result is ClaimResult.DUPLICATE
-    assert len(emulator.charges_for(SAVED.order_id)) == 1
+    assert_charged_once(store, emulator, SAVED, landed.charge_id)
 
 
 def test_a_charge_made_without_the_customer_by_the_attempts_first_holder_is_not_missed_after_a_takeover(
