@@ -18,7 +18,7 @@ the provider and in the claims table:
 2. nothing lost: every order ends charged (COMPLETED, 1 charge), declined (RELEASED DECLINED, 0
    charges), or needs-reconciliation (CLAIMED) -- none left CLAIMED after the sweep, and a claim
    RELEASED as NOT_CHARGED by the sweeper is *lost* until the order is charged, unless
-   every execution of the order ended ``ClaimFailed``, ``ClaimRetriedLater`` or ``RequeuesExhausted``
+   every execution of the order ended ``ClaimFailed``, ``ClaimRetriedLater`` or ``ResendsExhausted``
    (visibly failed before anything was charged);
    and no execution that SUCCEEDED still holds the order's claim open (it reported a duplicate of
    itself: nothing will ever charge the order);
@@ -363,7 +363,7 @@ def judge(saga: Saga, ids: list[str], *, swept: bool) -> Outcome:
 
 #: Ends of an execution whose Claim step failed before anything was charged: fenced (the relay
 #: re-queues a tombstone), sent back by the state machine, or sent back its most allowed times.
-CLAIM_FAILED_ENDS = frozenset({"ClaimFailed", "ClaimRetriedLater", "RequeuesExhausted"})
+CLAIM_FAILED_ENDS = frozenset({"ClaimFailed", "ClaimRetriedLater", "ResendsExhausted"})
 
 
 def classify(

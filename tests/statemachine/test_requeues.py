@@ -201,8 +201,8 @@ def test_a_failed_claim_at_the_bound_is_not_sent_again_and_needs_attention(saga:
     run_until_idle(saga)
 
     (only,) = deliveries(saga, "ORDER-RQ-6")
-    assert only.result.error == "RequeuesExhausted", only.result
-    assert only.result.path[-3:] == ["Resend Allowed?", "Publish Needs Attention", "Requeues Exhausted"]
+    assert only.result.error == "ResendsExhausted", only.result
+    assert only.result.path[-3:] == ["Resend Allowed?", "Publish Needs Attention", "Resends Exhausted"]
     (attention,) = log(saga).events("ORDER-RQ-6")
     assert attention.detail_type == "OrderNeedsAttention"
     assert attention.event_id == f"ORDER-RQ-6/needs-attention/{only.result.name}"
@@ -253,12 +253,12 @@ def test_claim_busy_at_the_bound_is_not_sent_again_and_needs_attention(saga: Sag
 
     busy = [d for d in deliveries(saga, "ORDER-RQ-8") if d.requeue is not None]
     (retry,) = busy
-    assert retry.result.error == "RequeuesExhausted", retry.result
+    assert retry.result.error == "ResendsExhausted", retry.result
     assert retry.result.path == [
         "Claim Order",
         "Requeue Allowed?",
         "Publish Needs Attention",
-        "Requeues Exhausted",
+        "Resends Exhausted",
     ]
     assert "OrderNeedsAttention" in kinds(saga, "ORDER-RQ-8")
     assert saga.driver.queue_depth() == 0

@@ -193,7 +193,7 @@ def test_each_event_task_goes_to_the_bus_and_on_to_its_fail_state_whatever_happe
     assert set(published) == {"OrderConflict", "OrderNeedsReconciliation", "OrderNeedsAttention"}
     assert states[published["OrderConflict"]]["Next"] == "Order Conflict"
     assert states[published["OrderNeedsReconciliation"]]["Next"] == "Needs Reconciliation"
-    assert states[published["OrderNeedsAttention"]]["Next"] == "Requeues Exhausted"
+    assert states[published["OrderNeedsAttention"]]["Next"] == "Resends Exhausted"
 
 
 def only_with_requeue(states: dict[str, Any], target: str) -> bool:
