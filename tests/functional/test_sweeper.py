@@ -986,16 +986,25 @@ def test_the_sweeper_lambda_logs_a_decline_as_declined(
     assert (released.orderId, released.releaseReason) == ("ORDER-D", "DECLINED")  # type: ignore[attr-defined]
 
 
+class UnreachableProvider:
+    """A provider the sweeper cannot reach: every search fails before an answer."""
+
+    def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:
+        raise OSError("network unreachable")
+
+
+def a_stale_claim_the_provider_cannot_be_asked_about(
+    dynamodb: Any, claims_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim whose lease ran out long ago, and a sweeper whose provider is unreachable."""
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000).claim(ORDER, token=A)
+    monkeypatch.setattr(sweeper, "provider", UnreachableProvider)
+
+
 def test_the_sweeper_lambda_fails_visibly_when_a_claim_could_not_be_reconciled(
     sweeper_env: None, dynamodb: Any, claims_table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000).claim(ORDER, token=A)
-
-    class Unreachable:
-        def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:
-            raise OSError("network unreachable")
-
-    monkeypatch.setattr(sweeper, "provider", Unreachable)
+    a_stale_claim_the_provider_cannot_be_asked_about(dynamodb, claims_table, monkeypatch)
 
     with pytest.raises(RuntimeError, match="1 stale claim"):
         sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
@@ -1042,13 +1051,7 @@ def test_a_sweep_that_fails_on_a_claim_still_beats_and_counts_the_claim_unresolv
     monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000).claim(ORDER, token=A)
-
-    class Unreachable:
-        def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:
-            raise OSError("network unreachable")
-
-    monkeypatch.setattr(sweeper, "provider", Unreachable)
+    a_stale_claim_the_provider_cannot_be_asked_about(dynamodb, claims_table, monkeypatch)
 
     with pytest.raises(RuntimeError):
         sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
