@@ -71,7 +71,7 @@ Why each branch is safe:
   charge and refunds it.
 * **Pending.** Doing nothing is always safe: the claim keeps every other execution from charging,
   and the next sweep asks again. A claim pending for long needs a person (the metric says so).
-* **Races.** Discovery reads the ``OpenClaimsByLease`` index, which lags (allowed: DESIGN.md).
+* **Races.** Discovery reads the ``OpenClaimsByLease`` index, which lags (allowed: docs/design.md).
   Every change is one conditional write on the base table, fenced on what discovery saw -- still
   ``CLAIMED``, the same claim token, attempt and lease, and the lease run out -- so a claim taken
   over, completed or renewed since is left alone (*changed*). Two sweeps at once are therefore safe

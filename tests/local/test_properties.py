@@ -11,7 +11,7 @@ throttles, DynamoDB throttles and 500s, stalls, executions stopped half-way, *ap
 sent again* (``lost_answer``, through botocore's own retry) and *killed in flight* (``late_write``:
 the Lambda dies with a write sent and the write lands after the state machine has moved on), plus
 provider faults. It runs them through the real ASL with the real handlers, waits for every
-execution, lets every late write land, runs the sweeper, and checks the invariants of DESIGN.md at
+execution, lets every late write land, runs the sweeper, and checks the invariants of docs/design.md at
 the provider and in the claims table:
 
 1. at most one charge per order (the provider's ledger);

@@ -22,7 +22,7 @@ A declined card is not a fault but a delivery's payment method. Interleaving is 
 Lambda invocation (or one sweep, one clock jump...): a Lambda's calls run back to back, and what can
 happen *inside* an invocation is what the faults say (an answer lost, a write delayed past others).
 
-The invariants (DESIGN.md) are checked after every step; see :meth:`World.violations` and
+The invariants (docs/design.md) are checked after every step; see :meth:`World.violations` and
 :meth:`World.end_violations`.
 """
 

@@ -17,6 +17,10 @@ from saga_local.aws.template import ROOT
 #: Markdown links and images: [text](target) -- the target up to a space, ``#`` or ``)``.
 _LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)")
 _OUTSIDE = re.compile(r"\.\./shared\b|\.\./\.\./")
+#: A ticket number (the word, then a number) means nothing to a reader who has only the repository.
+_TRACKER = re.compile(r"\bissues?\s+#?\d+(?:\.\d+)*\b", re.IGNORECASE)
+#: The design lives in docs/design.md; the upper-case name is a file the repository lacks.
+_DESIGN = re.compile(r"(?<![/\w])DESIGN\.md")
 
 
 def tracked_files() -> list[Path]:
@@ -45,6 +49,28 @@ def test_no_tracked_file_points_outside_the_repository() -> None:
         text = path.read_text(encoding="utf-8", errors="replace")
         offenders += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in _OUTSIDE.finditer(text)]
     assert offenders == []
+
+
+def _text_files() -> list[Path]:
+    return [
+        path for path in tracked_files() if path.is_file() and path.suffix not in {".png", ".ico", ".zip"}
+    ]
+
+
+def test_no_tracked_file_cites_an_issue_tracker() -> None:
+    offenders = []
+    for path in _text_files():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        offenders += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in _TRACKER.finditer(text)]
+    assert offenders == [], "say what the thing is for, not which ticket asked for it"
+
+
+def test_every_mention_of_the_design_names_the_file_that_exists() -> None:
+    offenders = []
+    for path in _text_files():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        offenders += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in _DESIGN.finditer(text)]
+    assert offenders == [], "the design is docs/design.md"
 
 
 @pytest.mark.parametrize("document", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
