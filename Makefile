@@ -36,6 +36,11 @@ PYTHON313 ?= $(shell for p in python3.13 $$(pyenv root 2>/dev/null)/versions/3.1
 
 .PHONY: help install tools lint check-template sam-build test demo chromium clean clean-all
 
+# A folder's unpacked size (the sum of its files' sizes, as in the zip), in the units du -h prints: GNU
+# du's --apparent-size is not in BSD's (macOS) du, and -A is not in GNU's.
+export APPARENT_SIZE := import os, sys; total = sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(sys.argv[1]) for f in fs); \
+	size = next((f"{total / 1024**i:.1f}{u}" for i, u in ((3, "G"), (2, "M"), (1, "K")) if total >= 1024**i), f"{total}B"); print(size)
+
 help: ## List the targets (the default)
 	@echo "Usage: make TARGET"
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z0-9-]*:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -98,7 +103,7 @@ sam-build: tools ## sam build (no container) into .aws-sam/build-check, and prin
 		--build-dir $(SAM_BUILD_DIR) --cache-dir $(SAM_CACHE_DIR) --cached --parallel --no-use-container --region us-east-1
 	@echo "Built functions (unpacked size, files):"
 	@for dir in $(SAM_BUILD_DIR)/*/; do \
-		printf "  %-24s %6s  %5s files\n" "$$(basename "$$dir")" "$$(du -sh --apparent-size "$$dir" | cut -f1)" "$$(find "$$dir" -type f | wc -l)"; \
+		printf "  %-24s %6s  %5s files\n" "$$(basename "$$dir")" "$$($(BIN)/python -c "$$APPARENT_SIZE" "$$dir")" "$$(find "$$dir" -type f | wc -l)"; \
 	done
 
 test: install tools lint check-template chromium ## Everything CI runs: lint, template checks, then pytest (not the slow tests)
