@@ -11,14 +11,23 @@ in a temporary folder. pip is given no network to reach: a requirement it refuse
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+if TYPE_CHECKING:
+    from tests.static.conftest import Template
+
 ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS_DIR = ROOT / "functions"
+LOCK = FUNCTIONS_DIR / "requirements.txt"
+DIRECT = FUNCTIONS_DIR / "requirements.in"
+#: Lambda's CPU names and the ones wheels are tagged with.
+WHEEL_ARCH = {"arm64": "aarch64", "x86_64": "x86_64"}
 #: As make 3.81 runs a recipe line (it ignores .SHELLFLAGS), and as GNU make >= 3.82 runs it here.
 SHELL_FLAGS = {"make 3.81": [".SHELLFLAGS=-c"], "the Makefile's own flags": []}
 IS_313 = "import sys; sys.exit(sys.version_info[:2] != (3, 13))"
@@ -104,3 +113,74 @@ def test_a_cache_entry_without_its_completion_marker_is_rebuilt_not_shipped(
     assert not (tmp_path / "second" / "left_by_a_failed_build.py").exists()
     assert (entry / ".complete").is_file()
     assert not (tmp_path / "second" / ".complete").exists(), "the marker is the cache's, not the package's"
+
+
+def make_says(*arguments: str) -> str:
+    result = subprocess.run(  # noqa: S603 - make from PATH, the test's own arguments
+        [MAKE, "-s", "-C", str(FUNCTIONS_DIR), *arguments], capture_output=True, text=True, check=True
+    )
+    return result.stdout
+
+
+def test_the_wheels_are_for_the_templates_architecture_and_any_manylinux_up_to_lambdas_glibc(
+    template: Template,
+) -> None:
+    architectures = {tuple(template.function_setting(name, "Architectures")) for name in template.functions}
+    assert len(architectures) == 1, (
+        f"one installed copy of the dependencies serves every function: {architectures}"
+    )
+    ((architecture,),) = architectures
+    said = dict(re.findall(r"(\w+)=(\S+)", make_says("print-platforms").split(" pip=")[0]))
+    platforms = make_says("print-platforms").split(" pip=")[1].split()
+
+    assert said["architecture"] == architecture
+    arch = WHEEL_ARCH[architecture]
+    assert said["lock"] == f"{arch}-manylinux_2_34"  # Amazon Linux 2023, python3.13's: glibc 2.34
+    assert all(platform.endswith(f"_{arch}") for platform in platforms)
+    # A wheel published only for a newer tag than manylinux2014 is accepted, up to glibc 2.34.
+    for tag in ("manylinux_2_34", "manylinux_2_28", "manylinux_2_17", "manylinux2014"):
+        assert f"{tag}_{arch}" in platforms
+    assert f"manylinux_2_35_{arch}" not in platforms
+    assert f"(platform: {said['lock']})" in LOCK.read_text(encoding="utf-8"), (
+        "make lock: the lock is for another platform"
+    )
+
+
+def locked() -> dict[str, tuple[str, list[str]]]:
+    """name -> (version, hashes) of every requirement in the lock."""
+    found: dict[str, tuple[str, list[str]]] = {}
+    name = ""
+    for line in LOCK.read_text(encoding="utf-8").splitlines():
+        pinned = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line)
+        if pinned:
+            name = pinned.group(1).lower().replace("_", "-")
+            found[name] = (pinned.group(2), [])
+        for digest in re.findall(r"--hash=sha256:([0-9a-f]{64})", line):
+            found[name][1].append(digest)
+    return found
+
+
+def test_the_lock_pins_every_shipped_package_with_its_hashes() -> None:
+    lock = locked()
+    for name, (version, hashes) in lock.items():
+        assert hashes, f"{name}=={version} has no hash"
+    for line in DIRECT.read_text(encoding="utf-8").splitlines():
+        pinned = re.match(r"^([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==(\S+)", line)
+        if pinned:
+            name = pinned.group(1).lower()
+            assert lock.get(name, ("absent",))[0] == pinned.group(2), (
+                f"{name}: make lock after editing requirements.in"
+            )
+    # What floated before the lock: the SDKs' own dependencies.
+    assert {"wrapt", "urllib3", "requests", "certifi", "charset-normalizer"} <= set(lock)
+
+
+def test_the_build_installs_the_lock_and_nothing_it_does_not_hash(tmp_path: Path) -> None:
+    commands = make_says(
+        "-n", "build-ClaimOrderFunction", f"ARTIFACTS_DIR={tmp_path}", f"DEPS_CACHE={tmp_path}"
+    )
+    joined = commands.replace("\\\n", " ")  # the recipe's continuation lines, as the shell reads them
+    (install,) = [line for line in joined.splitlines() if "-m pip install" in line]
+    assert "--require-hashes" in install
+    assert "-r requirements.txt" in install
+    assert "--only-binary=:all:" in install
