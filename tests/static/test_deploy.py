@@ -122,10 +122,14 @@ def test_the_orders_queue_concurrency_is_a_parameter_sized_for_a_small_account(t
         parameter = template.parameters[reference["Ref"]]
         # The event source's own range (Lambda API ScalingConfig: 2 to 1000).
         assert (parameter["MinValue"], parameter["MaxValue"]) == (2, 1000)
-        # At its default the start function takes at most half a new account's pool: the rest is for
-        # Claim, Charge and Complete (docs/deploy.md has the arithmetic, with this default in it).
+        # docs/deploy.md's arithmetic, N + steps + 1 (sweeper) + R (relay, one shard) <= Q, in a new
+        # account (Q = 10): the default leaves the steps the most the event source allows, and at
+        # least as many Lambdas as executions one start Lambda's batch can hand them at once, less the
+        # few that the state machine's Retry of Lambda.TooManyRequestsException absorbs.
         default = int(parameter["Default"])
-        assert default * 2 <= SMALL_ACCOUNT_QUOTA
+        assert default == parameter["MinValue"]
+        steps = SMALL_ACCOUNT_QUOTA - default - 1 - 1
+        assert steps >= source["BatchSize"] // 2 + 1
         docs = DOCS.read_text(encoding="utf-8")
         assert f"| `{reference['Ref']}` | {default} |" in docs, "docs/deploy.md gives another default"
 
