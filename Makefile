@@ -34,7 +34,7 @@ PYTHON313 ?= $(shell for p in python3.13 $$(pyenv root 2>/dev/null)/versions/3.1
 	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 13); print(sys.executable)' 2>/dev/null && break; \
 	done)
 
-.PHONY: help install tools lint check-template sam-build test demo chromium clean clean-all lock
+.PHONY: help install tools lint check-template sam-build test demo chromium clean clean-all lock checkov
 
 # A folder's unpacked size (the sum of its files' sizes, as in the zip), in the units du -h prints: GNU
 # du's --apparent-size is not in BSD's (macOS) du, and -A is not in GNU's.
@@ -120,7 +120,12 @@ $(UV_VENV)/.installed-$(UV_VERSION):
 lock: $(UV_VENV)/.installed-$(UV_VERSION) ## Re-lock functions/requirements.txt (hashes) from functions/requirements.in for the template's architecture
 	@$(MAKE) -C functions lock UV="$(abspath $(UV))"
 
-test: install tools lint check-template chromium ## Everything CI runs: lint, template checks, then pytest (not the slow tests)
+# checkov has its own venv (.venv-checkov: it pins a boto3 older than the project's), installed by the script
+# on its first run (about 40 s) and stamped; a scan then takes about 10 s. Fails on any failed check.
+checkov: ## checkov on template.yaml (own venv, .venv-checkov): every finding fixed or skipped with its reason
+	bash scripts/checkov.sh
+
+test: install tools lint check-template checkov chromium ## Everything CI runs: lint, template checks, checkov, then pytest (not the slow tests)
 	@$(BIN)/python -m pytest -m "not slow" || { \
 		rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit 5): that is a failure here" >&2; fi; \
@@ -188,5 +193,5 @@ clean: ## Remove build output and caches (keeps the venvs and node_modules)
 	find . \( -path './.venv*' -o -path ./node_modules -o -path ./.git \) -prune -o \
 		-name __pycache__ -type d -exec rm -rf {} +
 
-clean-all: clean ## clean, and remove .venv, .venv-sam, node_modules and local stack state (.saga)
-	rm -rf $(VENV) $(SAM_VENV) $(UV_VENV) node_modules *.egg-info .saga
+clean-all: clean ## clean, and remove the venvs (.venv, .venv-sam, .venv-uv, .venv-checkov), node_modules and local stack state (.saga)
+	rm -rf $(VENV) $(SAM_VENV) $(UV_VENV) .venv-checkov node_modules *.egg-info .saga
