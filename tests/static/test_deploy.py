@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import functools
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -132,6 +133,23 @@ def test_the_orders_queue_concurrency_is_a_parameter_sized_for_a_small_account(t
         assert steps >= source["BatchSize"] // 2 + 1
         docs = DOCS.read_text(encoding="utf-8")
         assert f"| `{reference['Ref']}` | {default} |" in docs, "docs/deploy.md gives another default"
+
+
+def test_the_deploy_guide_lists_every_parameter_with_its_default(template: Template) -> None:
+    """The guided deploy asks for each parameter by name: the guide says what each one sets."""
+    rows = dict(
+        re.findall(r"^\| `(\w+)` \| ([^|]+) \|", DOCS.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    )
+    for name, spec in template.parameters.items():
+        assert name in rows, f"docs/deploy.md's parameter table lacks {name}"
+        default = spec.get("Default")
+        shown = rows[name].strip()
+        if default is None:
+            assert shown == "(required)", name
+        elif default == "":
+            assert shown == "empty", name
+        else:
+            assert shown == str(default), f"{name}: the guide says {shown}, the template {default}"
 
 
 # -- names that must not collide across regions -------------------------------------------------------
