@@ -42,6 +42,8 @@ LOG_RETENTION_DAYS |= {1096, 1827, 2192, 2557, 2922, 3288, 3653}
 SECRET_ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:payment-saga/stripe-AbCdEf"
 KEY_ARN = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 NO_VALUE = {"Ref": "AWS::NoValue"}
+#: A log group as the docs write it: ``/aws/lambda/<stack>-SweeperFunction``.
+LOG_GROUP_IN_DOCS = re.compile(r"/aws/[a-z/]+/<stack>-[A-Za-z0-9][A-Za-z0-9.*-]*")
 
 
 class _NoManagedPolicies:
@@ -150,6 +152,24 @@ def test_the_deploy_guide_lists_every_parameter_with_its_default(template: Templ
             assert shown == "empty", name
         else:
             assert shown == str(default), f"{name}: the guide says {shown}, the template {default}"
+
+
+def test_the_log_groups_the_docs_name_are_the_ones_the_template_declares(template: Template) -> None:
+    """A runbook step that searches a log group by a name it does not have finds nothing."""
+    declared = {
+        str(properties["LogGroupName"]["Fn::Sub"]).replace("${AWS::StackName}", "<stack>")
+        for properties in template.of_type("AWS::Logs::LogGroup").values()
+    }
+    named = {
+        (path.name, found)
+        for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for found in LOG_GROUP_IN_DOCS.findall(path.read_text(encoding="utf-8"))
+    }
+    assert named
+    for document, name in named:
+        assert name in declared, (
+            f"{document} names the log group {name}; the template's are {sorted(declared)}"
+        )
 
 
 # -- names that must not collide across regions -------------------------------------------------------
