@@ -34,7 +34,17 @@ PYTHON313 ?= $(shell for p in python3.13 $$(pyenv root 2>/dev/null)/versions/3.1
 	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 13); print(sys.executable)' 2>/dev/null && break; \
 	done)
 
-.PHONY: help install tools lint check-template sam-build test demo chromium clean clean-all
+.PHONY: help install tools lint check-template sam-build test demo chromium clean clean-all lock checkov
+
+# A folder's unpacked size (the sum of its files' sizes, as in the zip), in the units du -h prints: GNU
+# du's --apparent-size is not in BSD's (macOS) du, and -A is not in GNU's.
+export APPARENT_SIZE := import os, sys; total = sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(sys.argv[1]) for f in fs); \
+	size = next((f"{total / 1024**i:.1f}{u}" for i, u in ((3, "G"), (2, "M"), (1, "K")) if total >= 1024**i), f"{total}B"); print(size)
+
+# uv, for `make lock` only (it resolves for another platform than this machine's, which pip-compile cannot).
+UV_VERSION := 0.13.9
+UV_VENV := .venv-uv
+UV := $(UV_VENV)/bin/uv
 
 help: ## List the targets (the default)
 	@echo "Usage: make TARGET"
@@ -98,10 +108,24 @@ sam-build: tools ## sam build (no container) into .aws-sam/build-check, and prin
 		--build-dir $(SAM_BUILD_DIR) --cache-dir $(SAM_CACHE_DIR) --cached --parallel --no-use-container --region us-east-1
 	@echo "Built functions (unpacked size, files):"
 	@for dir in $(SAM_BUILD_DIR)/*/; do \
-		printf "  %-24s %6s  %5s files\n" "$$(basename "$$dir")" "$$(du -sh --apparent-size "$$dir" | cut -f1)" "$$(find "$$dir" -type f | wc -l)"; \
+		printf "  %-24s %6s  %5s files\n" "$$(basename "$$dir")" "$$($(BIN)/python -c "$$APPARENT_SIZE" "$$dir")" "$$(find "$$dir" -type f | wc -l)"; \
 	done
 
-test: install tools lint check-template chromium ## Everything CI runs: lint, template checks, then pytest (not the slow tests)
+$(UV_VENV)/.installed-$(UV_VERSION):
+	$(PYTHON) -m venv $(UV_VENV)
+	$(UV_VENV)/bin/python -m pip install --quiet 'uv==$(UV_VERSION)'
+	@rm -f $(UV_VENV)/.installed-*
+	@touch $@
+
+lock: $(UV_VENV)/.installed-$(UV_VERSION) ## Re-lock functions/requirements.txt (hashes) from functions/requirements.in for the template's architecture
+	@$(MAKE) -C functions lock UV="$(abspath $(UV))"
+
+# checkov has its own venv (.venv-checkov: it pins a boto3 older than the project's), installed by the script
+# on its first run (about 40 s) and stamped; a scan then takes about 10 s. Fails on any failed check.
+checkov: ## checkov on template.yaml (own venv, .venv-checkov): every finding fixed or skipped with its reason
+	bash scripts/checkov.sh
+
+test: install tools lint check-template checkov chromium ## Everything CI runs: lint, template checks, checkov, then pytest (not the slow tests)
 	@$(BIN)/python -m pytest -m "not slow" || { \
 		rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit 5): that is a failure here" >&2; fi; \
@@ -169,5 +193,5 @@ clean: ## Remove build output and caches (keeps the venvs and node_modules)
 	find . \( -path './.venv*' -o -path ./node_modules -o -path ./.git \) -prune -o \
 		-name __pycache__ -type d -exec rm -rf {} +
 
-clean-all: clean ## clean, and remove .venv, .venv-sam, node_modules and local stack state (.saga)
-	rm -rf $(VENV) $(SAM_VENV) node_modules *.egg-info .saga
+clean-all: clean ## clean, and remove the venvs (.venv, .venv-sam, .venv-uv, .venv-checkov), node_modules and local stack state (.saga)
+	rm -rf $(VENV) $(SAM_VENV) $(UV_VENV) .venv-checkov node_modules *.egg-info .saga

@@ -107,7 +107,7 @@ def built_functions(build_dir: Path) -> dict[str, tuple[Path, str]]:
 
 def lambda_like_environment() -> dict[str, str]:
     """Lambda's variables that change what an import does, and nothing of this machine's Python set-up."""
-    from saga_local.aws.template import load_template
+    from saga_local.aws.template import Resolver, load_template
 
     variables = load_template()["Globals"]["Function"]["Environment"]["Variables"]
     return {
@@ -118,7 +118,12 @@ def lambda_like_environment() -> dict[str, str]:
         "AWS_REGION": "us-east-1",
         "AWS_DEFAULT_REGION": "us-east-1",
         "POWERTOOLS_SERVICE_NAME": str(variables["POWERTOOLS_SERVICE_NAME"]),
-        "POWERTOOLS_METRICS_NAMESPACE": str(variables["POWERTOOLS_METRICS_NAMESPACE"]),
+        # A !Sub of the stack's name in the template: the bench's own stack name here.
+        "POWERTOOLS_METRICS_NAMESPACE": str(
+            Resolver(pseudo={"AWS::StackName": "cold-start-bench"}).resolve(
+                variables["POWERTOOLS_METRICS_NAMESPACE"]
+            )
+        ),
     }
 
 

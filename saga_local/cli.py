@@ -458,6 +458,7 @@ def _sweeper_schedule() -> str:
 def cmd_cost(args: argparse.Namespace) -> int:
     """AWS cost per million orders, from usage counted in a local run; list prices in commands/prices.json."""
     from saga_local.aws.embedded import EmbeddedStack
+    from saga_local.aws.template import load_template
     from saga_local.commands import cost
     from saga_local.commands.cost_measure import GB, PLATFORM_LOG_BYTES, measure_order, sweeps_per_month
     from saga_local.commands.demo import seed_order
@@ -497,6 +498,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
     }
     sweeps = sweeps_per_month(_sweeper_schedule())
     monthly = {"scheduler": (sweeps, f"{sweeps:,.0f} runs"), "secret": (1.0, "1 secret")}
+    monthly.update(cost.stack_monthly_quantities(load_template()))  # alarms, dashboard, key, metrics, PITR
     notes = [
         f"Assumed: X-Ray samples {args.xray_sampling:.0%} of requests (--xray-sampling; its default rule past"
         " 1 a second);",

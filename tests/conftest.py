@@ -27,7 +27,7 @@ os.environ.update(
         "AWS_DEFAULT_REGION": REGION,
         "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_SERVICE_NAME": "payment-saga",
-        "POWERTOOLS_METRICS_NAMESPACE": "PaymentSaga",
+        "POWERTOOLS_METRICS_NAMESPACE": "PaymentSaga/payment-saga",
     }
 )
 

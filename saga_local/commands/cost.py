@@ -10,8 +10,10 @@ service::
 
 Free tiers are left out on purpose: this is the marginal cost of an order, which is what a design
 choice changes. What does not scale with orders is priced per month, apart (:func:`monthly_costs`:
-the sweeper's schedule, the secret); alarms, the dashboard, the KMS key and log storage are not
-priced here.
+the sweeper's schedule, the secret, and what the stack costs by existing, counted from
+``template.yaml`` by :func:`stack_monthly_quantities`: its alarms, its dashboard, the alarm topic's
+KMS key, its custom metrics, and point-in-time recovery per GB of the claims table); log storage is
+not priced here.
 
 Counted locally: transitions, invocations, durations, DynamoDB and SQS requests, the bytes the
 functions log, the state machine's log events (``Level: ALL`` writes one per history event),
@@ -118,7 +120,15 @@ ALWAYS_SHOWN = frozenset({"logs_state_machine", "logs_lambda", "xray", "secrets_
 MONTHLY_ITEMS: dict[str, tuple[str, str]] = {
     "scheduler": ("EventBridge Scheduler (the sweeper's runs)", "scheduler_invocation"),
     "secret": ("Secrets Manager (the provider key's secret)", "secrets_manager_secret_month"),
+    # What one stack costs by existing (stack_monthly_quantities counts each from the template).
+    "alarms": ("CloudWatch alarms", "cloudwatch_alarm_standard_month"),
+    "dashboard": ("CloudWatch dashboard", "cloudwatch_dashboard_month"),
+    "custom_metrics": ("CloudWatch custom metrics", "cloudwatch_custom_metric_month"),
+    "kms_key": ("KMS key (the alarm topic's)", "kms_customer_managed_key_month"),
+    "pitr": ("DynamoDB point-in-time recovery", "dynamodb_pitr_gb_month"),
 }
+#: Monthly prices may exceed a dollar (a dashboard is $3): one unit is a month of a whole resource.
+MONTHLY_PRICE_CEILING = 100
 TOTAL = "total"
 
 #: Every price key the line items read: prices.json must hold each of them.
@@ -142,10 +152,12 @@ def check_prices(prices: dict[str, Any]) -> None:
     missing = PRICE_KEYS - set(prices["prices"])
     if missing:
         raise ValueError(f"prices: no price for {sorted(missing)}")
+    monthly_keys = {key for _, key in MONTHLY_ITEMS.values()}
     for key in PRICE_KEYS:
         entry = prices["prices"][key]
         usd = entry.get("usd")
-        if not isinstance(usd, int | float) or isinstance(usd, bool) or not 0 < usd < 1:
+        ceiling = MONTHLY_PRICE_CEILING if key in monthly_keys else 1
+        if not isinstance(usd, int | float) or isinstance(usd, bool) or not 0 < usd < ceiling:
             raise ValueError(f"prices: {key}.usd must be the price of one unit in USD, got {usd!r}")
         if not str(entry.get("source", "")).startswith("https://"):
             raise ValueError(f"prices: {key} has no source page")
@@ -215,6 +227,74 @@ def monthly_costs(quantities: dict[str, float], prices: dict[str, Any]) -> dict[
     return {item: quantities[item] * prices["prices"][MONTHLY_ITEMS[item][1]]["usd"] for item in quantities}
 
 
+def stack_monthly_quantities(template: dict[str, Any]) -> dict[str, tuple[float, str]]:
+    """What one stack of ``template`` (defaults) pays for per month just by existing: item -> (quantity
+    per month, how it is counted), for :func:`render_table`'s ``monthly`` and :func:`monthly_costs`.
+
+    Counted from the template, not typed in: its alarms (standard resolution), dashboards, KMS keys
+    (the alarm topic's, made when ``AlarmTopicName`` is empty, the default), the custom metrics of the
+    dashboard's namespace (each name and dimension set is one metric, and every broken-down count
+    also publishes its plain total, see ``handlers/runtime.py`` ``count``), and point-in-time recovery
+    priced per GB of the claims table (its size grows with orders times ``ClaimRetentionDays``).
+    """
+    resources = template["Resources"]
+
+    def of_type(type_name: str) -> dict[str, dict[str, Any]]:
+        return {name: r for name, r in resources.items() if r["Type"] == type_name}
+
+    conditions = template.get("Conditions") or {}
+    defaults = {name: spec.get("Default") for name, spec in (template.get("Parameters") or {}).items()}
+
+    def created(resource: dict[str, Any]) -> bool:
+        # The template's conditions are Equals of a parameter and a literal: evaluated at the defaults.
+        name = resource.get("Condition")
+        if name is None:
+            return True
+        ((operator, (left, right)),) = conditions[name].items()
+        return bool(operator == "Fn::Equals" and defaults.get(left.get("Ref")) == right)
+
+    alarms = sum(1 for r in of_type("AWS::CloudWatch::Alarm").values() if created(r))
+    dashboards = of_type("AWS::CloudWatch::Dashboard")
+    keys = sum(1 for r in of_type("AWS::KMS::Key").values() if created(r))
+    metrics = _custom_metrics(template, dashboards)
+    pitr = any(
+        (r["Properties"].get("PointInTimeRecoverySpecification") or {}).get("PointInTimeRecoveryEnabled")
+        for r in of_type("AWS::DynamoDB::Table").values()
+    )
+    quantities: dict[str, tuple[float, str]] = {
+        "alarms": (float(alarms), f"{alarms} alarms"),
+        "dashboard": (float(len(dashboards)), f"{len(dashboards)} dashboard"),
+        "custom_metrics": (float(metrics), f"{metrics} metrics"),
+        "kms_key": (float(keys), f"{keys} key"),
+    }
+    if pitr:
+        quantities["pitr"] = (1.0, "1 GB of claims")
+    return quantities
+
+
+def _custom_metrics(template: dict[str, Any], dashboards: dict[str, dict[str, Any]]) -> int:
+    """The distinct custom metrics the dashboard shows, plus the plain totals of the broken-down ones."""
+    namespace = template["Globals"]["Function"]["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"]
+    own = namespace["Fn::Sub"] if isinstance(namespace, dict) else str(namespace)
+    service = template["Globals"]["Function"]["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"]
+    found: set[tuple[str, frozenset[tuple[str, str]]]] = set()
+    for dashboard in dashboards.values():
+        body = dashboard["Properties"]["DashboardBody"]
+        text = body["Fn::Sub"] if isinstance(body, dict) else str(body)
+        # ${X} placeholders stay as they are: only the custom namespace's entries are read.
+        for entry in re.findall(r"\[\s*\"" + re.escape(own) + r"\"[^\]]*\]", text):
+            metric = json.loads(entry)
+            options = metric[-1] if isinstance(metric[-1], dict) else {}
+            parts = [part for part in metric if not isinstance(part, dict)]
+            name, dimensions = parts[1], frozenset(zip(parts[2::2], parts[3::2], strict=True))
+            found.add((name, dimensions))
+            # count(name, Layer=...) also publishes the plain total; a reading (measure, shown by its
+            # Maximum) is published broken down only.
+            if len(dimensions) > 1 and options.get("stat", "Sum") == "Sum":
+                found.add((name, frozenset({("service", service)})))
+    return len(found)
+
+
 def render_table(
     rows: dict[str, Usage],
     prices: dict[str, Any],
@@ -277,6 +357,7 @@ def render_table(
         for item, (_, how) in monthly.items():
             label, key = MONTHLY_ITEMS[item]
             out.append(f"  {label}: {amounts[item]:,.2f}  ({how} x {_short_quote(unit[key]['quoted'])})")
+        out.append(f"  Total per month: {sum(amounts.values()):,.2f}")
     if notes:
         out += ["", *notes]
     return "\n".join(out) + "\n"

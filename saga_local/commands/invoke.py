@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -43,6 +44,14 @@ SAM_ENV_FILE = STATE_DIR / "sam-env.json"
 FUNCTIONS_DIR = ROOT / "functions"
 #: What SAM CLI puts in the container when it finds no credentials or region.
 SAM_DEFAULTS = {"region": "us-east-1", "key": "defaultkey", "secret": "defaultsecret"}
+#: The pseudo parameters' values in a local invoke (SAM CLI's IntrinsicsSymbolTable defaults).
+SAM_PSEUDO_PARAMETERS = {
+    "AWS::StackName": "local",
+    "AWS::Region": "us-east-1",
+    "AWS::AccountId": "123456789012",
+    "AWS::Partition": "aws",
+    "AWS::URLSuffix": "localhost",
+}
 #: Interpreter start and imports, on top of the function's own timeout (Lambda's init is separate too).
 INIT_ALLOWANCE_SECONDS = 10.0
 
@@ -86,9 +95,18 @@ def read_env_vars_file(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def _template_value(value: Any, defaults: dict[str, str]) -> str:
-    """A declared variable's value as SAM CLI sees it: parameters resolved, other intrinsics blank."""
+    """A declared variable's value as SAM CLI sees it: parameters resolved, a ``!Sub`` of parameters
+    and pseudo parameters filled in (SAM's local values), other intrinsics blank."""
     if isinstance(value, dict) and set(value) == {"Ref"} and value["Ref"] in defaults:
         return defaults[value["Ref"]]
+    if isinstance(value, dict) and set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):
+        # The metrics namespace (PaymentSaga/${AWS::StackName}): blank, Powertools would refuse to
+        # publish any metric; SAM CLI makes it PaymentSaga/local, out of every deployed stack's way.
+        known = {**SAM_PSEUDO_PARAMETERS, **defaults}
+        text = value["Fn::Sub"]
+        names = re.findall(r"\$\{([^}!][^}]*)\}", text)
+        if all(name in known for name in names):
+            return re.sub(r"\$\{([^}!][^}]*)\}", lambda match: known[match.group(1)], text)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict | list) or value is None:

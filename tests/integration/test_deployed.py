@@ -107,3 +107,55 @@ def test_seed_000_lab_on_the_deployed_stack_charges_once(stack: dict[str, Any]) 
         time.sleep(10)
     assert found is not None
     assert found.amount == 15000
+
+
+def _logged_execution_failed(logs: Any, log_group: str, execution_arn: str) -> str:
+    """The ExecutionFailed event the state machine logged for ``execution_arn`` (log delivery lags)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        events = logs.filter_log_events(
+            logGroupName=log_group, filterPattern='{ $.type = "ExecutionFailed" }', startTime=0
+        )["events"]
+        for event in events:
+            if json.loads(event["message"]).get("execution_arn") == execution_arn:
+                return str(event["message"])
+        time.sleep(10)
+    raise TimeoutError(f"no ExecutionFailed log event for {execution_arn}")
+
+
+def test_a_failed_execution_s_error_reaches_the_log_the_failure_alarms_count(stack: dict[str, Any]) -> None:
+    """The failure alarms count ExecutionFailed log events by ``$.details.error``, and the state machine
+    logs with IncludeExecutionData false: AWS does not say the error survives that. Here it is checked on
+    a real log event, against the metric filters as deployed (docs/deploy.md, "Failures that alarm").
+    """
+    import boto3
+
+    order_id = f"ORDER-IT-{uuid.uuid4().hex[:12]}"
+    declined = {
+        "orderId": order_id,
+        "amount": 15000,
+        "currency": "BRL",
+        "customerId": "cus_it",
+        "paymentMethod": "pm_card_chargeDeclined",
+    }
+    boto3.client("sqs").send_message(
+        QueueUrl=stack["outputs"]["OrdersQueueUrl"], MessageBody=json.dumps(declined)
+    )
+    sfn = boto3.client("stepfunctions")
+    (execution,) = _executions_for(sfn, stack["outputs"]["PaymentSagaStateMachineArn"], order_id, 1)
+    assert sfn.describe_execution(executionArn=execution["executionArn"])["error"] == "PaymentDeclined"
+
+    logs = boto3.client("logs")
+    log_group = stack["physical"]["PaymentSagaStateMachineLogGroup"]
+    message = _logged_execution_failed(logs, log_group, execution["executionArn"])
+
+    assert json.loads(message)["details"]["error"] == "PaymentDeclined"
+    counted = {
+        transformation["metricName"]
+        for metric_filter in logs.describe_metric_filters(logGroupName=log_group)["metricFilters"]
+        if logs.test_metric_filter(filterPattern=metric_filter["filterPattern"], logEventMessages=[message])[
+            "matches"
+        ]
+        for transformation in metric_filter["metricTransformations"]
+    }
+    assert counted == {"ExecutionsDeclined"}

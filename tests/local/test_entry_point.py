@@ -107,6 +107,17 @@ def test_cost_fits_100_columns_and_prices_every_line(tmp_path: Path) -> None:
     assert "EventBridge Scheduler" in out
 
 
+def test_cost_json_prices_what_the_stack_costs_by_existing_per_month(tmp_path: Path) -> None:
+    document = json.loads(ok(saga(tmp_path, "cost", "--json")))
+
+    per_month = document["per_month"]
+    assert {"scheduler", "secret", "alarms", "dashboard", "custom_metrics", "kms_key", "pitr"} <= set(
+        per_month
+    )
+    assert per_month["dashboard"] == 3.0
+    assert per_month["alarms"] > 2
+
+
 def test_the_demo_prints_execution_names_that_saga_trace_shows_afterwards(tmp_path: Path) -> None:
     out = ok(saga(tmp_path, "demo", timeout=600))
 

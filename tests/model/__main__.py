@@ -11,7 +11,7 @@ import sys
 
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "payment-saga")
-os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "PaymentSaga")
+os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "PaymentSaga/payment-saga")
 # moto only: never a real account.
 for _name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
     os.environ.pop(_name, None)

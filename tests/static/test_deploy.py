@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import functools
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,8 @@ LOG_RETENTION_DAYS |= {1096, 1827, 2192, 2557, 2922, 3288, 3653}
 SECRET_ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:payment-saga/stripe-AbCdEf"
 KEY_ARN = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 NO_VALUE = {"Ref": "AWS::NoValue"}
+#: A log group as the docs write it: ``/aws/lambda/<stack>-SweeperFunction``.
+LOG_GROUP_IN_DOCS = re.compile(r"/aws/[a-z/]+/<stack>-[A-Za-z0-9][A-Za-z0-9.*-]*")
 
 
 class _NoManagedPolicies:
@@ -122,12 +125,51 @@ def test_the_orders_queue_concurrency_is_a_parameter_sized_for_a_small_account(t
         parameter = template.parameters[reference["Ref"]]
         # The event source's own range (Lambda API ScalingConfig: 2 to 1000).
         assert (parameter["MinValue"], parameter["MaxValue"]) == (2, 1000)
-        # At its default the start function takes at most half a new account's pool: the rest is for
-        # Claim, Charge and Complete (docs/deploy.md has the arithmetic, with this default in it).
+        # docs/deploy.md's arithmetic, N + steps + 1 (sweeper) + R (relay, one shard) <= Q, in a new
+        # account (Q = 10): the default leaves the steps the most the event source allows, and at
+        # least as many Lambdas as executions one start Lambda's batch can hand them at once, less the
+        # few that the state machine's Retry of Lambda.TooManyRequestsException absorbs.
         default = int(parameter["Default"])
-        assert default * 2 <= SMALL_ACCOUNT_QUOTA
+        assert default == parameter["MinValue"]
+        steps = SMALL_ACCOUNT_QUOTA - default - 1 - 1
+        assert steps >= source["BatchSize"] // 2 + 1
         docs = DOCS.read_text(encoding="utf-8")
         assert f"| `{reference['Ref']}` | {default} |" in docs, "docs/deploy.md gives another default"
+
+
+def test_the_deploy_guide_lists_every_parameter_with_its_default(template: Template) -> None:
+    """The guided deploy asks for each parameter by name: the guide says what each one sets."""
+    rows = dict(
+        re.findall(r"^\| `(\w+)` \| ([^|]+) \|", DOCS.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    )
+    for name, spec in template.parameters.items():
+        assert name in rows, f"docs/deploy.md's parameter table lacks {name}"
+        default = spec.get("Default")
+        shown = rows[name].strip()
+        if default is None:
+            assert shown == "(required)", name
+        elif default == "":
+            assert shown == "empty", name
+        else:
+            assert shown == str(default), f"{name}: the guide says {shown}, the template {default}"
+
+
+def test_the_log_groups_the_docs_name_are_the_ones_the_template_declares(template: Template) -> None:
+    """A runbook step that searches a log group by a name it does not have finds nothing."""
+    declared = {
+        str(properties["LogGroupName"]["Fn::Sub"]).replace("${AWS::StackName}", "<stack>")
+        for properties in template.of_type("AWS::Logs::LogGroup").values()
+    }
+    named = {
+        (path.name, found)
+        for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for found in LOG_GROUP_IN_DOCS.findall(path.read_text(encoding="utf-8"))
+    }
+    assert named
+    for document, name in named:
+        assert name in declared, (
+            f"{document} names the log group {name}; the template's are {sorted(declared)}"
+        )
 
 
 # -- names that must not collide across regions -------------------------------------------------------

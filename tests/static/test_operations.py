@@ -10,19 +10,26 @@ writes with ``IncludeExecutionData: false``.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import boto3
 import pytest
 
+from saga_local.aws.stack import REGION, provision
+
 if TYPE_CHECKING:
+    from saga_local.aws.stack import Stack
     from tests.static.conftest import StateMachine, Template
 
 HANDLERS_DIR = Path(__file__).resolve().parents[2] / "functions" / "handlers"
 PSEUDO_PARAMETERS = {"AWS::Region", "AWS::AccountId", "AWS::StackName", "AWS::Partition", "AWS::URLSuffix"}
 AWS_NAMESPACES = {"AWS/SQS", "AWS/States", "AWS/Lambda", "AWS/DynamoDB"}
+#: The stack's own namespace: what the handlers publish into (Powertools) and the metric filters too.
+STACK_NAMESPACE = {"Fn::Sub": "PaymentSaga/${AWS::StackName}"}
 #: The dashboard's grid is 24 columns wide.
 GRID_WIDTH = 24
 #: A topic the operator names, in the stack's own region and account (CloudWatch notifies no other).
@@ -78,9 +85,15 @@ def emitted_metrics() -> set[tuple[str, frozenset[str]]]:
     return found
 
 
-def powertools_settings(template: Template) -> tuple[str, str]:
+def powertools_settings(template: Template) -> tuple[dict[str, str], str]:
+    """The handlers' metrics namespace (a ``!Sub`` naming the stack) and Powertools' service name."""
     variables = template.data["Globals"]["Function"]["Environment"]["Variables"]
     return variables["POWERTOOLS_METRICS_NAMESPACE"], variables["POWERTOOLS_SERVICE_NAME"]
+
+
+def as_in_the_dashboard(namespace: dict[str, str]) -> str:
+    """The namespace's ``!Sub`` string as it reads in the substituted dashboard body (``SUB_<name>``)."""
+    return re.sub(r"\$\{([^}!][^}]*)\}", lambda match: f"SUB_{match.group(1)}", namespace["Fn::Sub"])
 
 
 def metric_filters(template: Template) -> dict[str, dict[str, Any]]:
@@ -88,9 +101,9 @@ def metric_filters(template: Template) -> dict[str, dict[str, Any]]:
 
 
 def filter_metrics(template: Template) -> set[tuple[str, str]]:
-    """(namespace, name) of every metric a metric filter publishes."""
+    """(namespace's ``!Sub`` string, name) of every metric a metric filter publishes."""
     return {
-        (transformation["MetricNamespace"], transformation["MetricName"])
+        (transformation["MetricNamespace"]["Fn::Sub"], transformation["MetricName"])
         for properties in metric_filters(template).values()
         for transformation in properties["MetricTransformations"]
     }
@@ -126,6 +139,83 @@ def split_metric(metric: list[Any]) -> tuple[str, str, dict[str, str]]:
     return parts[0], parts[1], dict(zip(parts[2::2], parts[3::2], strict=True))
 
 
+# -- one stack's metrics: two stacks in one account never read each other's ---------------------------
+
+
+def is_aws_namespace(space: Any) -> bool:
+    """One of AWS's own namespaces (a plain string); the stack's own is a ``!Sub``."""
+    return isinstance(space, str) and space in AWS_NAMESPACES
+
+
+def reads_this_stacks_resource(template: Template, value: Any) -> bool:
+    """A dimension value that names a resource of this stack (``!Ref X``, ``!GetAtt X.Attr``)."""
+    return template.referenced_resource(value) in template.resources
+
+
+def test_the_handlers_and_the_metric_filters_publish_into_the_stacks_own_namespace(
+    template: Template,
+) -> None:
+    """Staging's DuplicateCharge must not page production: the namespace carries the stack's name.
+
+    A namespace, not a dimension: a metric filter takes a dimension's value only from a field of the
+    log event, and the state machine's events name no stack.
+    """
+    namespace, _ = powertools_settings(template)
+    assert namespace == STACK_NAMESPACE
+    transformations = [t for f in metric_filters(template).values() for t in f["MetricTransformations"]]
+    assert transformations
+    for transformation in transformations:
+        assert transformation["MetricNamespace"] == namespace, transformation["MetricName"]
+        assert not transformation.get("Dimensions"), transformation["MetricName"]
+
+
+def test_each_alarm_reads_only_its_own_stacks_metrics(template: Template) -> None:
+    namespace, _ = powertools_settings(template)
+    emitted = {name for name, _ in emitted_metrics()}
+    from_filters = {name for _, name in filter_metrics(template)}
+    alarms = template.of_type("AWS::CloudWatch::Alarm")
+    for name, properties in alarms.items():
+        for space, metric, dimensions in alarm_metrics(properties):
+            if is_aws_namespace(space):
+                # An AWS metric is this stack's only through a dimension that names one of its resources
+                # (the others, Operation say, narrow it down).
+                assert any(reads_this_stacks_resource(template, value) for value in dimensions.values()), (
+                    f"{name}: {metric} {dimensions} names no resource of this stack"
+                )
+                continue
+            assert space == namespace, f"{name}: reads {space}, not this stack's namespace"
+            assert metric in emitted | from_filters, f"{name}: nothing of this stack publishes {metric}"
+
+
+def test_no_dashboard_widget_reads_another_stacks_metrics(template: Template) -> None:
+    namespace, _ = powertools_settings(template)
+    own = as_in_the_dashboard(namespace)
+    assert "SUB_AWS::StackName" in own
+    for metric in dashboard_metrics(template):
+        space, _, dimensions = split_metric(metric)
+        if is_aws_namespace(space):
+            resources = {
+                str(value)[4:].split(".")[0] for value in dimensions.values() if str(value).startswith("SUB_")
+            }
+            assert resources, f"{metric}: no dimension names a resource of this stack"
+            assert resources <= set(template.resources), metric
+            continue
+        assert space == own, f"{metric}: {space} is not this stack's namespace"
+
+
+def test_two_local_stacks_in_one_account_publish_into_two_namespaces(aws: None) -> None:
+    """What CloudFormation gives each stack's functions: the namespace resolved with the stack's name."""
+    clients = functools.partial(boto3.client, region_name=REGION)
+    staging = provision(clients, stack_name="staging")
+    production = provision(clients, stack_name="production")
+
+    def namespaces(stack: Stack) -> set[str]:
+        return {env["POWERTOOLS_METRICS_NAMESPACE"] for _, env in stack.functions.values()}
+
+    assert namespaces(staging) == {"PaymentSaga/staging"}
+    assert namespaces(production) == {"PaymentSaga/production"}
+
+
 # -- the dashboard ---------------------------------------------------------------------------------
 
 
@@ -159,12 +249,12 @@ def test_every_dashboard_metric_is_one_something_publishes(template: Template) -
     from_filters = filter_metrics(template)
     for metric in dashboard_metrics(template):
         space, name, dimensions = split_metric(metric)
-        if space in AWS_NAMESPACES:
+        if is_aws_namespace(space):
             for value in dimensions.values():
                 assert not value.startswith("SUB_") or value.split(".")[0][4:] in template.resources, metric
             continue
-        assert space == namespace, metric
-        if (space, name) in from_filters and not dimensions:
+        assert space == as_in_the_dashboard(namespace), metric
+        if (namespace["Fn::Sub"], name) in from_filters and not dimensions:
             continue
         # Powertools adds service=<POWERTOOLS_SERVICE_NAME> to every metric it publishes.
         assert dimensions.pop("service", None) == service, f"{metric}: Powertools publishes service={service}"
@@ -176,7 +266,7 @@ def test_every_metric_the_handlers_emit_is_on_the_dashboard(template: Template) 
     shown = set()
     for metric in dashboard_metrics(template):
         space, name, dimensions = split_metric(metric)
-        if space == namespace:
+        if space == as_in_the_dashboard(namespace):
             dimensions.pop("service", None)
             shown.add((name, frozenset(dimensions)))
     broken_down = {name for name, dimensions in emitted_metrics() if dimensions}
@@ -249,11 +339,11 @@ def test_every_alarm_reads_a_metric_something_publishes(template: Template) -> N
     from_filters = filter_metrics(template)
     for name, properties in template.of_type("AWS::CloudWatch::Alarm").items():
         for space, metric, dimensions in alarm_metrics(properties):
-            if space in AWS_NAMESPACES:
+            if is_aws_namespace(space):
                 assert dimensions, f"{name}: {metric} without dimensions reads the whole account"
                 continue
             assert space == namespace, name
-            if (space, metric) in from_filters:
+            if (space["Fn::Sub"], metric) in from_filters:
                 assert not dimensions, name
             elif "FunctionName" in dimensions:
                 # Published by FunctionName so that each stack's alarm reads its own function.
@@ -279,7 +369,7 @@ def test_every_function_has_a_throttle_alarm(template: Template) -> None:
 def test_the_duplicate_spike_alarm_watches_the_mechanism(template: Template) -> None:
     """Seed 003: alarm on duplicates being suppressed (both layers), over one minute, at the threshold."""
     alarm = template.of_type("AWS::CloudWatch::Alarm")["DuplicateSpikeAlarm"]
-    assert alarm_metrics(alarm) == [("PaymentSaga", "DuplicateSuppressed", {"service": "payment-saga"})]
+    assert alarm_metrics(alarm) == [(STACK_NAMESPACE, "DuplicateSuppressed", {"service": "payment-saga"})]
     assert (alarm["Statistic"], alarm["Period"]) == ("Sum", 60)
     assert alarm["Threshold"] == {"Ref": "DuplicateSpikeThreshold"}
     assert template.parameters["DuplicateSpikeThreshold"]["Default"] == 50
@@ -322,7 +412,7 @@ def test_the_pending_alarm_waits_longer_than_an_ordinary_stale_claim_stays_pendi
     sweeper = template.function_by_handler("handlers.sweeper.handler")
     assert alarm_metrics(alarm) == [
         (
-            "PaymentSaga",
+            STACK_NAMESPACE,
             "OldestUnresolvedClaimAge",
             {"FunctionName": {"Ref": sweeper}, "service": "payment-saga"},
         )
@@ -356,7 +446,7 @@ def test_the_sweeper_heartbeat_alarms_when_no_sweep_completed_for_three_periods(
     alarm = template.of_type("AWS::CloudWatch::Alarm")["SweeperHeartbeatAlarm"]
     sweeper = template.function_by_handler("handlers.sweeper.handler")
     assert alarm_metrics(alarm) == [
-        ("PaymentSaga", "SweepCompleted", {"FunctionName": {"Ref": sweeper}, "service": "payment-saga"})
+        (STACK_NAMESPACE, "SweepCompleted", {"FunctionName": {"Ref": sweeper}, "service": "payment-saga"})
     ]
     assert alarm["TreatMissingData"] == "breaching"
     assert (alarm["Statistic"], alarm["Threshold"], alarm["ComparisonOperator"]) == (

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -299,3 +300,20 @@ def test_the_relay_reads_only_the_claims_stream_and_sends_only_to_its_queues(
     ]
     assert len(mapping["FilterCriteria"]["Filters"]) == 3, "SAM passes the filter on to Lambda"
     assert mapping["MaximumRetryAttempts"] == -1, "SAM passes the unbounded retries on to Lambda"
+
+
+def test_the_mapping_whose_replacement_replays_a_day_is_the_one_the_docs_name(
+    deployed: dict[str, Any],
+) -> None:
+    """docs/outcome-events.md tells people to look for this logical id in a change set: it must exist."""
+    mappings = {
+        name: resource["Properties"]
+        for name, resource in deployed["Resources"].items()
+        if resource["Type"] == "AWS::Lambda::EventSourceMapping"
+        and "StreamArn" in json.dumps(resource["Properties"]["EventSourceArn"])
+    }
+    ((name, properties),) = mappings.items()
+    assert properties["StartingPosition"] == "TRIM_HORIZON"
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "outcome-events.md").read_text(encoding="utf-8")
+    assert "`Replacement: True`" in docs
+    assert f"`{name}`" in docs

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from saga_local.aws.template import load_template
 from saga_local.commands.cost import (
     ALWAYS_SHOWN,
     LINE_ITEMS,
@@ -24,6 +25,7 @@ from saga_local.commands.cost import (
     quoted_unit_price,
     render_table,
     single_lambda_baseline_usage,
+    stack_monthly_quantities,
 )
 from saga_local.commands.cost_measure import state_machine_log_bytes, sweeps_per_month
 
@@ -262,6 +264,38 @@ def test_what_does_not_scale_with_orders_is_priced_per_month(prices: dict[str, A
     table = render_table({"saga": EVERYTHING}, prices, monthly=MONTHLY)
     assert "EventBridge Scheduler (the sweeper's runs): 0.01" in table
     assert "Secrets Manager (the provider key's secret): 0.40" in table
+
+
+def test_what_the_stack_costs_by_existing_is_counted_from_its_template(prices: dict[str, Any]) -> None:
+    """Alarms, the dashboard, the alarm topic's key, custom metrics, PITR: a month of one stack."""
+    template = load_template()
+    alarms = [r for r in template["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+
+    quantities = stack_monthly_quantities(template)
+    amounts = monthly_costs({item: quantity for item, (quantity, _) in quantities.items()}, prices)
+
+    assert quantities["alarms"][0] == len(alarms) >= 20
+    assert amounts["alarms"] == pytest.approx(0.10 * len(alarms))
+    assert amounts["dashboard"] == pytest.approx(3.00)
+    assert amounts["kms_key"] == pytest.approx(1.00)  # AlarmTopicName empty (the default): the stack's topic
+    assert amounts["pitr"] == pytest.approx(0.20)  # per GB of the claims table
+    # Every metric the dashboard shows in the stack's namespace is one, and more: the plain totals.
+    assert quantities["custom_metrics"][0] > 30
+    assert amounts["custom_metrics"] == pytest.approx(0.30 * quantities["custom_metrics"][0])
+    table = render_table({"saga": EVERYTHING}, prices, monthly={**MONTHLY, **quantities})
+    assert (
+        f"CloudWatch alarms: {0.10 * len(alarms):.2f}  ({len(alarms)} alarms x $0.10 per alarm metric"
+        in table
+    )
+    assert "CloudWatch dashboard: 3.00" in table
+    assert "KMS key (the alarm topic's): 1.00" in table
+
+
+def test_a_stack_that_notifies_a_topic_of_its_own_pays_for_no_key() -> None:
+    template = copy.deepcopy(load_template())
+    template["Parameters"]["AlarmTopicName"]["Default"] = "on-call"
+
+    assert stack_monthly_quantities(template)["kms_key"][0] == 0
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ SPEC = FunctionSpec(
         "CLAIMS_TABLE_NAME": {"Ref": "ClaimsTable"},
         "CLAIM_LEASE_SECONDS": {"Ref": "ClaimLeaseSeconds"},
         "POWERTOOLS_SERVICE_NAME": "payment-saga",
+        "POWERTOOLS_METRICS_NAMESPACE": {"Fn::Sub": "PaymentSaga/${AWS::StackName}"},
         "AWS_ENDPOINT_URL": "",
     },
     events={},
@@ -68,6 +69,17 @@ def test_an_unresolvable_reference_is_blank_and_the_shell_overrides_the_template
     assert environment["CLAIMS_TABLE_NAME"] == "from-shell"
     assert environment["AWS_ENDPOINT_URL"] == "http://127.0.0.1:5000"
     assert resolve({})["CLAIMS_TABLE_NAME"] == ""
+
+
+def test_the_stacks_metrics_namespace_is_the_one_sam_local_gives_not_a_deployed_stacks() -> None:
+    """Blank, Powertools would publish no metric at all; SAM CLI names the local stack ``local``."""
+    assert resolve({})["POWERTOOLS_METRICS_NAMESPACE"] == "PaymentSaga/local"
+    assert (
+        resolve({"Parameters": {"POWERTOOLS_METRICS_NAMESPACE": "PaymentSaga/mine"}})[
+            "POWERTOOLS_METRICS_NAMESPACE"
+        ]
+        == "PaymentSaga/mine"
+    )
 
 
 def test_lambda_s_own_variables_are_set_as_sam_sets_them() -> None:
