@@ -4,6 +4,7 @@
 #   .venv          the project and its dev tools (pip install -e '.[dev]'), redone when pyproject.toml changes
 #   .venv-sam      aws-sam-cli alone: it pins its own boto3/botocore, which must not fight moto's
 #   node_modules   asl-validator, pinned by package-lock.json
+#   .venv-localstack  LocalStack's Python runtime (python3.13), for make deploy-rehearsal only
 # Nothing here talks to AWS: the template checks run offline, with no account and no Docker.
 
 SHELL := bash
@@ -22,6 +23,13 @@ ASL_VALIDATOR := node_modules/.bin/asl-validator
 STATE_MACHINES := $(wildcard statemachine/*.asl.json)
 SAM_BUILD_DIR := .aws-sam/build-check
 SAM_CACHE_DIR := .aws-sam/cache-check
+# The deploy rehearsal's CloudFormation engine. scripts/rehearsal/localstack_host.py is written against
+# this version (tests/rehearsal/test_localstack_contract.py checks both agree). Its runtime takes newer
+# cbor2, pyOpenSSL and cryptography than it works with, and needs service-identity for its TLS listener
+# without requiring it (service-identity 26 wants a cryptography this pyOpenSSL refuses).
+LOCALSTACK_VERSION := 2026.3.0
+LOCALSTACK_VENV := .venv-localstack
+LOCALSTACK_PINS := 'cbor2<6' 'pyopenssl<26' 'cryptography<47' 'service-identity<26'
 
 # The SAM CLI reads no account here: no telemetry, no instance metadata, dummy credentials so that
 # nothing falls back to looking for real ones, a fixed region.
@@ -34,7 +42,7 @@ PYTHON313 ?= $(shell for p in python3.13 $$(pyenv root 2>/dev/null)/versions/3.1
 	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 13); print(sys.executable)' 2>/dev/null && break; \
 	done)
 
-.PHONY: help install tools lint check-template sam-build test demo chromium clean clean-all lock checkov
+.PHONY: help install tools lint check-template sam-build test demo chromium clean clean-all lock checkov localstack deploy-rehearsal
 
 # A folder's unpacked size (the sum of its files' sizes, as in the zip), in the units du -h prints: GNU
 # du's --apparent-size is not in BSD's (macOS) du, and -A is not in GNU's.
@@ -126,9 +134,31 @@ checkov: ## checkov on template.yaml (own venv, .venv-checkov): every finding fi
 	bash scripts/checkov.sh
 
 test: install tools lint check-template checkov chromium ## Everything CI runs: lint, template checks, checkov, then pytest (not the slow tests)
-	@$(BIN)/python -m pytest -m "not slow" || { \
+	@$(BIN)/python -m pytest -m "not slow and not rehearsal" || { \
 		rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit 5): that is a failure here" >&2; fi; \
+		exit $$rc; \
+	}
+
+# LocalStack's runtime on this host (no Docker), in its own venv: python3.13, like the functions' build.
+localstack: $(LOCALSTACK_VENV)/.installed-$(LOCALSTACK_VERSION) ## Install LocalStack's Python runtime (.venv-localstack) for the rehearsal
+
+$(LOCALSTACK_VENV)/.installed-$(LOCALSTACK_VERSION):
+	@test -n "$(PYTHON313)" || { echo "error: LocalStack runs here on python3.13: install it (pyenv install 3.13)" \
+		"or point PYTHON313 at one" >&2; exit 1; }
+	"$(PYTHON313)" -m venv $(LOCALSTACK_VENV)
+	$(LOCALSTACK_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LOCALSTACK_VENV)/bin/python -m pip install --quiet 'localstack-core[runtime]==$(LOCALSTACK_VERSION)' $(LOCALSTACK_PINS)
+	@rm -f $(LOCALSTACK_VENV)/.installed-*
+	@touch $@
+
+# The real `sam deploy` of the built template against LocalStack's CloudFormation engine, started on
+# 127.0.0.1 by tests/rehearsal (two stacks in one region, a second region, delete and redeploy). Not in
+# `make test`: CI runs it after (.ci/run). Nothing reaches AWS.
+deploy-rehearsal: install tools localstack sam-build ## Rehearse the first deploy: real sam deploy on LocalStack (no AWS, no Docker)
+	@$(BIN)/python -m pytest tests/rehearsal -m rehearsal -p no:cacheprovider || { \
+		rc=$$?; \
+		if [ $$rc -eq 5 ]; then echo "error: the rehearsal collected no tests (exit 5): that is a failure here" >&2; fi; \
 		exit $$rc; \
 	}
 
@@ -193,5 +223,5 @@ clean: ## Remove build output and caches (keeps the venvs and node_modules)
 	find . \( -path './.venv*' -o -path ./node_modules -o -path ./.git \) -prune -o \
 		-name __pycache__ -type d -exec rm -rf {} +
 
-clean-all: clean ## clean, and remove the venvs (.venv, .venv-sam, .venv-uv, .venv-checkov), node_modules and local stack state (.saga)
-	rm -rf $(VENV) $(SAM_VENV) $(UV_VENV) .venv-checkov node_modules *.egg-info .saga
+clean-all: clean ## clean, and remove the venvs (.venv, .venv-sam, .venv-uv, .venv-checkov, .venv-localstack), node_modules and local stack state (.saga)
+	rm -rf $(VENV) $(SAM_VENV) $(UV_VENV) .venv-checkov $(LOCALSTACK_VENV) node_modules *.egg-info .saga

@@ -41,6 +41,10 @@ SECTION = re.compile(
     re.MULTILINE | re.DOTALL,
 )
 FUNCTION = re.compile(r"^  (\w+):\n    Type: AWS::Serverless::Function$", re.MULTILINE)
+#: The first 8 hex digits of the stack's id (arn:...:stack/NAME/UUID): new on every create of a stack, the
+#: same for each of its updates. A log group named with it cannot collide with one a Lambda recreated while
+#: the previous stack of the same name was being deleted.
+CREATE_ID = '!Select [0, !Split ["-", !Select [2, !Split ["/", !Ref AWS::StackId]]]]'
 #: The sections the template must hold (function-checkov-skips once per function that shares the reasons).
 SECTIONS = ("function-checkov-skips", "function-log-groups", "throttle-alarms")
 ALARM_TOPIC = (
@@ -85,7 +89,9 @@ def log_group(function: str, spec: dict[str, Any], base: int) -> list[str]:
         "  Metadata:",
         *skips(spec["log_group_skips"], 4, base),
         "  Properties:",
-        f"    LogGroupName: !Sub /aws/lambda/${{AWS::StackName}}-{function}",
+        "    LogGroupName: !Sub",
+        f"      - /aws/lambda/${{AWS::StackName}}-{function}-${{CreateId}}",
+        f"      - CreateId: {CREATE_ID}",
         "    RetentionInDays: !Ref LogRetentionDays",
     ]
 

@@ -281,6 +281,8 @@ def _custom_metrics(template: dict[str, Any], dashboards: dict[str, dict[str, An
     for dashboard in dashboards.values():
         body = dashboard["Properties"]["DashboardBody"]
         text = body["Fn::Sub"] if isinstance(body, dict) else str(body)
+        if isinstance(text, list):  # the list form: the string, then its variables
+            text = str(text[0])
         # ${X} placeholders stay as they are: only the custom namespace's entries are read.
         for entry in re.findall(r"\[\s*\"" + re.escape(own) + r"\"[^\]]*\]", text):
             metric = json.loads(entry)

@@ -84,9 +84,16 @@ def create_deployed_stack(api_base: str, *, retention_days: str | None = "45") -
         "AWSTemplateFormatVersion": "2010-09-09",
         "Parameters": {
             name: template["Parameters"][name]
-            for name in ("PaymentApiBase", "PaymentApiKeySecretArn", "ClaimRetentionDays")
+            for name in (
+                "PaymentApiBase",
+                "PaymentApiKeySecretArn",
+                "ClaimRetentionDays",
+                "ExistingClaimsTableStreamArn",
+            )
             if retention_days is not None or name != "ClaimRetentionDays"
         },
+        # The table made here (ExistingClaimsTableStreamArn empty), as a first deploy makes it.
+        "Conditions": {"CreateClaimsTable": template["Conditions"]["CreateClaimsTable"]},
         "Resources": {"ClaimsTable": template["Resources"]["ClaimsTable"]},
         "Outputs": {"ClaimsTableName": template["Outputs"]["ClaimsTableName"]},
     }

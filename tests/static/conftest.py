@@ -114,13 +114,44 @@ class Template:
 
 
 def referenced_resource(value: Any) -> str | None:
-    """The logical id a ``!Ref`` or ``!GetAtt`` points at, else None."""
+    """The logical id a ``!Ref`` or ``!GetAtt`` points at, else None.
+
+    An ``!If [CreateX, <the resource made here>, <what the operator gave instead>]`` (the claims table or
+    an adopted one, the alarm topic or a named one) points at the resource made here: what a stack
+    deployed with the defaults uses."""
     if isinstance(value, dict) and len(value) == 1:
         if "Ref" in value:
             return str(value["Ref"])
         if "Fn::GetAtt" in value:
             return str(value["Fn::GetAtt"][0])
+        if "Fn::If" in value:
+            return referenced_resource(value["Fn::If"][1])
     return None
+
+
+#: What every use of the claims table reads: the table made here (CreateClaimsTable, the default), or
+#: the retained one whose stream ARN (arn:...:table/NAME/stream/LABEL) ExistingClaimsTableStreamArn gives.
+_EXISTING_STREAM = {"Ref": "ExistingClaimsTableStreamArn"}
+_EXISTING_PARTS = {"Fn::Split": ["/", _EXISTING_STREAM]}
+CLAIMS_TABLE = {
+    "Name": {"Fn::If": ["CreateClaimsTable", {"Ref": "ClaimsTable"}, {"Fn::Select": [1, _EXISTING_PARTS]}]},
+    "Arn": {
+        "Fn::If": [
+            "CreateClaimsTable",
+            {"Fn::GetAtt": ["ClaimsTable", "Arn"]},
+            {"Fn::Join": ["/", [{"Fn::Select": [0, _EXISTING_PARTS]}, {"Fn::Select": [1, _EXISTING_PARTS]}]]},
+        ]
+    },
+    "StreamArn": {
+        "Fn::If": ["CreateClaimsTable", {"Fn::GetAtt": ["ClaimsTable", "StreamArn"]}, _EXISTING_STREAM]
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def claims_table_value() -> dict[str, Any]:
+    """``Name``/``Arn``/``StreamArn`` -> the expression every reference to the claims table must be."""
+    return json.loads(json.dumps(CLAIMS_TABLE))
 
 
 def iter_states(definition: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -30,6 +30,8 @@ from saga_local.aws.stack import REGION, provision
 from saga_local.aws.template import Resolver, state_machine_definition, validate_parameters
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from tests.static.conftest import StateMachine, Template
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +45,7 @@ SECRET_ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:payment-saga/
 KEY_ARN = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 NO_VALUE = {"Ref": "AWS::NoValue"}
 #: A log group as the docs write it: ``/aws/lambda/<stack>-SweeperFunction``.
-LOG_GROUP_IN_DOCS = re.compile(r"/aws/[a-z/]+/<stack>-[A-Za-z0-9][A-Za-z0-9.*-]*")
+LOG_GROUP_IN_DOCS = re.compile(r"/aws/[a-z/]+/<stack>-[A-Za-z0-9][A-Za-z0-9.*-]*(?:<create id>)?")
 
 
 class _NoManagedPolicies:
@@ -86,7 +88,9 @@ def test_no_function_reserves_concurrency(template: Template, deployed: dict[str
             assert "ReservedConcurrentExecutions" not in resource["Properties"], name
 
 
-def test_the_sweeper_takes_the_lease_row_before_it_sweeps(template: Template) -> None:
+def test_the_sweeper_takes_the_lease_row_before_it_sweeps(
+    template: Template, claims_table_value: dict[str, Any]
+) -> None:
     """One sweep at a time: the handler takes the lease (one conditional write on the claims table, which
     its role may update) before anything else, releases it, and skips when another sweep holds it."""
     tree = ast.parse((ROOT / "functions" / "handlers" / "sweeper.py").read_text(encoding="utf-8"))
@@ -107,7 +111,8 @@ def test_the_sweeper_takes_the_lease_row_before_it_sweeps(template: Template) ->
         if "dynamodb:UpdateItem" in statement["Action"]
     ]
     table = template.functions[sweeper]["Environment"]["Variables"]["CLAIMS_TABLE_NAME"]
-    assert [g["Resource"] for g in grants] == [{"Fn::GetAtt": [table["Ref"], "Arn"]}]
+    assert table == claims_table_value["Name"]
+    assert [g["Resource"] for g in grants] == [claims_table_value["Arn"]]
     # The row shares the claims table: no producer's order id can be its key.
     assert not ORDER_ID_PATTERN.match(SWEEP_LOCK_KEY)
 
@@ -156,10 +161,11 @@ def test_the_deploy_guide_lists_every_parameter_with_its_default(template: Templ
 
 def test_the_log_groups_the_docs_name_are_the_ones_the_template_declares(template: Template) -> None:
     """A runbook step that searches a log group by a name it does not have finds nothing."""
-    declared = {
-        str(properties["LogGroupName"]["Fn::Sub"]).replace("${AWS::StackName}", "<stack>")
-        for properties in template.of_type("AWS::Logs::LogGroup").values()
-    }
+    declared = set()
+    for properties in template.of_type("AWS::Logs::LogGroup").values():
+        name = properties["LogGroupName"]["Fn::Sub"]
+        name = name[0] if isinstance(name, list) else name  # the list form names its variables after it
+        declared.add(str(name).replace("${AWS::StackName}", "<stack>").replace("${CreateId}", "<create id>"))
     named = {
         (path.name, found)
         for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -197,15 +203,104 @@ def test_nothing_else_is_named_for_the_account_alone(template: Template) -> None
             assert "${AWS::Region}" in json.dumps(value), f"{name}: a global name without the region"
 
 
-# -- the claims table after a failed first create --------------------------------------------------
+# -- the claims table: no stack operation starts an empty one ------------------------------------------
+
+STACK_POLICY = ROOT / "stack-policy.json"
+STREAM_ARN = (
+    "arn:aws:dynamodb:eu-west-1:123456789012:table/payment-saga-ClaimsTable-1A2B3C/stream/2026-12-01T15:26:13"
+)
 
 
-def test_a_failed_first_create_leaves_no_claims_table_behind(deployed: dict[str, Any]) -> None:
+def test_no_stack_operation_deletes_the_claims_table(deployed: dict[str, Any]) -> None:
+    """A delete, a replacement or a rolled-back first create leaves the table (Retain: with deletion
+    protection, RetainExceptOnCreate's delete would fail the rollback), and DynamoDB refuses to delete it."""
     tables = [r for r in deployed["Resources"].values() if r["Type"] == "AWS::DynamoDB::Table"]
-    assert tables
-    for table in tables:
-        assert table["DeletionPolicy"] == "RetainExceptOnCreate"
-        assert table["UpdateReplacePolicy"] == "Retain"
+    assert len(tables) == 1
+    (table,) = tables
+    assert table["DeletionPolicy"] == "Retain"
+    assert table["UpdateReplacePolicy"] == "Retain"
+    assert table["Properties"]["DeletionProtectionEnabled"] is True
+
+
+def test_the_stack_policy_denies_replacing_or_deleting_the_claims_table_and_nothing_else() -> None:
+    policy = json.loads(STACK_POLICY.read_text(encoding="utf-8"))
+    denies = [s for s in policy["Statement"] if s["Effect"] == "Deny"]
+    assert denies == [
+        {
+            "Effect": "Deny",
+            "Principal": "*",
+            "Action": ["Update:Replace", "Update:Delete"],
+            "Resource": "LogicalResourceId/ClaimsTable",
+        }
+    ]
+    # A stack policy denies every update it does not allow: the rest of the stack stays deployable.
+    assert {"Effect": "Allow", "Principal": "*", "Action": "Update:*", "Resource": "*"} in policy["Statement"]
+    docs = DOCS.read_text(encoding="utf-8")
+    command = "aws cloudformation set-stack-policy --stack-name payment-saga"
+    assert f"{command} --stack-policy-body file://stack-policy.json" in docs
+
+
+def _references_to(value: Any, logical_id: str, path: str) -> Iterator[str]:
+    """Where ``value`` uses ``logical_id`` (``!Ref``, ``!GetAtt``, ``${...}`` in ``!Sub``), by path."""
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _references_to(item, logical_id, f"{path}[{index}]")
+    elif isinstance(value, str):
+        if re.search(r"\$\{" + logical_id + r"[.}]", value):
+            yield path
+    elif isinstance(value, dict):
+        if value.get("Ref") == logical_id or (value.get("Fn::GetAtt") or [None])[0] == logical_id:
+            yield path
+        for key, item in value.items():
+            yield from _references_to(item, logical_id, f"{path}.{key}")
+
+
+def test_every_use_of_the_claims_table_follows_an_adopted_one(
+    template: Template, claims_table_value: dict[str, Any]
+) -> None:
+    """With ExistingClaimsTableStreamArn set, no ClaimsTable exists: a reference left outside the
+    !If would fail the deploy, or worse, point a function at nothing."""
+    forms = [json.dumps(form, sort_keys=True) for form in claims_table_value.values()]
+    uses = 0
+    sections = {"Resources": template.resources, "Outputs": template.data["Outputs"]}
+    for section, entries in sections.items():
+        for name, entry in entries.items():
+            if name == "ClaimsTable":
+                continue
+            text = json.dumps(entry, sort_keys=True)
+            for form in forms:
+                uses += text.count(form)
+                text = text.replace(form, "null")
+            assert not list(_references_to(json.loads(text), "ClaimsTable", f"{section}.{name}")), (
+                f"{section}.{name} uses ClaimsTable outside the !If on CreateClaimsTable"
+            )
+    assert uses >= 15, "the check found too few uses of the claims table to mean anything"
+
+
+def test_an_adopted_table_is_named_and_granted_from_its_stream_arn(
+    claims_table_value: dict[str, Any],
+) -> None:
+    given = {"ExistingClaimsTableStreamArn": STREAM_ARN}
+    adopted = {key: _evaluate(form["Fn::If"][2], given) for key, form in claims_table_value.items()}
+    assert adopted == {
+        "Name": "payment-saga-ClaimsTable-1A2B3C",
+        "Arn": "arn:aws:dynamodb:eu-west-1:123456789012:table/payment-saga-ClaimsTable-1A2B3C",
+        "StreamArn": STREAM_ARN,
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("", True),
+        (STREAM_ARN, True),
+        ("arn:aws-cn:dynamodb:cn-north-1:123456789012:table/claims/stream/2026-01-01T00:00:00.000", True),
+        ("arn:aws:dynamodb:eu-west-1:123456789012:table/payment-saga-ClaimsTable-1A2B3C", False),  # a table
+        ("payment-saga-ClaimsTable-1A2B3C", False),  # a name: the stream's label cannot be derived from it
+    ],
+)
+def test_the_adoption_parameter_takes_only_a_stream_arn(template: Template, value: str, ok: bool) -> None:
+    assert allowed(template, "ExistingClaimsTableStreamArn", value) is ok
 
 
 # -- the provider's secret -----------------------------------------------------------------------------
@@ -362,13 +457,50 @@ def test_every_function_logs_to_a_declared_log_group_with_a_retention(
         group = template.referenced_resource(config.get("LogGroup"))
         assert group in groups, f"{name} logs to no declared log group"
         assert groups[group]["RetentionInDays"] == {"Ref": "LogRetentionDays"}, group
-        assert groups[group]["LogGroupName"]["Fn::Sub"].startswith("/aws/lambda/${AWS::StackName}-"), group
+        group_name, _ = groups[group]["LogGroupName"]["Fn::Sub"]
+        assert group_name.startswith("/aws/lambda/${AWS::StackName}-"), group
         used.append(group)
         assert deployed["Resources"][name]["Properties"]["LoggingConfig"] == {"LogGroup": {"Ref": group}}
     assert len(set(used)) == len(used), "two functions share a log group"
     for group, properties in groups.items():
         assert "RetentionInDays" in properties, f"{group} keeps its events forever"
         assert template.resources[group].get("DeletionPolicy", "Delete") == "Delete", group
+
+
+def _evaluate(value: Any, parameters: dict[str, str]) -> Any:
+    """Fn::Select/Split/Join and Ref of a parameter, as CloudFormation evaluates them."""
+    if isinstance(value, list):
+        return [_evaluate(item, parameters) for item in value]
+    if not isinstance(value, dict):
+        return value
+    ((key, argument),) = value.items()
+    if key == "Ref":
+        return parameters[argument]
+    index_or_separator, operand = _evaluate(argument[0], parameters), _evaluate(argument[1], parameters)
+    if key == "Fn::Select":
+        return operand[int(index_or_separator)]
+    if key == "Fn::Split":
+        return operand.split(index_or_separator)
+    assert key == "Fn::Join", key
+    return index_or_separator.join(operand)
+
+
+def test_a_log_group_left_by_a_deleted_stack_never_blocks_the_next_create_of_its_name(
+    template: Template,
+) -> None:
+    """A Lambda still running while `sam delete` removes its log group writes again and recreates it: a
+    group named for the stack alone then fails the next create of that stack name ("already exists").
+    Each name carries the create id (the first block of the stack id's UUID): new on every create, the
+    same for every update, so an update keeps its groups."""
+    stack_id = "arn:aws:cloudformation:us-east-1:123456789012:stack/payment-saga/51af3dc0-da77-11e4-872e-123"
+    groups = template.of_type("AWS::Logs::LogGroup")
+    assert len(groups) == len(template.functions) + 1  # and the state machine's
+    for group, properties in groups.items():
+        name, variables = properties["LogGroupName"]["Fn::Sub"]
+        prefixes = ("/aws/lambda/${AWS::StackName}-", "/aws/vendedlogs/states/${AWS::StackName}-")
+        assert name.startswith(prefixes), group
+        assert name.endswith("-${CreateId}"), group
+        assert _evaluate(variables["CreateId"], {"AWS::StackId": stack_id}) == "51af3dc0", group
 
 
 # -- the payment API's base URL -----------------------------------------------------------------------

@@ -114,8 +114,13 @@ def substituted_dashboard(template: Template) -> tuple[dict[str, Any], set[str]]
     dashboards = template.of_type("AWS::CloudWatch::Dashboard")
     assert len(dashboards) == 1
     (properties,) = dashboards.values()
-    body = properties["DashboardBody"]["Fn::Sub"]
+    # One !Sub string, with the claims table's name (the one made here, or an adopted one) as its variable:
+    # read as the table made here, what a stack deployed with the defaults shows.
+    body, variables = properties["DashboardBody"]["Fn::Sub"]
     assert isinstance(body, str), "DashboardBody should be one !Sub string"
+    assert set(variables) == {"ClaimsTableName"}
+    assert variables["ClaimsTableName"]["Fn::If"][:2] == ["CreateClaimsTable", {"Ref": "ClaimsTable"}]
+    body = body.replace("${ClaimsTableName}", "${ClaimsTable}")
     used = set(re.findall(r"\$\{([^}!][^}]*)\}", body))
     filled = re.sub(r"\$\{([^}!][^}]*)\}", lambda match: f"SUB_{match.group(1)}", body)
     filled = filled.replace("${!", "${")

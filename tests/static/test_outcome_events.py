@@ -51,10 +51,10 @@ def stream_record(event_name: str, old: str | None, new: str | None) -> dict[str
 # -- the outbox -------------------------------------------------------------------------------------
 
 
-def test_the_claims_table_streams_both_images(template: Template) -> None:
+def test_the_claims_table_streams_both_images(template: Template, claims_table_value: dict[str, Any]) -> None:
     table = template.of_type("AWS::DynamoDB::Table")["ClaimsTable"]
     assert table["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
-    assert relay_event(template)["Stream"] == {"Fn::GetAtt": ["ClaimsTable", "StreamArn"]}
+    assert relay_event(template)["Stream"] == claims_table_value["StreamArn"]
 
 
 def test_the_relay_stalls_on_a_failing_record_instead_of_shedding_it(template: Template) -> None:
@@ -278,7 +278,7 @@ def test_only_the_publishers_may_put_events_and_only_on_the_outcome_bus(deployed
 
 
 def test_the_relay_reads_only_the_claims_stream_and_sends_only_to_its_queues(
-    deployed: dict[str, Any],
+    deployed: dict[str, Any], claims_table_value: dict[str, Any]
 ) -> None:
     role = deployed["Resources"]["OutcomeRelayFunctionRole"]
     grants = {
@@ -286,7 +286,7 @@ def test_the_relay_reads_only_the_claims_stream_and_sends_only_to_its_queues(
         for statement in statements(role)
         for action in actions(statement)
     }
-    stream = json.dumps({"Fn::GetAtt": ["ClaimsTable", "StreamArn"]})
+    stream = json.dumps(claims_table_value["StreamArn"], sort_keys=True)
     assert {resource for action, resource in grants if action.startswith("dynamodb:")} == {stream}
     assert {resource for action, resource in grants if action == "sqs:SendMessage"} == {
         json.dumps({"Fn::GetAtt": ["OrdersQueue", "Arn"]}),
@@ -296,7 +296,7 @@ def test_the_relay_reads_only_the_claims_stream_and_sends_only_to_its_queues(
         r["Properties"]
         for r in deployed["Resources"].values()
         if r["Type"] == "AWS::Lambda::EventSourceMapping"
-        and r["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["ClaimsTable", "StreamArn"]}
+        and r["Properties"]["EventSourceArn"] == claims_table_value["StreamArn"]
     ]
     assert len(mapping["FilterCriteria"]["Filters"]) == 3, "SAM passes the filter on to Lambda"
     assert mapping["MaximumRetryAttempts"] == -1, "SAM passes the unbounded retries on to Lambda"

@@ -246,13 +246,13 @@ STREAM_MAPPING_ACTIONS = {
 
 
 def test_the_relay_role_grants_what_lambdas_stream_mapping_reads_the_stream_with(
-    deployed: dict[str, Any],
+    deployed: dict[str, Any], claims_table_value: dict[str, Any]
 ) -> None:
     statements = identity_policies(deployed)["OutcomeRelayFunctionRole"]
     granted = {
         action
         for _, statement in statements
-        if statement.get("Resource") == {"Fn::GetAtt": ["ClaimsTable", "StreamArn"]}
+        if statement.get("Resource") == claims_table_value["StreamArn"]
         for action in as_list(statement.get("Action", []))
     }
     assert granted == STREAM_MAPPING_ACTIONS

@@ -171,10 +171,10 @@ def test_the_claims_table_is_durable_encrypted_and_on_demand(template: Template)
     assert properties["BillingMode"] == "PAY_PER_REQUEST"
     assert properties["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
     assert properties["SSESpecification"]["SSEEnabled"] is True
-    # The record of who was charged survives a stack delete or replacement, but a failed first deploy
-    # (the create that made it rolls back) leaves no billed, empty table behind.
-    assert table.get("DeletionPolicy") == "RetainExceptOnCreate"
+    # The record of who was charged survives every stack operation (tests/static/test_deploy.py).
+    assert table.get("DeletionPolicy") == "Retain"
     assert table.get("UpdateReplacePolicy") == "Retain"
+    assert properties["DeletionProtectionEnabled"] is True
 
 
 def test_claims_expire_through_the_attribute_the_code_writes(template: Template) -> None:
@@ -311,10 +311,16 @@ def names_a_template_resource(template: Template, value: Any) -> bool:
     parameter = template.parameters.get(target or "")
     if parameter:
         return str(parameter.get("AllowedPattern", "")).startswith("^arn:")
-    if isinstance(value, dict) and isinstance(value.get("Fn::Sub"), str):
-        text = value["Fn::Sub"]
+    if isinstance(value, dict) and "Fn::Sub" in value:
+        # !Sub "text", or !Sub [text, {name: value}] whose every value names a resource itself.
+        text, variables = (value["Fn::Sub"], {}) if isinstance(value["Fn::Sub"], str) else value["Fn::Sub"]
         names = re.findall(r"\$\{([^}.]+)(?:\.[^}]*)?\}", text)
-        return text.startswith("${") and "*" not in text and all(name in template.resources for name in names)
+        return (
+            text.startswith("${")
+            and "*" not in text
+            and all(name in template.resources or name in variables for name in names)
+            and all(names_a_template_resource(template, variable) for variable in variables.values())
+        )
     return False
 
 

@@ -75,7 +75,11 @@ def test_a_new_function_gets_its_log_group_and_throttle_alarm_from_one_spec_entr
     skipped = [skip["id"] for skip in resources["RefundPaymentFunction"]["Metadata"]["checkov"]["skip"]]
     assert skipped == [skip["id"] for skip in spec["function_skips"]]
     log_group = resources["RefundPaymentFunctionLogGroup"]["Properties"]
-    assert log_group["LogGroupName"] == {"Fn::Sub": "/aws/lambda/${AWS::StackName}-RefundPaymentFunction"}
+    stack_uuid = {"Fn::Select": [2, {"Fn::Split": ["/", {"Ref": "AWS::StackId"}]}]}
+    create_id = {"CreateId": {"Fn::Select": [0, {"Fn::Split": ["-", stack_uuid]}]}}
+    assert log_group["LogGroupName"] == {
+        "Fn::Sub": ["/aws/lambda/${AWS::StackName}-RefundPaymentFunction-${CreateId}", create_id]
+    }
     alarm = resources["RefundPaymentThrottlesAlarm"]["Properties"]
     assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": "RefundPaymentFunction"}}]
     assert alarm["AlarmName"] == {"Fn::Sub": "${AWS::StackName}-throttles-refund-payment"}
