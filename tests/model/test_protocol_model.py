@@ -6,11 +6,12 @@ shrunk schedule that breaks the invariant, step by step.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from payment_saga.claims import ClaimOutcome, ClaimResult, ClaimsStore
+from payment_saga.outcomes import OutcomeRelay, Relayed
 from saga_local.stripe_emulator import ProviderEmulator
 from tests.model.explore import Explorer
 from tests.model.protocol import Delivery, Scope
@@ -51,6 +52,77 @@ def test_the_checker_finds_a_claim_that_mistakes_its_own_resend_for_a_duplicate(
     assert any("ended in 'Duplicate Suppressed' but holds the claim" in text for text in found), found
     example = next(e for e in report.counterexamples.values() if "Duplicate Suppressed" in e.invariant)
     assert any("die_after" in step for step in example.trace), example.trace
+
+
+def test_the_checker_finds_a_relay_that_never_requeues_a_tombstone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Planted: the relay ignores the tombstone the fence of a failed Claim step writes (attempt 0).
+    # Only the relay sends that order again, so it is lost: never re-queued, no final outcome.
+    real_relay = OutcomeRelay.relay
+
+    def relay(self: OutcomeRelay, old: Any, new: Any) -> Relayed | None:
+        if isinstance(new, dict) and new.get("attempt", {}).get("N") == "0":
+            return None
+        return real_relay(self, old, new)
+
+    monkeypatch.setattr(OutcomeRelay, "relay", relay)
+    scope = Scope(
+        "planted-relay-bug",
+        (Delivery("d1"),),
+        max_faults=1,
+        requeues=0,
+        clock=False,
+        sweeper=False,
+        fault_kinds=frozenset({"outage"}),
+    )
+
+    report = Explorer(scope).run()
+
+    found = [example.invariant for example in report.counterexamples.values()]
+    assert any("was never re-queued" in text for text in found), found
+    assert any("no final outcome event" in text for text in found), found
+    example = next(e for e in report.counterexamples.values() if "never re-queued" in e.invariant)
+    assert any("Claim Failed" in step for step in example.trace), example.trace
+
+
+def test_the_checker_finds_a_relay_retry_that_starts_a_requeued_order_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Planted: the relay's re-queue loses its requeueEventId, so the start function names each copy
+    # after its MessageId. A relay retried after its send (an answer lost) then starts two executions.
+    from handlers import outcome_relay
+
+    make_relay = outcome_relay.outcome_relay
+
+    class WithoutRequeueEventId:
+        def __init__(self, sqs: Any) -> None:
+            self.sqs = sqs
+
+        def send_message(self, **request: Any) -> Any:
+            attributes = request.pop("MessageAttributes")
+            kept = {name: value for name, value in attributes.items() if name != "requeueEventId"}
+            return self.sqs.send_message(**request, MessageAttributes=kept)
+
+    def planted() -> OutcomeRelay:
+        relay = make_relay()
+        relay.sqs = cast("Any", WithoutRequeueEventId(relay.sqs))
+        return relay
+
+    monkeypatch.setattr(outcome_relay, "outcome_relay", planted)
+    scope = Scope(
+        "planted-relay-bug",
+        (Delivery("d1"),),
+        max_faults=2,
+        requeues=0,
+        clock=False,
+        sweeper=False,
+        fault_kinds=frozenset({"refused", "answer_lost"}),
+    )
+
+    report = Explorer(scope).run()
+
+    example = next((e for e in report.counterexamples.values() if "re-queued 2 times" in e.invariant), None)
+    assert example is not None, [e.invariant for e in report.counterexamples.values()]
+    assert any("answer_lost" in step for step in example.trace), example.trace
 
 
 def test_the_emulator_still_has_what_the_model_reaches_into() -> None:
