@@ -102,7 +102,8 @@ DECLINED_CARD = "pm_card_chargeDeclined"
 WRITE_FAULTS = ("lost_resend", "lost_raise", "late", "die_after")
 CREATE_FAULTS = ("lost", "late", "refused")
 SWEEP_FAULTS = ("lost_resend", "late")
-ALL_FAULTS = frozenset({*WRITE_FAULTS, *CREATE_FAULTS, "outage", *RELAY_FAULTS})
+#: The claim protocol's faults (the relay's, ``relay.RELAY_FAULTS``, are named by the scopes that want them).
+ALL_FAULTS = frozenset({*WRITE_FAULTS, *CREATE_FAULTS, "outage"})
 #: The queues and the bus the relay, the start function and the state machine's SQS tasks name.
 ORDERS_QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/orders"
 PARKED_QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/outcome-relay-parked"

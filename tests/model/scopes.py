@@ -20,8 +20,9 @@ that each known hole of the claim protocol is within reach of some scope:
 * ``declined-then-charged``: a decline then the customer's charged retry, the relay failing once
   (one failed PutEvents published the decline after the charge).
 
-The relay runs in every scope (each closing write's events, each re-queue); its faults only where
-named.
+The relay runs in every scope (each closing write's events, each re-queue); its faults
+(``relay.RELAY_FAULTS``) only in the last three, which the full scopes widen with the clock and the
+sweeper, more re-sends or lost charges.
 
 The full scopes turn the clock, the sweeper and every fault kind back on, and add deliveries,
 faults, re-sends and redrives to the same shapes.
@@ -79,7 +80,7 @@ CI_SCOPES: tuple[Scope, ...] = (
     Scope(
         "not-charged-requeued",
         (D("d1"),),
-        max_faults=2,
+        max_faults=3,
         requeues=1,
         clock=False,
         sweeper=False,
@@ -88,20 +89,20 @@ CI_SCOPES: tuple[Scope, ...] = (
     Scope(
         "claim-failed-requeued",
         (D("d1"),),
-        max_faults=2,
+        max_faults=3,
         requeues=1,
         clock=False,
         sweeper=False,
-        fault_kinds=frozenset({"outage", "send_failed", "answer_lost", "poison"}),
+        fault_kinds=frozenset({"outage", *RELAY_FAULTS}),
     ),
     Scope(
         "declined-then-charged",
         (D("d1", "initial", DECLINED_CARD), D("d2", "retry-1")),
-        max_faults=1,
+        max_faults=2,
         requeues=0,
         clock=False,
         sweeper=False,
-        fault_kinds=frozenset({"put_failed", "relay_died"}),
+        fault_kinds=RELAY_FAULTS,
         relay_lags=True,
     ),
 )
@@ -137,6 +138,30 @@ FULL_SCOPES: tuple[Scope, ...] = (
         redrives=1,
         requeues=0,
         fault_kinds=frozenset({"die_after", "outage", "late"}),
+    ),
+    Scope(
+        "not-charged-requeued",
+        (D("d1"),),
+        max_faults=2,
+        requeues=1,
+        fault_kinds=frozenset({"refused", "lost", *RELAY_FAULTS}),
+    ),
+    Scope(
+        "claim-failed-requeued",
+        (D("d1"),),
+        max_faults=3,
+        requeues=2,
+        clock=False,
+        sweeper=False,
+        fault_kinds=frozenset({"outage", "die_after", *RELAY_FAULTS}),
+    ),
+    Scope(
+        "declined-then-charged",
+        (D("d1", "initial", DECLINED_CARD), D("d2", "retry-1")),
+        max_faults=2,
+        requeues=0,
+        fault_kinds=RELAY_FAULTS,
+        relay_lags=True,
     ),
 )
 
