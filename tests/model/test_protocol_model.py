@@ -14,7 +14,7 @@ from payment_saga.claims import ClaimOutcome, ClaimResult, ClaimsStore
 from payment_saga.outcomes import OutcomeRelay, Relayed
 from saga_local.stripe_emulator import ProviderEmulator
 from tests.model.explore import Explorer
-from tests.model.protocol import Delivery, Scope
+from tests.model.protocol import DECLINED_CARD, Delivery, Scope
 from tests.model.scopes import selected
 
 
@@ -123,6 +123,39 @@ def test_the_checker_finds_a_relay_retry_that_starts_a_requeued_order_twice(
     example = next((e for e in report.counterexamples.values() if "re-queued 2 times" in e.invariant), None)
     assert example is not None, [e.invariant for e in report.counterexamples.values()]
     assert any("answer_lost" in step for step in example.trace), example.trace
+
+
+def test_the_checker_finds_a_relay_that_goes_on_past_a_failed_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Planted: the relay handles every record of a batch whatever fails before it (as Powertools'
+    # BatchProcessor does). A decline whose PutEvents fails is then published after the charge.
+    from handlers import outcome_relay
+
+    def in_every_order(records: list[dict[str, Any]]) -> dict[str, Any]:
+        failed = []
+        for record in records:
+            try:
+                outcome_relay.record_handler(record)
+            except Exception:  # noqa: BLE001 - the planted bug: note it and go on
+                failed.append({"itemIdentifier": record["dynamodb"]["SequenceNumber"]})
+        return {"batchItemFailures": failed}
+
+    monkeypatch.setattr(outcome_relay, "in_stream_order", in_every_order)
+    scope = Scope(
+        "planted-relay-bug",
+        (Delivery("d1", "initial", DECLINED_CARD), Delivery("d2", "retry-1")),
+        max_faults=1,
+        requeues=0,
+        clock=False,
+        sweeper=False,
+        fault_kinds=frozenset({"put_failed"}),
+        relay_lags=True,
+    )
+
+    report = Explorer(scope).run()
+
+    example = next((e for e in report.counterexamples.values() if "out of stream order" in e.invariant), None)
+    assert example is not None, [e.invariant for e in report.counterexamples.values()]
+    assert "OrderDeclined" in example.invariant, example.invariant
 
 
 def test_the_emulator_still_has_what_the_model_reaches_into() -> None:
