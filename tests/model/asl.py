@@ -3,7 +3,9 @@
 The model does not copy the saga's Retry and Catch rules: it reads them from the real definition, so
 a change there (a retrier removed, a Catch routed elsewhere) changes what the model explores. What is
 supported is what the definition uses -- Task (``lambda:invoke``, ``Parameters``, ``ResultSelector``,
-``ResultPath``, ``Retry``, ``Catch``; other integrations, the outcome events, succeed at once),
+``ResultPath``, ``Retry``, ``Catch``; other integrations -- the outcome events' ``events:putEvents``,
+the re-queues' ``sqs:sendMessage`` -- succeed at once, their resolved ``Parameters`` handed to the
+model's ``integration`` callback, ``States.Format`` included),
 Choice (``StringEquals``, ``BooleanEquals``, ``NumericEquals``, ``IsPresent``, ``And``, ``Or``,
 ``Not``), Pass, Succeed and Fail -- and anything else raises :class:`Unsupported` instead of being
 guessed at.
@@ -17,11 +19,16 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    #: ``(execution, state name, Resource, resolved Parameters)`` of a Task that is not a Lambda.
+    Integration = Callable[["Execution", str, str, dict[str, Any]], None]
 
 RUNNING = "RUNNING"
 SUCCEEDED = "SUCCEEDED"
@@ -85,8 +92,16 @@ class Execution:
 class StateMachine:
     """A parsed definition. ``function_of(Parameters.FunctionName)`` names the Lambda a Task invokes."""
 
-    def __init__(self, definition: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        definition: dict[str, Any],
+        *,
+        integration: Integration | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.definition = definition
+        self.integration = integration
+        self.clock = clock
         self.states: dict[str, dict[str, Any]] = definition["States"]
         self.start_at: str = definition["StartAt"]
         self.timeout_seconds: int = int(definition.get("TimeoutSeconds", 0))
@@ -156,11 +171,16 @@ class StateMachine:
 
     # -- internals ------------------------------------------------------------------------------
 
-    @staticmethod
-    def _context(execution: Execution) -> dict[str, Any]:
+    def _context(self, execution: Execution) -> dict[str, Any]:
+        now = self.clock() if self.clock is not None else float(execution.started_at)
+        entered = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
         return {
-            "Execution": {"Id": execution.arn, "RedriveCount": execution.redrive_count},
-            "State": {"Name": execution.state, "RetryCount": execution.retry_count},
+            "Execution": {
+                "Id": execution.arn,
+                "Name": execution.arn.rsplit(":", 1)[-1],
+                "RedriveCount": execution.redrive_count,
+            },
+            "State": {"Name": execution.state, "RetryCount": execution.retry_count, "EnteredTime": entered},
         }
 
     def _retry(self, execution: Execution, state: dict[str, Any], error: str) -> bool:
@@ -195,10 +215,15 @@ class StateMachine:
             if kind == "Task" and is_lambda(state):
                 return
             if kind == "Task":
-                # Another integration (EventBridge putEvents: the outcome published for subscribers)
-                # is not part of the claim protocol: it succeeds at once, its result discarded.
+                # Another integration (EventBridge putEvents: an outcome event; SQS sendMessage: the
+                # order sent back to the queue) succeeds at once, its result discarded; the model
+                # gets what it sends (its bus and its orders queue).
                 if state.get("ResultPath", "$") is not None or "ResultSelector" in state:
                     raise Unsupported(f"state {execution.state!r}: a non-Lambda Task whose result is kept")
+                if self.integration is not None:
+                    document = _select(execution.data, state.get("InputPath", "$"))
+                    parameters = _parameters(state.get("Parameters", {}), document, self._context(execution))
+                    self.integration(execution, execution.state, str(state["Resource"]), parameters)
                 self._next(execution, state)
                 continue
             if kind == "Fail":
@@ -298,14 +323,45 @@ def _parameters(template: Any, document: Any, context: dict[str, Any]) -> Any:
         if not key.endswith(".$"):
             resolved[key] = _parameters(value, document, context)
             continue
-        if not isinstance(value, str) or value.startswith("States."):
-            raise Unsupported(f"intrinsic or non-path value for {key!r}: {value!r}")
-        source = context if value.startswith("$$.") else document
-        found = _path(source, value[1:] if value.startswith("$$") else value)
-        if found is _MISSING:
-            raise Unsupported(f"path {value!r} is absent (States.Runtime)")
-        resolved[key[:-2]] = copy.deepcopy(found)
+        if not isinstance(value, str):
+            raise Unsupported(f"non-path value for {key!r}: {value!r}")
+        if value.startswith("States."):
+            resolved[key[:-2]] = _intrinsic(value, document, context)
+            continue
+        resolved[key[:-2]] = copy.deepcopy(_reference(value, document, context))
     return resolved
+
+
+def _reference(value: str, document: Any, context: dict[str, Any]) -> Any:
+    """A path into the document (``$.a``) or the context object (``$$.Execution.Name``)."""
+    source = context if value.startswith("$$.") else document
+    found = _path(source, value[1:] if value.startswith("$$") else value)
+    if found is _MISSING:
+        raise Unsupported(f"path {value!r} is absent (States.Runtime)")
+    return found
+
+
+_FORMAT = re.compile(r"^States\.Format\('((?:[^'\\]|\\.)*)'((?:\s*,\s*\$[^,)]*)*)\)$")
+
+
+def _intrinsic(value: str, document: Any, context: dict[str, Any]) -> Any:
+    """``States.Format('{}/x/{}', $.a, $$.b)`` with path arguments: what the definition uses."""
+    match = _FORMAT.match(value)
+    if match is None:
+        raise Unsupported(f"intrinsic function {value!r}")
+    template = match.group(1)
+    arguments = [
+        _reference(argument.strip(), document, context)
+        for argument in match.group(2).split(",")
+        if argument.strip()
+    ]
+    pieces = template.split("{}")
+    if len(pieces) != len(arguments) + 1:
+        raise Unsupported(f"States.Format with {len(arguments)} argument(s) for {len(pieces) - 1}: {value!r}")
+    text = pieces[0]
+    for argument, piece in zip(arguments, pieces[1:], strict=True):
+        text += (argument if isinstance(argument, str) else json.dumps(argument)) + piece
+    return text
 
 
 _COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {

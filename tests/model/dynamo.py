@@ -9,6 +9,12 @@ schedules reach it. On a miss the contents are first copied into moto, then read
 
 Faults are not applied here: an ``interceptor`` (the model's fault layer) sees every call with a
 function that applies it, and decides whether, when and how often to call it.
+
+Every write that changes an item makes the stream record DynamoDB would (the table's stream is
+``NEW_AND_OLD_IMAGES``): moto's own shard records it, the record's key and images are kept with the
+memoised answer, and ``on_records`` is handed them each time the write is applied (a memo hit
+included), in the order the writes are applied. A write that leaves an item as it was makes no
+record, as DynamoDB writes none.
 """
 
 from __future__ import annotations
@@ -23,12 +29,15 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     Interceptor = Callable[[str, dict[str, Any], Callable[[], Any]], Any]
+    RecordsHandler = Callable[[list[dict[str, Any]]], None]
 
 #: Operations that never change the table (their answer is memoised, nothing is read back).
 READS = frozenset({"get_item", "query", "scan", "batch_get_item", "describe_table"})
 WRITES = frozenset({"update_item", "put_item", "delete_item", "transact_write_items", "batch_write_item"})
 
 Items = dict[str, dict[str, Any]]
+#: The parts of a stream record a write decides (moto's ``eventID``, sequence number and time are not).
+Records = list[dict[str, Any]]
 
 
 def canonical(value: Any) -> str:
@@ -59,8 +68,10 @@ class ModelTable:
         self.items: Items = {}
         self._items_text = canonical(self.items)
         self._moto: Items = {}
-        self._memo: dict[tuple[str, str, str], tuple[bool, Any, Items]] = {}
+        self._memo: dict[tuple[str, str, str], tuple[bool, Any, Items, Records]] = {}
         self.interceptor: Interceptor | None = None
+        #: Called with the stream records of each write applied (none for a write that changed nothing).
+        self.on_records: RecordsHandler | None = None
         self.hits = 0
         self.misses = 0
 
@@ -110,16 +121,19 @@ class ModelTable:
             self._memo[memo_key] = answer
         else:
             self.hits += 1
-        raised, response, after = answer
+        raised, response, after, records = answer
         if operation not in READS:
             self.restore(after)
+        if records and self.on_records is not None:
+            self.on_records(copy.deepcopy(records))
         if raised:
             error_response, operation_name = response
             raise ClientError(copy.deepcopy(error_response), operation_name)
         return copy.deepcopy(response)
 
-    def _ask_moto(self, operation: str, request: dict[str, Any]) -> tuple[bool, Any, Items]:
+    def _ask_moto(self, operation: str, request: dict[str, Any]) -> tuple[bool, Any, Items, Records]:
         self._sync()
+        self._take_stream_records()  # what copying the contents in wrote: not a write of the model's
         try:
             response = getattr(self._client, operation)(**copy.deepcopy(request))
         except ClientError as exc:
@@ -128,7 +142,25 @@ class ModelTable:
             answer = (False, _without_metadata(response))
         after = self.items if operation in READS else self._read_back()
         self._moto = after
-        return (*answer, after)
+        return (*answer, after, self._take_stream_records())
+
+    def _take_stream_records(self) -> Records:
+        """The records moto's shard holds (key, event name, images), emptied so that it does not grow."""
+        shard = self._moto_table.stream_shard
+        if shard is None:
+            return []
+        records = []
+        for record in shard.items:
+            change = record.to_json()["dynamodb"]
+            old, new = change.get("OldImage"), change.get("NewImage")
+            if old == new:
+                continue  # an item written as it was: DynamoDB writes no stream record
+            kept = {"eventName": record.to_json()["eventName"], "Keys": change["Keys"]}
+            kept.update({name: image for name, image in (("OldImage", old), ("NewImage", new)) if image})
+            records.append(copy.deepcopy(kept))
+        shard.starting_sequence_number += len(shard.items)
+        shard.items.clear()
+        return records
 
     def _key(self, item: dict[str, Any]) -> str:
         return canonical({name: item[name] for name in self._key_names})

@@ -153,7 +153,7 @@ class Explorer:
                     return None
                 done, found = world.finish()
                 return [*trace, *done], [*seen, *found]
-            base = action if action[0] not in ("start", "run", "sweep") else (*action[:-1], None)
+            base = action if action[0] not in ("start", "run", "sweep", "relay") else (*action[:-1], None)
             if base not in list(world.actions()):
                 return None
             if action != base and world.state.faults >= self.scope.max_faults:

@@ -4,8 +4,11 @@ One order; a few deliveries of it (each an execution of the real state machine d
 steps invoking the real handlers, which use the real ``ClaimsStore`` on moto and the real
 ``StripeProvider`` on the Stripe emulator); the sweeper (``payment_saga.reconcile.reconcile``); a
 clock that jumps past the lease or past the sweeper's search grace (timing out every execution older
-than the state machine's ``TimeoutSeconds``); a redrive of a timed-out execution; a re-send of the
-order once it was released ``NOT_CHARGED``. Faults are actions too, up to a budget:
+than the state machine's ``TimeoutSeconds``); a redrive of a timed-out execution; the outcome relay
+(``handlers.outcome_relay``, its event source mapping as the template declares it) on the stream
+records the writes make; the delivery of a message on the orders queue (a re-queue of the relay, or
+the state machine's own ``sqs:sendMessage``) through the real start function
+(``handlers.start_execution``). Faults are actions too, up to a budget:
 
 =================  ====================================================================================
 ``lost_resend``    a DynamoDB write is applied, its answer lost, and botocore sends it again
@@ -16,14 +19,32 @@ order once it was released ``NOT_CHARGED``. Faults are actions too, up to a budg
 ``lost``           the provider applies the charge and its answer is lost (a 500 after the commit)
 ``refused``        the provider refuses the request before executing it (401: "not attempted")
 ``outage``         every DynamoDB call (or provider call) of one Task fails until its retries run out
+``put_failed``     the relay's k-th call, a ``PutEvents``, fails (500 after the SDK's retries)
+``entry_refused``  that ``PutEvents`` answers ``FailedEntryCount``: its last entry refused
+``send_failed``    the relay's k-th call, a ``SendMessage``, fails
+``answer_lost``    the relay's k-th call is applied and its answer lost: the relay fails
+``relay_died``     the relay's k-th call is applied, then the relay Lambda dies: the whole batch is retried
+``poison``         a record the relay can never read lands on the stream ahead of the order's record
 =================  ====================================================================================
+
+The relay reads the stream as Lambda's mapping hands it over: every record not yet done, in stream
+order, the filter applied; a record that failed, and every one after it, is handed over again by the
+next relay step (Lambda's retry from the failed sequence number). A fault-free relay step commutes
+with every other step but a write that adds a record (it reads only the stream, and only queue
+deliveries read what it sends), so it is taken first: while a record waits that the relay was
+never handed, the relay's step (with or without a fault) is the only action, and with no fault
+left to choose it is taken within the step that wrote the record. After a failure the retry is an
+action like any other, so later records join the batch it retries; a scope with ``relay_lags``
+lets the relay lag without a fault too (records of several writes in one batch). A queued message is
+delivered whenever the scope's re-send budget allows (its ``DelaySeconds`` is not waited for: any
+order of deliveries is explored), and every message left is delivered at the end of a schedule.
 
 A declined card is not a fault but a delivery's payment method. Interleaving is at the grain of one
 Lambda invocation (or one sweep, one clock jump...): a Lambda's calls run back to back, and what can
 happen *inside* an invocation is what the faults say (an answer lost, a write delayed past others).
 
-The invariants (docs/design.md) are checked after every step; see :meth:`World.violations` and
-:meth:`World.end_violations`.
+The invariants (docs/design.md, docs/outcome-events.md) are checked after every step; see
+:meth:`World.violations` and :meth:`World.end_violations`.
 """
 
 from __future__ import annotations
@@ -34,6 +55,7 @@ import importlib
 import inspect
 import itertools
 import json
+import os
 import pickle
 import re
 import sys
@@ -51,7 +73,20 @@ from saga_local.aws.stack import LOCAL_API_KEY, REGION, table_request
 from saga_local.aws.template import load_template
 from saga_local.stripe_emulator import ProviderEmulator
 from tests.model import asl
-from tests.model.dynamo import WRITES, ModelTable
+from tests.model.dynamo import WRITES, ModelTable, canonical
+from tests.model.relay import (
+    RELAY_CALL_FAULTS,
+    RELAY_FAULTS,
+    Mapping,
+    ServiceError,
+    bus_text,
+    closing,
+    event_violations,
+    final_outcome_violations,
+    lambda_record,
+    poison_record,
+    served_client,
+)
 from tests.model.stripe_link import InProcessLink, emulator_restore, emulator_snapshot, emulator_summary
 
 if TYPE_CHECKING:
@@ -67,7 +102,14 @@ DECLINED_CARD = "pm_card_chargeDeclined"
 WRITE_FAULTS = ("lost_resend", "lost_raise", "late", "die_after")
 CREATE_FAULTS = ("lost", "late", "refused")
 SWEEP_FAULTS = ("lost_resend", "late")
+#: The claim protocol's faults (the relay's, ``relay.RELAY_FAULTS``, are named by the scopes that want them).
 ALL_FAULTS = frozenset({*WRITE_FAULTS, *CREATE_FAULTS, "outage"})
+#: The queues and the bus the relay, the start function and the state machine's SQS tasks name.
+ORDERS_QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/orders"
+PARKED_QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/outcome-relay-parked"
+BUS_NAME = "outcomes"
+STATE_MACHINE_ARN = "arn:aws:states:us-east-1:123456789012:stateMachine:PaymentSaga"
+STREAM_ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/claims/stream/model"
 
 #: Ends of an execution that say it holds no open claim: the order is charged, declined, not
 #: charged, a duplicate of someone else's, or refused. An execution that ended so must not hold the
@@ -121,6 +163,9 @@ class Scope:
     clock: bool = True
     #: How far behind the provider's search is (below the sweeper's grace, as the design assumes).
     search_lag_seconds: int = 1800
+    #: Whether the relay may lag: its step is then an action like any other, never taken first, so
+    #: records of several writes meet in one batch without a fault (more states).
+    relay_lags: bool = False
 
 
 @dataclass
@@ -154,6 +199,31 @@ class State:
     pending: list[Pending] = field(default_factory=list)
     #: PaymentIntent id -> the producer's paymentAttempt it was created for.
     intent_attempts: dict[str, str] = field(default_factory=dict)
+    #: Stream records the relay has not done yet, in stream order (those the filter lets through).
+    stream: list[dict[str, Any]] = field(default_factory=list)
+    stream_next: int = 2
+    #: The relay failed on the first record of ``stream``: its retry is an action like any other.
+    stalled: bool = False
+    relay_retries: int = 0
+    #: After a function error with bisection on: how many records the next batch holds.
+    batch_limit: int | None = None
+    #: Every closing transition of the order's row, in write order (read by the model, see relay.closing).
+    closings: list[dict[str, Any]] = field(default_factory=list)
+    #: Every event put on the outcome bus, copies included: ``publisher``, ``detailType``, ``detail``.
+    bus: list[dict[str, Any]] = field(default_factory=list)
+    #: Messages on the orders queue, not yet delivered.
+    queue: list[dict[str, Any]] = field(default_factory=list)
+    #: Messages sent to the relay's parking queue; records the mapping gave up on.
+    parked: list[dict[str, Any]] = field(default_factory=list)
+    shed: list[dict[str, Any]] = field(default_factory=list)
+    #: The closing (index in ``closings``) each of the relay's re-queue messages was sent for.
+    requeued_for: list[int] = field(default_factory=list)
+    #: Closing index -> executions the start function started from the relay's re-queues of it.
+    requeue_starts: dict[int, int] = field(default_factory=dict)
+    #: Names of the executions the start function started (a second start answers ExecutionAlreadyExists).
+    names: list[str] = field(default_factory=list)
+    messages_sent: int = 0
+    poisons: int = 0
 
 
 @dataclass
@@ -168,6 +238,8 @@ class _Run:
     creates: int = 0
     dynamodb_calls: int = 0
     fired: bool = False
+    #: The relay's AWS calls, in order (``PutEvents``, ``SendMessage``).
+    calls: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -177,6 +249,7 @@ class StepResult:
     creates: int = 0
     dynamodb_calls: int = 0
     fired: bool = True
+    calls: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -238,6 +311,11 @@ class World:
         client.create_table(**table_request(template["Resources"]["ClaimsTable"]["Properties"], TABLE))
         self.table = ModelTable(client, TABLE)
         self.table.interceptor = self._on_dynamodb
+        self.table.on_records = self._on_records
+        self.mapping = Mapping.from_template(template)
+        self._matches = self.mapping.matcher()
+        self._filtered: dict[str, bool] = {}
+        self._environment(template)
         self.lease_seconds = int(template["Parameters"]["ClaimLeaseSeconds"]["Default"])
         from payment_saga.claims import ClaimsStore
         from payment_saga.payments import StripeProvider
@@ -258,13 +336,36 @@ class World:
         )
         self.provider = StripeProvider(LOCAL_API_KEY, client=sdk)
         definition = json.loads((_root() / "statemachine" / "payment_saga.asl.json").read_text())
-        self.machine = asl.StateMachine(definition)
+        self.machine = asl.StateMachine(definition, integration=self._integration, clock=self.clock)
         self.handlers = self._handlers(template, definition)
+        from handlers import outcome_relay, start_execution
+
+        self.relay_handler = inspect.unwrap(outcome_relay.handler)
+        self.start_handler = inspect.unwrap(start_execution.handler)
+        self._relay_record: dict[str, Any] | None = None
+        self._delivering: dict[str, Any] | None = None
         self._wire()
+        self._wire_relay(outcome_relay, start_execution)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
+
+    def _environment(self, template: dict[str, Any]) -> None:
+        """The relay's and the start function's settings: the template's defaults (undone on exit)."""
+        parameters = template["Parameters"]
+        values = {
+            "OUTCOME_EVENT_BUS_NAME": BUS_NAME,
+            "ORDERS_QUEUE_URL": ORDERS_QUEUE_URL,
+            "PARKED_RECORDS_QUEUE_URL": PARKED_QUEUE_URL,
+            "STATE_MACHINE_ARN": STATE_MACHINE_ARN,
+            "MAX_REQUEUE_ATTEMPTS": str(parameters["MaxRequeueAttempts"]["Default"]),
+            "REQUEUE_BASE_DELAY_SECONDS": str(parameters["RequeueBaseDelaySeconds"]["Default"]),
+            "MAX_STATE_MACHINE_REQUEUES": str(parameters["MaxStateMachineRequeues"]["Default"]),
+        }
+        self.max_requeue_attempts = int(values["MAX_REQUEUE_ATTEMPTS"])
+        for name, value in values.items():
+            self._stack.enter_context(_environ(name, value))
 
     def _handlers(
         self, template: dict[str, Any], definition: dict[str, Any]
@@ -305,6 +406,24 @@ class World:
         self._stack.callback(runtime.logger.setLevel, level)
         self._metrics = runtime.metrics
 
+    def _wire_relay(self, outcome_relay: types.ModuleType, start_execution: types.ModuleType) -> None:
+        """The relay's and the start function's clients answered by the model; the record in hand noted."""
+        clients = {
+            "events": served_client("events", self._answer_events),
+            "sqs": served_client("sqs", self._answer_sqs),
+            "stepfunctions": served_client("stepfunctions", self._answer_stepfunctions),
+        }
+        for module in (outcome_relay, start_execution):
+            self._stack.enter_context(_patched(module, "client", clients.__getitem__))
+        handle = outcome_relay.record_handler
+
+        def record_handler(record: dict[str, Any]) -> None:
+            # Which record a re-queue is sent for: the relay handles a batch's records one by one.
+            self._relay_record = record
+            handle(record)
+
+        self._stack.enter_context(_patched(outcome_relay, "record_handler", record_handler))
+
     # -- saving and restoring -------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
@@ -329,8 +448,9 @@ class World:
                 "table": self.table.state_text(),
                 "provider": emulator_summary(self.emulator),
                 "now": state.now,
-                "budget": [state.faults, state.redrives, state.requeues],
+                "budget": [state.faults, state.redrives, state.requeues, state.poisons],
                 "attempts": sorted(state.intent_attempts.items()),
+                "relay": self._relay_text(),
             },
             sort_keys=True,
             default=str,
@@ -358,6 +478,38 @@ class World:
             )
         return _rename_ids(min(texts))
 
+    def _relay_text(self) -> Any:
+        """The relay's side of the state, without what does not decide what happens next: sequence
+        numbers and MessageIds (positions instead), and a record's time unless a record age applies."""
+        state = self.state
+        aged = self.mapping.max_record_age_seconds >= 0
+        stream = [
+            {k: v for k, v in record.items() if k != "sequence" and (aged or k != "created")}
+            for record in state.stream
+        ]
+        queue = sorted(
+            json.dumps({k: v for k, v in message.items() if k != "id"}, sort_keys=True)
+            for message in state.queue
+        )
+        # Past claim writes' versions matter only by their order (every later write has a higher one).
+        sequences = {c["sequence"] for c in state.closings} | {e["detail"].get("sequence") for e in state.bus}
+        rank = {value: number for number, value in enumerate(sorted(v for v in sequences if v is not None))}
+        closings = [
+            {**{k: v for k, v in c.items() if k != "record"}, "sequence": rank.get(c["sequence"])}
+            for c in state.closings
+        ]
+        return {
+            "stream": stream,
+            "stalled": [state.stalled, state.relay_retries, state.batch_limit],
+            "closings": closings,
+            "bus": bus_text(state.bus, rank),
+            "queue": queue,
+            "parked": sorted(json.dumps(m, sort_keys=True) for m in state.parked),
+            "shed": len(state.shed),
+            "requeued": [sorted(set(state.requeued_for)), sorted(state.requeue_starts.items())],
+            "names": sorted(state.names),
+        }
+
     # -- reading the system ---------------------------------------------------------------------
 
     def row(self) -> dict[str, Any] | None:
@@ -380,6 +532,12 @@ class World:
     def actions(self) -> Iterator[tuple[Any, ...]]:
         """Every action enabled now, without faults (see :meth:`variants`)."""
         state = self.state
+        if self._relay_due():
+            # A record the relay was never handed: its step goes first (see the module's docstring).
+            yield ("relay", None)
+            if self._poison_allowed():
+                yield ("poison",)
+            return
         for delivery in self.scope.deliveries:
             if delivery.name not in state.started:
                 yield ("start", delivery.name, None)
@@ -394,8 +552,25 @@ class World:
             for index, execution in enumerate(state.executions):
                 if execution.status == asl.TIMED_OUT:
                     yield ("redrive", index)
-        if state.requeues < self.scope.requeues and self._released_not_charged(row):
-            yield ("requeue",)
+        yield from self._relay_actions()
+
+    def _relay_actions(self) -> Iterator[tuple[Any, ...]]:
+        """The relay's retry (or, when it may lag, its step), and the deliveries of queued messages."""
+        state = self.state
+        if state.stream:
+            yield ("relay", None)
+            if self.scope.relay_lags and self._poison_allowed():
+                yield ("poison",)
+        if state.requeues < self.scope.requeues:
+            seen: set[str] = set()
+            for index, message in enumerate(state.queue):
+                text = json.dumps({k: v for k, v in message.items() if k != "id"}, sort_keys=True)
+                if text not in seen:  # two copies of one message: delivering either is the same
+                    seen.add(text)
+                    yield ("deliver", index)
+
+    def _relay_due(self) -> bool:
+        return bool(self.state.stream) and not self.state.stalled and not self.scope.relay_lags
 
     def _time_actions(self, row: dict[str, Any] | None) -> Iterator[tuple[Any, ...]]:
         """Moving the clock past the lease or the search grace, and the sweeps that then matter."""
@@ -414,14 +589,28 @@ class World:
         self, action: tuple[Any, ...], done: StepResult, faults_used: int
     ) -> Iterator[tuple[Any, ...]]:
         """The faulty versions of a fault-free action, given what it did and the faults used before it."""
-        if faults_used >= self.scope.max_faults or action[0] not in ("start", "run", "sweep") or action[-1]:
+        if (
+            faults_used >= self.scope.max_faults
+            or action[0] not in ("start", "run", "sweep", "relay")
+            or action[-1]
+        ):
             return
         kinds = self.scope.fault_kinds
+        if action[0] == "relay":
+            yield from (
+                ("relay", (k, kind))
+                for k, operation in enumerate(done.calls, 1)
+                for kind in RELAY_CALL_FAULTS[operation]
+                if kind in kinds
+            )
+            return
         if action[0] == "sweep":
-            for k in range(1, done.writes + 1):
-                for kind in SWEEP_FAULTS:
-                    if kind in kinds:
-                        yield ("sweep", ("write", k, kind))
+            yield from (
+                ("sweep", ("write", k, kind))
+                for k in range(1, done.writes + 1)
+                for kind in SWEEP_FAULTS
+                if kind in kinds
+            )
             return
         verb, who = action[0], action[1]
         for where, calls, fault_kinds in (
@@ -439,6 +628,26 @@ class World:
                 yield (verb, who, ("outage", "provider"))
 
     def apply(self, action: tuple[Any, ...]) -> StepResult:
+        result = self._apply(action)
+        if action[0] not in ("relay", "poison") and self._relay_due() and not self._relay_faults_left():
+            # The relay's step would be the only action, with no fault to choose: take it now.
+            relayed = self._relay(None)
+            result = replace(result, label=f"{result.label}; {relayed.label}")
+        return result
+
+    def _poison_allowed(self) -> bool:
+        state = self.state
+        return (
+            "poison" in self.scope.fault_kinds
+            and not state.poisons
+            and not state.stalled
+            and state.faults < self.scope.max_faults
+        )
+
+    def _relay_faults_left(self) -> bool:
+        return self.state.faults < self.scope.max_faults and bool(self.scope.fault_kinds & RELAY_FAULTS)
+
+    def _apply(self, action: tuple[Any, ...]) -> StepResult:
         kind = action[0]
         if kind == "start":
             # A delivery starts its execution and runs its first step at once: nothing outside the
@@ -461,34 +670,27 @@ class World:
             self.machine.redrive(execution, self.state.now)
             self.state.redrives += 1
             return StepResult(f"redrive {self.state.actors[action[1]]} at {execution.state}")
-        if kind == "requeue":
+        if kind == "relay":
+            return self._relay(action[1])
+        if kind == "poison":
+            return self._poison()
+        if kind == "deliver":
             self.state.requeues += 1
-            return self._requeue()
+            return self._deliver(action[1])
         raise ValueError(action)
 
     def _start(self, actor: str, message: dict[str, Any]) -> StepResult:
-        state = self.state
-        execution = self.machine.start(
-            f"{ACCOUNT_ARN}:{actor}", {"order": message, "messageId": f"msg-{actor}"}, state.now
-        )
-        state.executions.append(execution)
-        state.messages.append(message)
-        state.actors.append(actor)
+        execution_input = {"order": message, "messageId": f"msg-{actor}"}
+        self._start_execution(actor, f"{ACCOUNT_ARN}:{actor}", execution_input)
         card = "declining card" if message["paymentMethod"] == DECLINED_CARD else "card"
         return StepResult(f"deliver {actor} (paymentAttempt {message['paymentAttempt']}, {card})")
 
-    def _requeue(self) -> StepResult:
-        row = self.row()
-        attempt = row["paymentAttempt"] if row else self.scope.deliveries[0].payment_attempt
-        delivery = next(
-            (d for d in self.scope.deliveries if d.payment_attempt == attempt), self.scope.deliveries[0]
-        )
-        actor = f"r{self.state.requeues}"
-        result = self._start(actor, delivery.message())
-        return StepResult(f"re-send the order released NOT_CHARGED: {result.label}")
-
-    def _released_not_charged(self, row: dict[str, Any] | None) -> bool:
-        return bool(row and row["status"] == "RELEASED" and row.get("releaseReason") == "NOT_CHARGED")
+    def _start_execution(self, actor: str, arn: str, execution_input: dict[str, Any]) -> None:
+        state = self.state
+        execution = self.machine.start(arn, execution_input, state.now)
+        state.executions.append(execution)
+        state.messages.append(execution_input["order"])
+        state.actors.append(actor)
 
     def _step(self, index: int, fault: tuple[Any, ...] | None) -> StepResult:
         """One Task of one execution: its Lambda invoked once (an outage: until its retries end)."""
@@ -596,6 +798,260 @@ class World:
             self.state.faults += 1
         return StepResult(f"sweep{_fault_text(fault)}: {text}", run.writes, fired=fault is None or run.fired)
 
+    # -- the stream, the relay and the orders queue -----------------------------------------------
+
+    def _on_records(self, records: list[dict[str, Any]]) -> None:
+        """A write was applied: its stream records join the stream (those the mapping's filter keeps)."""
+        state = self.state
+        for change in records:
+            record = {"sequence": state.stream_next, "created": state.now, **change}
+            state.stream_next += 2  # room for a poison record ahead of it (see _poison)
+            closed = closing(record) if change["Keys"]["orderId"]["S"] == ORDER_ID else None
+            if closed is not None:
+                record["closing"] = len(state.closings)
+                state.closings.append(closed)
+            if self._passes_filter(change):
+                state.stream.append(record)
+
+    def _passes_filter(self, change: dict[str, Any]) -> bool:
+        """The mapping's filter on a record (memoised on the change: moto's matcher is not cheap)."""
+        key = canonical(change)
+        passes = self._filtered.get(key)
+        if passes is None:
+            passes = self._filtered[key] = self._matches(
+                lambda_record({"sequence": 0, "created": 0, **change}, STREAM_ARN)
+            )
+        return passes
+
+    def _poison(self) -> StepResult:
+        """A record the relay cannot read lands just ahead of the records it was not handed yet."""
+        state = self.state
+        state.poisons += 1
+        state.faults += 1
+        state.stream.insert(0, poison_record(state.stream[0]["sequence"] - 1, state.now))
+        return StepResult("[poison] a record that is no claim row lands on the stream ahead of the order's")
+
+    def _relay(self, fault: tuple[Any, ...] | None) -> StepResult:
+        """One invocation of the relay on the records not done yet, and what the mapping does after it."""
+        state = self.state
+        mapping = self.mapping
+        if mapping.max_record_age_seconds >= 0:
+            while state.stream and state.now - state.stream[0]["created"] > mapping.max_record_age_seconds:
+                state.shed.append(state.stream.pop(0))
+        if not state.stream:
+            return StepResult("relay: every record it had was older than the mapping's record age")
+        size = min(mapping.batch_size, state.batch_limit or mapping.batch_size)
+        batch = state.stream[:size]
+        records = [lambda_record(record, STREAM_ARN) for record in batch]
+        run = _Run(owner="relay", payment_attempt="", plan=fault)
+        self._run = run
+        function_error: str | None = None
+        response: Any = None
+        try:
+            with contextlib.redirect_stdout(_DISCARD):
+                response = self.relay_handler({"Records": records}, _LambdaContext())
+        except Killed as killed:
+            function_error = killed.error
+        except Exception as exc:  # noqa: BLE001 - an unhandled error is a function error, retried whole
+            function_error = type(exc).__name__
+        finally:
+            self._run = None
+            self._relay_record = None
+            self._metrics.clear_metrics()
+        if fault is not None:
+            state.faults += 1
+        failed_from = 0 if function_error else self._failed_from(response, records)
+        what = f"relay{_relay_fault_text(fault)}: {len(batch)} record(s)"
+        if failed_from is None:
+            del state.stream[: len(batch)]
+            state.stalled, state.relay_retries, state.batch_limit = False, 0, None
+            label = f"{what}, all done"
+        else:
+            del state.stream[:failed_from]
+            left = len(batch) - failed_from
+            label = (
+                f"{what}, {failed_from} done, retried from the next ({function_error or 'batchItemFailures'})"
+            )
+            if function_error and mapping.bisect_on_error and left > 1:
+                state.batch_limit = left // 2  # a split is not a retry (as in Lambda)
+            else:
+                state.relay_retries += 1
+                state.batch_limit = None
+            if 0 <= mapping.max_retry_attempts < state.relay_retries:
+                state.shed.extend(state.stream[:left])
+                del state.stream[:left]
+                state.relay_retries = 0
+                label += f"; retries exhausted, {left} record(s) skipped"
+            state.stalled = bool(state.stream)
+        return StepResult(label, fired=fault is None or run.fired, calls=tuple(run.calls))
+
+    def _failed_from(self, response: Any, records: list[dict[str, Any]]) -> int | None:
+        """The first record Lambda retries after this response (None: all done), as Lambda reads it."""
+        if not self.mapping.report_batch_item_failures:
+            return None
+        try:
+            failed = {str(item["itemIdentifier"]) for item in response.get("batchItemFailures") or []}
+        except (AttributeError, TypeError, KeyError):
+            return 0  # a malformed response fails the whole batch
+        if not failed:
+            return None
+        sequence = [record["dynamodb"]["SequenceNumber"] for record in records]
+        if not failed <= set(sequence):
+            return 0
+        return min(sequence.index(s) for s in failed)
+
+    def _deliver(self, index: int) -> StepResult:
+        """The start function receives one message of the orders queue (its real record handling)."""
+        state = self.state
+        message = state.queue.pop(index)
+        attributes = {
+            name: {"stringValue": value["StringValue"], "dataType": value["DataType"]}
+            for name, value in (message.get("attributes") or {}).items()
+        }
+        record = {
+            "messageId": message["id"],
+            "receiptHandle": f"receipt-{message['id']}",
+            "body": message["body"],
+            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": str(state.now * 1000)},
+            "messageAttributes": attributes,
+            "md5OfBody": "",
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders",
+            "awsRegion": REGION,
+        }
+        started = len(state.executions)
+        self._delivering = message
+        try:
+            with contextlib.redirect_stdout(_DISCARD):
+                response = self.start_handler({"Records": [record]}, _LambdaContext())
+        finally:
+            self._delivering = None
+            self._metrics.clear_metrics()
+        if response.get("batchItemFailures"):
+            raise AssertionError(f"the start function failed a message the model sent: {response}")
+        names = ", ".join(
+            f"{k}={v['StringValue']}" for k, v in sorted((message.get("attributes") or {}).items())
+        )
+        label = f"deliver the {message['sender']}'s message ({names})"
+        if len(state.executions) == started:
+            return StepResult(f"{label}: its execution already exists, nothing started")
+        return StepResult(f"{label}: starts {state.actors[-1]}")
+
+    def _send(self, sender: str, request: dict[str, Any]) -> str:
+        """A message lands on the orders queue. Returns its MessageId."""
+        state = self.state
+        state.messages_sent += 1
+        message_id = f"msg_{state.messages_sent:012d}"
+        body = request["MessageBody"]
+        message = {
+            "id": message_id,
+            "sender": sender,
+            "body": body if isinstance(body, str) else json.dumps(body, sort_keys=True),
+            "attributes": request.get("MessageAttributes") or {},
+            "delaySeconds": request.get("DelaySeconds", 0),
+        }
+        if sender == "relay":
+            handled = self._relay_record or {}
+            sequence = (handled.get("dynamodb") or {}).get("SequenceNumber")
+            pending = next((r for r in state.stream if str(r["sequence"]) == sequence), {})
+            message["for"] = pending.get("closing")
+            state.requeued_for.append(-1 if message["for"] is None else message["for"])
+        state.queue.append(message)
+        return message_id
+
+    def _integration(
+        self, execution: asl.Execution, name: str, resource: str, parameters: dict[str, Any]
+    ) -> None:
+        """A Task of the state machine that is not a Lambda: its message or its events reach the model."""
+        if resource.endswith(":states:::sqs:sendMessage"):
+            if parameters["QueueUrl"] != "${OrdersQueueUrl}":
+                raise asl.Unsupported(f"state {name!r} sends to {parameters['QueueUrl']}")
+            self._send("state machine", parameters)
+        elif resource.endswith(":states:::events:putEvents"):
+            for entry in parameters["Entries"]:
+                detail = entry["Detail"] if isinstance(entry["Detail"], dict) else json.loads(entry["Detail"])
+                self.state.bus.append(
+                    {"publisher": "state machine", "detailType": entry["DetailType"], "detail": detail}
+                )
+        else:
+            raise asl.Unsupported(f"state {name!r}: resource {resource}")
+
+    def _relay_fault(self, operation: str) -> str | None:
+        """The fault planned for this call of the relay (counted), or None."""
+        run = self._run
+        if run is None or run.owner != "relay":
+            return None
+        run.calls.append(operation)
+        if run.plan and run.plan[0] == len(run.calls):
+            run.fired = True
+            return str(run.plan[1])
+        return None
+
+    def _answer_events(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        if operation != "PutEvents":
+            raise ServiceError("UnknownOperation", f"the model's bus does not answer {operation}", 400)
+        kind = self._relay_fault("PutEvents")
+        if kind == "put_failed":
+            raise ServiceError("InternalException", "PutEvents failed (model)")
+        entries = params["Entries"]
+        results: list[dict[str, Any]] = []
+        for number, entry in enumerate(entries, 1):
+            if entry.get("EventBusName") != BUS_NAME or (kind == "entry_refused" and number == len(entries)):
+                results.append({"ErrorCode": "InternalFailure", "ErrorMessage": "entry refused (model)"})
+                continue
+            publisher = "relay" if self._run is not None and self._run.owner == "relay" else "start function"
+            self.state.bus.append(
+                {
+                    "publisher": publisher,
+                    "detailType": entry["DetailType"],
+                    "detail": json.loads(entry["Detail"]),
+                }
+            )
+            results.append({"EventId": f"event-{len(self.state.bus)}"})
+        self._after_applied(kind, "PutEvents")
+        return {"FailedEntryCount": sum("ErrorCode" in r for r in results), "Entries": results}
+
+    def _answer_sqs(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        if operation != "SendMessage":
+            raise ServiceError("UnknownOperation", f"the model's queues do not answer {operation}", 400)
+        kind = self._relay_fault("SendMessage")
+        if kind == "send_failed":
+            raise ServiceError("InternalFailure", "SendMessage failed (model)")
+        if params["QueueUrl"] == ORDERS_QUEUE_URL:
+            sender = "relay" if self._run is not None and self._run.owner == "relay" else "start function"
+            message_id = self._send(sender, params)
+        elif params["QueueUrl"] == PARKED_QUEUE_URL:
+            attributes = params.get("MessageAttributes") or {}
+            self.state.parked.append(
+                {k: v["StringValue"] for k, v in attributes.items() if k != "sequenceNumber"}
+            )
+            message_id = f"parked-{len(self.state.parked)}"
+        else:
+            raise ServiceError("AWS.SimpleQueueService.NonExistentQueue", params["QueueUrl"], 400)
+        self._after_applied(kind, "SendMessage")
+        return {"MessageId": message_id}
+
+    def _after_applied(self, kind: str | None, operation: str) -> None:
+        if kind == "answer_lost":
+            raise ServiceError("InternalFailure", f"{operation} applied, its answer lost (model)")
+        if kind == "relay_died":
+            raise Killed("Sandbox.Timedout")
+
+    def _answer_stepfunctions(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        if operation != "StartExecution" or params["stateMachineArn"] != STATE_MACHINE_ARN:
+            raise ServiceError("UnknownOperation", f"the model does not answer {operation}", 400)
+        state = self.state
+        name = params["name"]
+        if name in state.names:
+            raise ServiceError("ExecutionAlreadyExists", f"Execution Already Exists: '{name}'", 400)
+        state.names.append(name)
+        message = self._delivering or {}
+        if message.get("sender") == "relay" and message.get("for") is not None:
+            state.requeue_starts[message["for"]] = state.requeue_starts.get(message["for"], 0) + 1
+        arn = f"{ACCOUNT_ARN}:{name}"
+        self._start_execution(f"r{len(state.names)}", arn, json.loads(params["input"]))
+        return {"executionArn": arn, "startDate": float(state.now)}
+
     # -- faults -----------------------------------------------------------------------------------
 
     def _on_dynamodb(self, operation: str, request: dict[str, Any], apply: Callable[[], Any]) -> Any:
@@ -688,6 +1144,37 @@ class World:
             found.extend(self._row_violations(row, intents))
         for index, execution in enumerate(self.state.executions):
             found.extend(self._execution_violations(index, execution, row, succeeded))
+        found.extend(self._relay_violations(succeeded))
+        return found
+
+    def _relay_violations(self, succeeded: list[str]) -> list[str]:
+        """The relay's part of the promise, at every step: events announce what happened, in order;
+        a re-queue is of a release proven never charged, and starts one execution; nothing is skipped."""
+        state = self.state
+        found = event_violations(state.bus, state.closings, succeeded)
+        for index in sorted(set(state.requeued_for)):
+            closed = state.closings[index] if index >= 0 else None
+            if closed is None or (closed["status"], closed["reason"]) != ("RELEASED", "NOT_CHARGED"):
+                what = (
+                    "a write that closed nothing"
+                    if closed is None
+                    else f"{closed['status']} {closed['reason'] or ''}"
+                )
+                found.append(
+                    f"the relay re-queued the order for {what.strip()}: it was not proven never charged"
+                )
+        for index, started in sorted(state.requeue_starts.items()):
+            if started > 1:
+                found.append(
+                    f"an order proven never charged was re-queued {started} times for one release"
+                    f" (attempt {state.closings[index]['attempt']}): {started} executions started"
+                )
+        if state.shed:
+            found.append(
+                f"the relay's event source skipped {len(state.shed)} record(s): their outcomes are lost"
+            )
+        if any(message.get("orderId") == ORDER_ID for message in state.parked):
+            found.append("the relay parked a record of the order: its outcome is never published")
         return found
 
     def _declined_sent_again(self, intents: list[dict[str, Any]]) -> list[str]:
@@ -747,6 +1234,7 @@ class World:
         return (
             len(state.started) == len(self.scope.deliveries)
             and not state.pending
+            and not state.stream
             and all(e.status != asl.RUNNING for e in state.executions)
         )
 
@@ -766,38 +1254,100 @@ class World:
         )
 
     def finish(self) -> tuple[list[str], list[str]]:
-        """End a complete schedule: sweep past the grace, re-send a NOT_CHARGED order, run it out.
+        """End a complete schedule with no more faults: run every execution out, sweep a claim left
+        open past the grace, let the relay drain the stream, deliver every queued message; repeat
+        until nothing is left to do.
 
-        Returns (what was done, violations): the order must end charged once, or declined.
+        Returns (what was done, violations): the order must end charged once, or declined, with the
+        events and re-queues that says (:meth:`end_violations`).
         """
         done: list[str] = []
-        for _ in range(3):
+        return done, self._finish(done)
+
+    def _finish(self, done: list[str]) -> list[str]:
+        state = self.state
+        for _ in range(_FINISH_STEPS):
+            running = next((i for i, e in enumerate(state.executions) if e.status == asl.RUNNING), None)
             row = self.row()
-            if row and row["status"] == "CLAIMED":
+            if state.stream:
+                done.append(self._relay(None).label)
+            elif running is not None:
+                done.append(self._step(running, None).label)
+            elif row and row["status"] == "CLAIMED" and not state.pending:
+                before = self.table.state_text()
                 done.append(self._jump("grace").label)
                 done.append(self._sweep(None).label)
-                row = self.row()
-            if row is not None and not self._released_not_charged(row):
-                break
-            self.state.requeues += 1
-            done.append(self._requeue().label)
-            index = len(self.state.executions) - 1
-            while self.state.executions[index].status == asl.RUNNING:
-                done.append(self._step(index, None).label)
+                if self.table.state_text() == before:  # the sweeper leaves it open: say so
+                    return self.violations() or self.end_violations()
+            elif state.queue:
+                done.append(self._deliver(0).label)
+            else:
+                return self.violations() or self.end_violations()
             found = self.violations()
             if found:
-                return done, found
-        return done, self.end_violations()
+                return found
+        return [
+            f"the schedule did not come to rest within {_FINISH_STEPS} steps of its end",
+            *self.end_violations(),
+        ]
 
     def end_violations(self) -> list[str]:
+        """Once nothing is left to do: the order is charged once or declined, each release proven
+        never charged was re-queued exactly once (or, at the bound, needs attention), and the events
+        follow their rule (docs/outcome-events.md)."""
         row = self.row()
         charges = self.succeeded()
-        if row and row["status"] == "COMPLETED" and len(charges) == 1:
-            return []
-        if row and row["status"] == "RELEASED" and row.get("releaseReason") == "DECLINED" and not charges:
-            return []
-        status = "no claim" if row is None else f"{row['status']} {row.get('releaseReason') or ''}".strip()
-        return [f"the order ended {status} with {len(charges)} charge(s): neither charged once nor declined"]
+        found = []
+        charged = row and row["status"] == "COMPLETED" and len(charges) == 1
+        declined = (
+            row and row["status"] == "RELEASED" and row.get("releaseReason") == "DECLINED" and not charges
+        )
+        if not (charged or declined):
+            status = (
+                "no claim" if row is None else f"{row['status']} {row.get('releaseReason') or ''}".strip()
+            )
+            found.append(
+                f"the order ended {status} with {len(charges)} charge(s): neither charged once nor declined"
+            )
+        state = self.state
+        if state.stream:
+            found.append(f"the relay never got through {len(state.stream)} record(s)")
+        if state.poisons and not state.parked:
+            found.append("a record the relay cannot read was never parked")
+        for index, closed in enumerate(state.closings):
+            if (closed["status"], closed["reason"]) != ("RELEASED", "NOT_CHARGED"):
+                continue
+            attention = any(
+                e["publisher"] == "relay"
+                and e["detailType"] == "OrderNeedsAttention"
+                and e["detail"].get("sequence") == closed["sequence"]
+                for e in state.bus
+            )
+            started = state.requeue_starts.get(index, 0)
+            if not started and not attention:
+                found.append(
+                    f"an order proven never charged (released at attempt {closed['attempt']}) was never"
+                    " re-queued, and nothing says it needs attention"
+                )
+        found.extend(final_outcome_violations(state.bus, [intent["id"] for intent in charges]))
+        return found
+
+
+#: Steps the end of a schedule may take (every execution run out, re-queues and their executions).
+_FINISH_STEPS = 200
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
 
 
 @contextlib.contextmanager
@@ -835,6 +1385,12 @@ def _fault_text(fault: tuple[Any, ...] | None) -> str:
         return f" [{fault[1]} outage for the whole step]"
     what = "DynamoDB write" if fault[0] == "write" else "provider charge request"
     return f" [{fault[2]} on {what} #{fault[1]}]"
+
+
+def _relay_fault_text(fault: tuple[Any, ...] | None) -> str:
+    if fault is None:
+        return ""
+    return f" [{fault[1]} on its AWS call #{fault[0]}]"
 
 
 def _describe(outcome: dict[str, Any] | asl.TaskFailure) -> str:

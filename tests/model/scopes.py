@@ -11,7 +11,18 @@ that each known hole of the claim protocol is within reach of some scope:
 * ``claim-in-flight``: a Claim Lambda killed with its write in flight, and the Claim step failing (the
   release read the row before the write landed);
 * ``takeover-then-redrive``: a Claim Lambda that dies after its write, a takeover, and a redrive of
-  the first execution (it kept ownership of the attempt and released what the other had charged).
+  the first execution (it kept ownership of the attempt and released what the other had charged);
+* ``not-charged-requeued``: a charge refused before the provider ran it (released ``NOT_CHARGED``), the
+  relay failing on any of its calls, and the re-queued delivery (a retried relay re-queued again);
+* ``claim-failed-requeued``: a Claim step that fails (the fence's tombstone, which only the relay
+  re-queues), then the relay or the re-queued delivery failing too, or a poison record in the way
+  (a re-queued order whose Claim failed was never tried again);
+* ``declined-then-charged``: a decline then the customer's charged retry, the relay failing once
+  (one failed PutEvents published the decline after the charge).
+
+The relay runs in every scope (each closing write's events, each re-queue); its faults
+(``relay.RELAY_FAULTS``) only in the last three, which the full scopes widen with the clock and the
+sweeper, more re-sends or lost charges.
 
 The full scopes turn the clock, the sweeper and every fault kind back on, and add deliveries,
 faults, re-sends and redrives to the same shapes.
@@ -22,8 +33,10 @@ from __future__ import annotations
 import os
 
 from tests.model.protocol import DECLINED_CARD, Delivery, Scope
+from tests.model.relay import RELAY_FAULTS
 
 D = Delivery
+RELAY_CALLS = RELAY_FAULTS - {"poison"}
 
 #: Small enough for ``make test`` (the clock, the sweeper or some fault kinds left out where a scope's
 #: hole does not need them); every one of them is also in ``FULL_SCOPES`` with everything on.
@@ -64,6 +77,34 @@ CI_SCOPES: tuple[Scope, ...] = (
         sweeper=False,
         fault_kinds=frozenset({"die_after", "outage"}),
     ),
+    Scope(
+        "not-charged-requeued",
+        (D("d1"),),
+        max_faults=3,
+        requeues=1,
+        clock=False,
+        sweeper=False,
+        fault_kinds=frozenset({"refused", *RELAY_CALLS}),
+    ),
+    Scope(
+        "claim-failed-requeued",
+        (D("d1"),),
+        max_faults=3,
+        requeues=1,
+        clock=False,
+        sweeper=False,
+        fault_kinds=frozenset({"outage", *RELAY_FAULTS}),
+    ),
+    Scope(
+        "declined-then-charged",
+        (D("d1", "initial", DECLINED_CARD), D("d2", "retry-1")),
+        max_faults=2,
+        requeues=0,
+        clock=False,
+        sweeper=False,
+        fault_kinds=RELAY_FAULTS,
+        relay_lags=True,
+    ),
 )
 
 #: ``make model``: the same shapes with the clock, the sweeper and every fault kind on, more faults
@@ -97,6 +138,30 @@ FULL_SCOPES: tuple[Scope, ...] = (
         redrives=1,
         requeues=0,
         fault_kinds=frozenset({"die_after", "outage", "late"}),
+    ),
+    Scope(
+        "not-charged-requeued",
+        (D("d1"),),
+        max_faults=2,
+        requeues=1,
+        fault_kinds=frozenset({"refused", "lost", *RELAY_FAULTS}),
+    ),
+    Scope(
+        "claim-failed-requeued",
+        (D("d1"),),
+        max_faults=3,
+        requeues=2,
+        clock=False,
+        sweeper=False,
+        fault_kinds=frozenset({"outage", "die_after", *RELAY_FAULTS}),
+    ),
+    Scope(
+        "declined-then-charged",
+        (D("d1", "initial", DECLINED_CARD), D("d2", "retry-1")),
+        max_faults=2,
+        requeues=0,
+        fault_kinds=RELAY_FAULTS,
+        relay_lags=True,
     ),
 )
 

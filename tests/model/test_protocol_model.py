@@ -6,14 +6,15 @@ shrunk schedule that breaks the invariant, step by step.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from payment_saga.claims import ClaimOutcome, ClaimResult, ClaimsStore
+from payment_saga.outcomes import OutcomeRelay, Relayed
 from saga_local.stripe_emulator import ProviderEmulator
 from tests.model.explore import Explorer
-from tests.model.protocol import Delivery, Scope
+from tests.model.protocol import DECLINED_CARD, Delivery, Scope
 from tests.model.scopes import selected
 
 
@@ -51,6 +52,110 @@ def test_the_checker_finds_a_claim_that_mistakes_its_own_resend_for_a_duplicate(
     assert any("ended in 'Duplicate Suppressed' but holds the claim" in text for text in found), found
     example = next(e for e in report.counterexamples.values() if "Duplicate Suppressed" in e.invariant)
     assert any("die_after" in step for step in example.trace), example.trace
+
+
+def test_the_checker_finds_a_relay_that_never_requeues_a_tombstone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Planted: the relay ignores the tombstone the fence of a failed Claim step writes (attempt 0).
+    # Only the relay sends that order again, so it is lost: never re-queued, no final outcome.
+    real_relay = OutcomeRelay.relay
+
+    def relay(self: OutcomeRelay, old: Any, new: Any) -> Relayed | None:
+        if isinstance(new, dict) and new.get("attempt", {}).get("N") == "0":
+            return None
+        return real_relay(self, old, new)
+
+    monkeypatch.setattr(OutcomeRelay, "relay", relay)
+    scope = Scope(
+        "planted-relay-bug",
+        (Delivery("d1"),),
+        max_faults=1,
+        requeues=0,
+        clock=False,
+        sweeper=False,
+        fault_kinds=frozenset({"outage"}),
+    )
+
+    report = Explorer(scope).run()
+
+    found = [example.invariant for example in report.counterexamples.values()]
+    assert any("was never re-queued" in text for text in found), found
+    assert any("no final outcome event" in text for text in found), found
+    example = next(e for e in report.counterexamples.values() if "never re-queued" in e.invariant)
+    assert any("Claim Failed" in step for step in example.trace), example.trace
+
+
+def test_the_checker_finds_a_relay_retry_that_starts_a_requeued_order_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Planted: the relay's re-queue loses its requeueEventId, so the start function names each copy
+    # after its MessageId. A relay retried after its send (an answer lost) then starts two executions.
+    from handlers import outcome_relay
+
+    make_relay = outcome_relay.outcome_relay
+
+    class WithoutRequeueEventId:
+        def __init__(self, sqs: Any) -> None:
+            self.sqs = sqs
+
+        def send_message(self, **request: Any) -> Any:
+            attributes = request.pop("MessageAttributes")
+            kept = {name: value for name, value in attributes.items() if name != "requeueEventId"}
+            return self.sqs.send_message(**request, MessageAttributes=kept)
+
+    def planted() -> OutcomeRelay:
+        relay = make_relay()
+        relay.sqs = cast("Any", WithoutRequeueEventId(relay.sqs))
+        return relay
+
+    monkeypatch.setattr(outcome_relay, "outcome_relay", planted)
+    scope = Scope(
+        "planted-relay-bug",
+        (Delivery("d1"),),
+        max_faults=2,
+        requeues=0,
+        clock=False,
+        sweeper=False,
+        fault_kinds=frozenset({"refused", "answer_lost"}),
+    )
+
+    report = Explorer(scope).run()
+
+    example = next((e for e in report.counterexamples.values() if "re-queued 2 times" in e.invariant), None)
+    assert example is not None, [e.invariant for e in report.counterexamples.values()]
+    assert any("answer_lost" in step for step in example.trace), example.trace
+
+
+def test_the_checker_finds_a_relay_that_goes_on_past_a_failed_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Planted: the relay handles every record of a batch whatever fails before it (as Powertools'
+    # BatchProcessor does). A decline whose PutEvents fails is then published after the charge.
+    from handlers import outcome_relay
+
+    def in_every_order(records: list[dict[str, Any]]) -> dict[str, Any]:
+        failed = []
+        for record in records:
+            try:
+                outcome_relay.record_handler(record)
+            except Exception:  # noqa: BLE001 - the planted bug: note it and go on
+                failed.append({"itemIdentifier": record["dynamodb"]["SequenceNumber"]})
+        return {"batchItemFailures": failed}
+
+    monkeypatch.setattr(outcome_relay, "in_stream_order", in_every_order)
+    scope = Scope(
+        "planted-relay-bug",
+        (Delivery("d1", "initial", DECLINED_CARD), Delivery("d2", "retry-1")),
+        max_faults=1,
+        requeues=0,
+        clock=False,
+        sweeper=False,
+        fault_kinds=frozenset({"put_failed"}),
+        relay_lags=True,
+    )
+
+    report = Explorer(scope).run()
+
+    example = next((e for e in report.counterexamples.values() if "out of stream order" in e.invariant), None)
+    assert example is not None, [e.invariant for e in report.counterexamples.values()]
+    assert "OrderDeclined" in example.invariant, example.invariant
 
 
 def test_the_emulator_still_has_what_the_model_reaches_into() -> None:
