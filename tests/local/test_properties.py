@@ -323,24 +323,43 @@ def fault_specs(draw: st.DrawFn, orders: int, start_function: bool) -> FaultSpec
 
 
 @st.composite
-def around_fault_specs(draw: st.DrawFn, function: str, *, times: int) -> FaultSpec:
+def around_fault_specs(draw: st.DrawFn, function: str, *, times: int) -> tuple[FaultSpec, ...]:
     """A fault of the relay or the sweeper: any kind at any point the function reaches
     (:func:`~saga_local.runtime.faults.valid_points`), aimed at one of its first invocations of the
-    example or at any. ``stop`` is left out: neither is invoked by an execution."""
+    example or at any. ``stop`` is left out: neither is invoked by an execution.
+
+    A sweep's first UpdateItem is always its lock; half the sweeper's UpdateItem faults come after a
+    harmless one that takes the lock's turn (a short stall, or an answer lost and sent again, which
+    the lock's write survives), so that they hit the sweep's next write: a claim's completion or
+    release, or the lock's release."""
     point = draw(st.sampled_from(valid_points(function)))
     kind = draw(st.sampled_from([k for k in kinds_at(function, point) if k != "stop"]))
     late = kind == "late_write"
     seconds = 0.05 if kind == "delay" else 0.3 if late else 0.0
-    return FaultSpec(
+    attempt = draw(st.none() | st.integers(1, 3))
+    fault = FaultSpec(
         function,
         point,
         kind,
         times=draw(st.integers(1, times)),
         order=None,
-        attempt=draw(st.none() | st.integers(1, 3)),
+        attempt=attempt,
         seconds=seconds,
         dies_as=draw(st.sampled_from(["die", "timeout"])) if late else "die",
     )
+    if function != SWEEPER_FUNCTION or not point.endswith(":dynamodb.UpdateItem") or not draw(st.booleans()):
+        return (fault,)
+    at_send = kind in ("lost_answer", "late_write")
+    lock_turn = FaultSpec(
+        function,
+        point,
+        "lost_answer" if at_send else "delay",
+        times=1,
+        order=None,
+        attempt=attempt,
+        seconds=0.0 if at_send else 0.01,
+    )
+    return (lock_turn, fault)
 
 
 @st.composite
@@ -385,8 +404,12 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     )
     # The relay's batch is retried from its failed record until it goes through; the sweeper's tick
     # fails at most twice, so a third sweep, within play_out_later's rounds, runs clean.
-    relay_faults = draw(st.lists(around_fault_specs(RELAY_FUNCTION, times=3), max_size=2))
-    sweeper_faults = draw(st.lists(around_fault_specs(SWEEPER_FUNCTION, times=2), max_size=2))
+    relay_faults = [
+        f for pair in draw(st.lists(around_fault_specs(RELAY_FUNCTION, times=3), max_size=2)) for f in pair
+    ]
+    sweeper_faults = [
+        f for pair in draw(st.lists(around_fault_specs(SWEEPER_FUNCTION, times=2), max_size=2)) for f in pair
+    ]
     refused = draw(st.lists(st.builds(RefusedEntrySpec, st.integers(1, 4)), max_size=1))
     waves = max(len(plan.waves) for plan in orders)
     poison = draw(st.none() | st.integers(0, waves - 1))
