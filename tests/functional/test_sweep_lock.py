@@ -7,6 +7,7 @@ like a claim, and that the Lambda skips a tick while another sweep holds the lea
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -124,3 +125,31 @@ def test_a_sweep_releases_its_lease_when_it_ends(sweeper_env: None, dynamodb: An
 
     assert "skipped" not in first
     assert "skipped" not in second, "the first sweep kept the lease after it ended"
+
+
+class NextTickMidSweep:
+    """The sweeper's provider, slow: while the sweep asks about its claim, the schedule's next tick
+    comes (a minute later) and tries to take the lease. Then the provider cannot be reached."""
+
+    def __init__(self, claims_table: str, dynamodb: Any) -> None:
+        self.next_tick = SweepLock(claims_table, client=dynamodb, clock=lambda: time.time() + 60)
+        self.took_the_lease: bool | None = None
+
+    def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> Any:
+        self.took_the_lease = self.next_tick.acquire("next-tick", lease_seconds=300).acquired
+        raise OSError("network unreachable")
+
+
+def test_a_tick_a_minute_into_a_long_sweep_finds_the_lease_still_held(
+    sweeper_env: None, dynamodb: Any, claims_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000).claim(
+        Order("ORDER-001", 1000, "EUR", "cus_1", "pm_card_visa"), token="dead-execution"
+    )
+    slow = NextTickMidSweep(claims_table, dynamodb)
+    monkeypatch.setattr(sweeper, "provider", lambda: slow)
+
+    with pytest.raises(RuntimeError, match="1 stale claim"):
+        sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert slow.took_the_lease is False, "a second sweep started beside the first"

@@ -866,6 +866,36 @@ def test_the_sweeper_lambda_completes_and_releases_and_logs_each_decision(
     assert ("ReconciliationResolved", ("Outcome",)) in metrics
 
 
+def test_a_sweep_with_less_time_left_than_one_claim_needs_leaves_it_for_the_next_tick(
+    sweeper_env: None, dynamodb: Any, claims_table: str, emulator: ProviderEmulator
+) -> None:
+    # A claim the sweeper would complete, and an invocation with 25 s left: less than one search and
+    # one write need (RESERVE_MILLIS). Starting it anyway risks Lambda killing the sweep mid-claim.
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000).claim(ORDER, token=A)
+    holder = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
+    charge(holder)
+    holder.close()
+
+    result = sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 25))
+
+    assert result["finished"] is False
+    assert ClaimsStore(claims_table, client=dynamodb).get(ORDER.order_id).status is ClaimStatus.CLAIMED  # type: ignore[union-attr]
+
+
+def test_a_sweeper_deployed_with_a_longer_grace_waits_that_long_before_it_releases(
+    sweeper_env: None, dynamodb: Any, claims_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A provider whose search lags up to two hours: the stack sets a two-hour grace. The claim's lease
+    # ran out 4,100 s ago, past the default grace (3,600 s) but not past the stack's.
+    monkeypatch.setenv("CLAIM_SEARCH_GRACE_SECONDS", "7200")
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000).claim(ORDER, token=A)
+
+    result = sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert (result["counts"]["pending"], result["counts"]["released"]) == (1, 0)
+    assert ClaimsStore(claims_table, client=dynamodb).get(ORDER.order_id).status is ClaimStatus.CLAIMED  # type: ignore[union-attr]
+
+
 def emitted_metrics(out: str, *, function_name: str | None = None) -> dict[str, float]:
     """Metric name -> total over the embedded metric format lines Powertools printed: those with no
     dimension but the service, or with ``function_name`` those broken down by ``FunctionName``."""
@@ -939,6 +969,27 @@ def test_the_sweeper_lambda_alarms_on_a_charge_for_a_released_claim_and_on_dupli
     assert (totals.get("ChargeOnReleasedClaim"), totals.get("DuplicateCharge")) == (1, 1)
 
 
+def test_the_sweeper_lambda_counts_each_extra_charge_of_an_attempt_charged_three_times(
+    sweeper_env: None,
+    dynamodb: Any,
+    claims_table: str,
+    emulator: ProviderEmulator,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # The provider applied one key three times: two refunds are owed, and the alarm must say two.
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000).claim(ORDER, token=A)
+    holder = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
+    emulator.dedupe = False
+    charges = {charge(holder).charge_id for _ in range(3)}
+    emulator.dedupe = True
+    holder.close()
+
+    result = sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert (len(charges), result["counts"]["completed"]) == (3, 1)
+    assert emitted_metrics(capfd.readouterr().out).get("DuplicateCharge") == 2
+
+
 def test_the_sweeper_lambda_counts_a_claim_it_cannot_prove_within_the_list_cap_and_leaves_it_claimed(
     sweeper_env: None,
     dynamodb: Any,
@@ -1009,6 +1060,21 @@ def test_the_sweeper_lambda_fails_visibly_when_a_claim_could_not_be_reconciled(
     with pytest.raises(RuntimeError, match="1 stale claim"):
         sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
     assert ClaimsStore(claims_table, client=dynamodb).get(ORDER.order_id).status is ClaimStatus.CLAIMED  # type: ignore[union-attr]
+
+
+def test_a_claim_the_sweeper_lambda_could_not_reconcile_is_counted_for_its_alarm(
+    sweeper_env: None,
+    dynamodb: Any,
+    claims_table: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    a_stale_claim_the_provider_cannot_be_asked_about(dynamodb, claims_table, monkeypatch)
+
+    with pytest.raises(RuntimeError):
+        sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert emitted_metrics(capfd.readouterr().out).get("ReconciliationFailed") == 1
 
 
 def function_metrics(out: str, function_name: str) -> dict[str, float]:

@@ -114,6 +114,24 @@ def test_an_object_nested_to_the_bound_is_accepted() -> None:
     assert parse_order_body(body(extra=nested)).amount == 15000
 
 
+def test_a_body_of_exactly_the_bound_is_an_order_and_one_character_more_is_not() -> None:
+    padding = MAX_BODY_CHARACTERS - len(body(note=""))
+    at_the_bound = body(note="x" * padding)
+    assert len(at_the_bound) == MAX_BODY_CHARACTERS
+
+    assert parse_order_body(at_the_bound).amount == 15000
+    assert f"longer than {MAX_BODY_CHARACTERS} characters" in reason(body(note="x" * (padding + 1)))
+
+
+def test_ids_of_exactly_64_characters_are_accepted_in_every_field() -> None:
+    order = parse_order_body(
+        body(orderId="O" * 64, customerId="c" * 64, paymentMethod="p" * 64, paymentAttempt="r" * 64)
+    )
+
+    assert (order.order_id, order.customer_id) == ("O" * 64, "c" * 64)
+    assert (order.payment_method, order.payment_attempt) == ("p" * 64, "r" * 64)
+
+
 # -- what is rejected, and why ---------------------------------------------------------------------
 
 REJECTED = {

@@ -1,5 +1,5 @@
 """Every mutant, file by file (claims.py, payments.py, the charge and release handlers, the ASL, the
-template's IAM grants, the sweeper and the outcome relay)."""
+template's IAM grants, the sweeper, its Lambda, the outcome relay and the order message)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from model import Mutant
 from catalogue.asl import ASL
 from catalogue.claims import CLAIMS
 from catalogue.handlers import CHARGE, CLAIM, PROOF, RELEASE
-from catalogue.outbox import OUTCOMES, RECONCILE, RELAY_HANDLER, RETENTION, RUNTIME
+from catalogue.orders import ORDERS
+from catalogue.outbox import OUTCOMES, RECONCILE, RELAY_HANDLER, RETENTION, RUNTIME, SWEEPER_HANDLER
 from catalogue.payments import PAYMENTS
 from catalogue.template import TEMPLATE_GRANTS
 
@@ -26,5 +27,7 @@ CATALOGUES = (
     RELAY_HANDLER,
     RETENTION,
     RUNTIME,
+    SWEEPER_HANDLER,
+    ORDERS,
 )
 ALL: tuple[Mutant, ...] = tuple(mutant for c in CATALOGUES for mutant in c.mutants)

@@ -113,3 +113,113 @@ RUNTIME.text(
     'retention_seconds=int(env("CLAIM_RETENTION_DAYS", "3")) * SECONDS_PER_DAY,',
     "a function deployed without CLAIM_RETENTION_DAYS keeps closed claims 3 days instead of refusing",
 )
+
+# -- the sweeper's Lambda: one sweep at a time, within its time, seen when it fails -----------------
+
+SWEEPER_LAMBDA = ("tests/functional/test_sweeper.py", "tests/functional/test_sweep_lock.py")
+
+SWEEPER_HANDLER = Catalogue("functions/handlers/sweeper.py", SWEEPER_LAMBDA)
+SWEEPER_HANDLER.text(
+    "sweeper-no-lock",
+    "    if not lease.acquired:\n",
+    "    if False:\n",
+    "a tick that overlaps a running sweep sweeps too: two sweepers decide one claim at once",
+)
+SWEEPER_HANDLER.text(
+    "sweeper-lock-kept",
+    "        lock.release(context.aws_request_id)\n",
+    "        pass\n",
+    "a finished sweep keeps the lease: the next ticks skip until it runs out",
+)
+SWEEPER_HANDLER.text(
+    "sweeper-lease-shorter-than-the-sweep",
+    "lease_seconds = lease_for(context.get_remaining_time_in_millis())",
+    "lease_seconds = lease_for(0)",
+    "the lease runs out long before the sweep may: the next tick starts a second sweep beside it",
+    tests=("tests/functional/test_sweep_lock.py", "tests/functional/test_sweeper.py"),
+)
+SWEEPER_HANDLER.text(
+    "sweeper-ignores-its-time-budget",
+    "keep_going=lambda: context.get_remaining_time_in_millis() > RESERVE_MILLIS,",
+    "keep_going=lambda: True,",
+    "the sweep starts claims with no time left to finish them: Lambda kills it mid-claim, no metric",
+)
+SWEEPER_HANDLER.text(
+    "sweeper-dry-run",
+    "        apply=True,\n        search_grace_seconds=",
+    "        apply=False,\n        search_grace_seconds=",
+    "the scheduled sweeper decides but never writes: every stale claim stays CLAIMED",
+)
+SWEEPER_HANDLER.text(
+    "sweeper-grace-not-configurable",
+    'search_grace_seconds=int(env("CLAIM_SEARCH_GRACE_SECONDS", str(DEFAULT_SEARCH_GRACE_SECONDS))),',
+    "search_grace_seconds=DEFAULT_SEARCH_GRACE_SECONDS,",
+    "the deployed CLAIM_SEARCH_GRACE_SECONDS is ignored: a stack that sets a longer grace (a search"
+    " that lags more) is released on the default",
+)
+SWEEPER_HANDLER.text(
+    "sweeper-failure-not-raised",
+    "    if counts[ReconcileOutcome.FAILED.value]:\n",
+    "    if False:\n",
+    "a claim the sweep could not reconcile shows in no Errors metric: the function looks healthy",
+)
+SWEEPER_HANDLER.text(
+    "sweeper-no-heartbeat",
+    '    count("SweepCompleted", FunctionName=context.function_name)\n',
+    "",
+    "a sweep that ran publishes no heartbeat: the missing-heartbeat alarm fires on a healthy sweeper",
+)
+SWEEPER_HANDLER.text(
+    "sweeper-heartbeat-on-skip",
+    '        count("SweepSkipped")\n',
+    '        count("SweepSkipped")\n        count("SweepCompleted", FunctionName=context.function_name)\n',
+    "a tick that skipped beats: a sweep stuck holding the lease never raises the heartbeat alarm",
+)
+SWEEPER_HANDLER.text(
+    "sweeper-no-oldest-age",
+    '    measure("OldestUnresolvedClaimAge", age, MetricUnit.Seconds, FunctionName=context.function_name)\n',
+    "",
+    "the age of the oldest pending claim is never published: the pending alarm has nothing to read",
+)
+SWEEPER_HANDLER.text(
+    "sweeper-charge-on-released-silent",
+    '        count("ChargeOnReleasedClaim")\n',
+    "",
+    "a charge found for a released claim (a double charge in the making) raises no alarm",
+)
+SWEEPER_HANDLER.text(
+    "sweeper-duplicate-charges-counted-once",
+    '    for _ in decision.extra_charge_ids:\n        count("DuplicateCharge")\n',
+    '    count("DuplicateCharge")\n',
+    "two extra charges for one attempt count as one: a refund is missed",
+)
+SWEEPER_HANDLER.text(
+    "sweeper-duplicates-not-reported",
+    "    if decision.extra_charge_ids:\n        record_duplicate_charges(decision)\n",
+    "",
+    "more than one succeeded PaymentIntent for an attempt is neither logged nor counted",
+)
+SWEEPER_HANDLER.text(
+    "sweeper-pending-not-counted",
+    '        count("ReconciliationPending")\n',
+    "",
+    "a claim left pending is not counted",
+)
+SWEEPER_HANDLER.text(
+    "sweeper-list-cap-not-counted",
+    '        if decision.list_cap_reached:\n            count("ReconciliationListCapped")\n',
+    "",
+    "a claim the list cap leaves for a person is not counted: nobody is told to decide it",
+)
+SWEEPER_HANDLER.text(
+    "sweeper-failed-not-counted",
+    '        count("ReconciliationFailed")\n',
+    "",
+    "a claim the sweep could not reconcile is not counted (the ReconciliationFailed alarm)",
+)
+SWEEPER_HANDLER.text(
+    "sweeper-decline-logged-without-reason",
+    "reason = decision.release_reason.value if decision.release_reason else None",
+    "reason = None",
+    "a release's log line loses its releaseReason: a decline reads like a proven never-charged",
+)
