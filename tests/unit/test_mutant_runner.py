@@ -7,6 +7,7 @@ the mutant must come back as an error to rewrite, not be skipped or applied some
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -96,3 +97,16 @@ def test_the_killing_test_is_read_from_the_summary_not_from_captured_log_lines()
     )
 
     assert first_failure(output) == "tests/statemachine/test_paths.py::test_happy"
+
+
+def test_every_mutant_of_the_catalogue_still_applies_to_the_code() -> None:
+    """A refactor that moves a mutant's snippet silently shrinks ``make mutants``: the suite says so."""
+    done = subprocess.run(  # noqa: S603 - this interpreter, the repository's own script
+        [sys.executable, str(ROOT / "scripts" / "mutants" / "run.py"), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

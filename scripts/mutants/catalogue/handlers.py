@@ -106,7 +106,7 @@ RELEASE.text(
 )
 RELEASE.text(
     "release-fenced-claim-released",
-    "    if held is None:\n",
+    "    if fence.result is not FenceResult.HELD or held is None:\n",
     "    if held is None and False:\n",
     "after a failed Claim step that never landed, Release Claim still tries to release",
 )
