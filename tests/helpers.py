@@ -10,6 +10,7 @@ from typing import Any
 
 import boto3
 
+from payment_saga.payments import StripeProvider
 from saga_local.aws.driver import Driver
 from saga_local.aws.moto_adapter import EngineHooks
 from saga_local.aws.stack import REGION, Stack
@@ -65,3 +66,18 @@ def order(order_id: str = "ORDER-003", **overrides: Any) -> dict[str, Any]:
         "paymentMethod": "pm_card_visa",
         **overrides,
     }
+
+
+def live_mode_provider(api_key: str, url: str) -> StripeProvider:
+    """A provider with a live-mode key (``sk_live_...``) pointed at the emulator, which models modes by
+    the key's prefix. The provider itself sends a live key to Stripe's host only, so the SDK client
+    is the test's own (a provider given a client leaves pointing it to its maker)."""
+    import stripe  # the SDK, only for the tests that need it
+
+    client = stripe.StripeClient(
+        api_key,
+        base_addresses={"api": url},
+        max_network_retries=0,
+        http_client=stripe.RequestsClient(timeout=2.0),
+    )
+    return StripeProvider(api_key, client=client)

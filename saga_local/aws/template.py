@@ -125,6 +125,12 @@ class Resolver:
             if key == "Fn::Join":
                 sep, parts = arg
                 return sep.join(str(self.resolve(p)) for p in parts)
+            if key == "Fn::Split":
+                sep, text = arg
+                return str(self.resolve(text)).split(sep)
+            if key == "Fn::Select":
+                index, items = arg
+                return self.resolve(items)[int(index)]
         return {k: self.resolve(v) for k, v in value.items()}
 
     def _ref(self, name: str) -> str:

@@ -315,6 +315,19 @@ def names_a_template_resource(template: Template, value: Any) -> bool:
         text = value["Fn::Sub"]
         names = re.findall(r"\$\{([^}.]+)(?:\.[^}]*)?\}", text)
         return text.startswith("${") and "*" not in text and all(name in template.resources for name in names)
+    if isinstance(value, dict) and isinstance(value.get("Fn::Sub"), list):
+        # An ARN parameter's own fields rebuilt in the stack's account (the provider's secret): every
+        # variable is a field of a parameter that only admits an ARN, and nothing is a wildcard.
+        text, variables = value["Fn::Sub"]
+        fields = [item["Fn::Select"] for item in variables.values()]
+        return (
+            "*" not in text
+            and "${AWS::AccountId}" in text
+            and all(
+                isinstance(index, int) and names_a_template_resource(template, split["Fn::Split"][1])
+                for index, split in fields
+            )
+        )
     return False
 
 
