@@ -81,3 +81,30 @@ def live_mode_provider(api_key: str, url: str) -> StripeProvider:
         http_client=stripe.RequestsClient(timeout=2.0),
     )
     return StripeProvider(api_key, client=client)
+
+
+#: The orders queue's maxReceiveCount (template.yaml): receives before SQS moves a message.
+MAX_RECEIVE_COUNT = 5
+
+
+def failed_receives(sqs: Any, url: str, body: str, copies: int) -> None:
+    """``copies`` of ``body`` on ``url``, each received ``MAX_RECEIVE_COUNT`` times, as a message SQS
+    moved to a dead-letter queue has been (it keeps its receive count; moto stamps no
+    ``DeadLetterQueueSourceArn``). What the queue held is hidden meanwhile and visible again after."""
+    parked: list[str] = []
+
+    def park_visible() -> None:
+        while True:
+            batch = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=600)
+            if not batch.get("Messages"):
+                return
+            parked.extend(message["ReceiptHandle"] for message in batch["Messages"])
+
+    park_visible()  # a receive returns the oldest ten: the new copy must be the only one visible
+    for _ in range(copies):
+        sqs.send_message(QueueUrl=url, MessageBody=body)
+        for _ in range(MAX_RECEIVE_COUNT - 1):
+            sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=0)
+        park_visible()  # its last failed receive
+    for handle in parked:
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=0)

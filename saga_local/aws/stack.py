@@ -167,6 +167,7 @@ _UNEMULATED = {
     "AWS::CloudWatch::Dashboard": "{name}",
     "AWS::Logs::MetricFilter": "{name}",
     "AWS::SQS::QueuePolicy": "{name}",
+    "AWS::Events::EventBusPolicy": "{name}",
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from saga_local import cli
 from saga_local.aws.stack import REGION
-from tests.helpers import Saga
+from tests.helpers import Saga, failed_receives
 
 
 def test_send_and_trace_against_a_deployed_stack(
@@ -64,19 +64,15 @@ def test_send_builds_the_order_from_flags(saga: Saga, deployed: str) -> None:
 
 def test_redrive_against_a_deployed_stack_charges_each_order_once(saga: Saga, deployed: str) -> None:
     sqs = boto3.client("sqs", region_name=REGION)
-    for _ in range(3):  # a dead-letter queue full of duplicates of one order
-        sqs.send_message(
-            QueueUrl=saga.stack.dead_letter_queue_url,
-            MessageBody=json.dumps(
-                {
-                    "orderId": "ORDER-DLQ",
-                    "amount": 500,
-                    "currency": "USD",
-                    "customerId": "c",
-                    "paymentMethod": "pm_card_visa",
-                }
-            ),
-        )
+    # A dead-letter queue full of duplicates of one order, each moved there after its failed receives.
+    body = {
+        "orderId": "ORDER-DLQ",
+        "amount": 500,
+        "currency": "USD",
+        "customerId": "c",
+        "paymentMethod": "pm_card_visa",
+    }
+    failed_receives(sqs, saga.stack.dead_letter_queue_url, json.dumps(body), copies=3)
 
     assert cli.main(["redrive", "--stack", deployed, "--region", REGION]) == 0
     saga.driver.pump()
@@ -168,11 +164,13 @@ def test_redrive_answers_in_words_what_moved_and_what_will_be_rejected_again(
     sqs.send_message(QueueUrl=saga.stack.dead_letter_queue_url, MessageBody=json.dumps(valid))
     sqs.send_message(QueueUrl=saga.stack.dead_letter_queue_url, MessageBody="{not json")
 
-    assert cli.main(["redrive", "--stack", deployed, "--region", REGION]) == 0
+    # Nothing shows the valid order came through the orders queue (on AWS SQS would have stamped its
+    # DeadLetterQueueSourceArn): it stays, and the redrive fails so that a person looks.
+    assert cli.main(["redrive", "--stack", deployed, "--region", REGION]) == 1
 
     out = capsys.readouterr().out
-    assert "moved 2 messages from the dead-letter queue to the orders queue" in out
-    assert "1 order will run again" in out
+    assert "moved 1 message from the dead-letter queue to the orders queue" in out
+    assert "1 valid order left on the dead-letter queue" in out
     assert "1 message will be rejected again" in out
     assert "1 x body is not valid JSON (line 1)" in out
     assert "RedriveReport(" not in out  # words, not a repr
