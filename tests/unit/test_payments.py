@@ -611,7 +611,7 @@ def test_the_emulator_is_driven_over_http_too(provider: StripeProvider, emulator
             emulator.url + path,
             data=json.dumps(body).encode() if body is not None else None,
             method=method,
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", "X-Emulator-Token": emulator.admin_token},
         )
         with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - a local URL
             return json.load(response)
