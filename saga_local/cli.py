@@ -108,21 +108,23 @@ def cmd_up(args: argparse.Namespace) -> int:
     from saga_local.aws.embedded import EmbeddedStack
     from saga_local.aws.stack import REGION
     from saga_local.commands.invoke import write_sam_env_file
+    from saga_local.private_files import write_private_text
 
     out = Out()
     log_dir = STATE_DIR / "logs"
     with EmbeddedStack(port=args.port, runtime=args.runtime, log_dir=log_dir, visibility_timeout=30) as stack:
-        STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
         sam_env = write_sam_env_file(stack.stack, stack.endpoint)
         state = {
             "endpoint": stack.endpoint,
             "region": REGION,
             "outputs": stack.stack.outputs,
             "provider": stack.provider.url,
+            # The emulator's /_emulator/* routes need it: this file is the local tooling's way in.
+            "providerAdminToken": stack.provider.admin_token,
             "samEnvVars": str(sam_env),
             "pid": os.getpid(),
         }
-        STATE_FILE.write_text(json.dumps(state, indent=2))
+        write_private_text(STATE_FILE, json.dumps(state, indent=2))
         for line in up_banner(stack.endpoint, stack.stack.outputs, stack.provider.url, log_dir, sam_env):
             out(out.bold(line) if line.startswith("Embedded stack") else line)
         stop = threading.Event()

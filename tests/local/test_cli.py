@@ -137,6 +137,60 @@ def test_trace_reads_an_execution_recorded_after_its_stack_is_gone(
     assert "Payment Declined" in out
 
 
+def test_what_the_cli_records_under_its_state_directory_is_private_to_its_user(
+    saga: Saga, tmp_path: Any
+) -> None:
+    """Recorded executions hold every order's payment method and customer, the SAM env-vars file the
+    functions' configuration: 0600 files in 0700 directories, whatever the umask."""
+    import os
+    import stat
+
+    from saga_local.aws import archive
+    from saga_local.commands.invoke import write_sam_env_file
+
+    saga.driver.send(order_body("ORDER-MODE"))
+    saga.driver.pump()
+    (result,) = saga.driver.results()
+    previous = os.umask(0o022)  # the usual umask, which left them 0644
+    try:
+        recorded = archive.record(
+            archive.read_execution(saga.driver.sfn, result.arn), tmp_path / "executions"
+        )
+        env_file = write_sam_env_file(saga.stack, "http://127.0.0.1:1", tmp_path / "state" / "sam-env.json")
+    finally:
+        os.umask(previous)
+
+    for path in (recorded, env_file):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700, path.parent
+
+
+def test_an_execution_name_that_is_not_one_is_never_made_a_path(saga: Saga, tmp_path: Any) -> None:
+    from saga_local.aws import archive
+
+    saga.driver.send(order_body("ORDER-NAME"))
+    saga.driver.pump()
+    (result,) = saga.driver.results()
+    execution = archive.read_execution(saga.driver.sfn, result.arn)
+    execution.description["name"] = "../../outside"
+
+    with pytest.raises(ValueError, match="execution name"):
+        archive.record(execution, tmp_path / "executions")
+    assert list(tmp_path.rglob("*.json")) == []
+
+
+def order_body(order_id: str) -> str:
+    return json.dumps(
+        {
+            "orderId": order_id,
+            "amount": 500,
+            "currency": "USD",
+            "customerId": "c",
+            "paymentMethod": "pm_card_visa",
+        }
+    )
+
+
 def test_send_of_a_body_the_start_function_rejects_says_dead_lettered_and_why(
     saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
