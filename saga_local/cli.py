@@ -277,16 +277,21 @@ def find_execution(args: argparse.Namespace) -> RecordedExecution:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     from saga_local import trace
+    from saga_local.trace.redact import redacted_description, redacted_history
 
     found = find_execution(args)
     definition = trace.load_definition(found.definition)
+    # Who pays and with what stays out of a page made to be shared, unless --io asks for the data.
+    description, history = found.description, found.history
+    if not args.io:
+        description, history = redacted_description(description), redacted_history(history)
     if args.html:
         with open(args.html, "w", encoding="utf-8") as page_file:
-            page_file.write(trace.render_html(found.description, found.history, definition))
+            page_file.write(trace.render_html(description, history, definition))
         Out()(f"wrote {args.html}")
         return 0
     out = Out()
-    out(trace.render_text(found.description, found.history, definition, show_io=args.io, color=out.color))
+    out(trace.render_text(description, history, definition, show_io=args.io, color=out.color))
     return 0
 
 
@@ -566,7 +571,11 @@ def _add_send(sub: Any) -> None:
 def _add_trace(sub: Any) -> None:
     trace = sub.add_parser("trace", help="an execution state by state (or --html for the graph page)")
     trace.add_argument("execution", help="the execution's name or ARN")
-    trace.add_argument("--io", action="store_true", help="show each state's input and output")
+    trace.add_argument(
+        "--io",
+        action="store_true",
+        help="show each state's input and output, payment method and customers unredacted",
+    )
     trace.add_argument("--html", metavar="FILE", help="write a self-contained page with the graph")
     add_target_arguments(trace)
     trace.set_defaults(func=cmd_trace)

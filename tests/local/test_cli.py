@@ -179,6 +179,36 @@ def test_an_execution_name_that_is_not_one_is_never_made_a_path(saga: Saga, tmp_
     assert list(tmp_path.rglob("*.json")) == []
 
 
+def test_a_trace_page_shows_who_pays_and_with_what_only_when_asked(
+    saga: Saga, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace page is made to be shared: the payment method and customers are redacted unless --io,
+    and its CSP leaves an injected <base> or <form> nowhere to point."""
+    import html
+
+    from saga_local.aws import archive
+
+    saga.driver.send(order_body("ORDER-REDACT"))
+    saga.driver.pump()
+    (result,) = saga.driver.results()
+    archive.record(archive.read_execution(saga.driver.sfn, result.arn), tmp_path)
+    monkeypatch.setattr(archive, "ARCHIVE_DIR", tmp_path)
+    monkeypatch.setattr(cli, "STATE_FILE", tmp_path / "no-stack-running.json")
+    shared, full = tmp_path / "shared.html", tmp_path / "full.html"
+
+    assert cli.main(["trace", result.name, "--html", str(shared)]) == 0
+    assert cli.main(["trace", result.name, "--html", str(full), "--io"]) == 0
+    assert cli.main(["trace", result.name, "--io"]) == 0
+
+    page = html.unescape(shared.read_text(encoding="utf-8"))
+    assert "pm_card_visa" not in page
+    assert "<redacted>" in page
+    assert "ORDER-REDACT" in page, "the order itself is still shown"
+    assert "base-uri 'none'; form-action 'none'" in page
+    assert "pm_card_visa" in html.unescape(full.read_text(encoding="utf-8"))
+    assert "pm_card_visa" in capsys.readouterr().out
+
+
 def order_body(order_id: str) -> str:
     return json.dumps(
         {
