@@ -172,7 +172,7 @@ def test_an_execution_name_that_is_not_one_is_never_made_a_path(saga: Saga, tmp_
     saga.driver.pump()
     (result,) = saga.driver.results()
     execution = archive.read_execution(saga.driver.sfn, result.arn)
-    execution.description["name"] = "../../outside"
+    execution.description["name"] = "nested/elsewhere"
 
     with pytest.raises(ValueError, match="execution name"):
         archive.record(execution, tmp_path / "executions")
