@@ -169,3 +169,28 @@ def test_a_stack_without_listed_producers_admits_only_its_own_requeues(aws: None
     allowed = senders(bare, "AWS::SQS::QueuePolicy", "sqs:SendMessage", queue)
 
     assert set(allowed) == {"OutcomeRelayFunction", "PaymentSagaStateMachine"}
+
+
+def _tls_denied(statement: dict[str, Any]) -> bool:
+    condition = statement.get("Condition") or {}
+    return (
+        statement.get("Effect") == "Deny"
+        and statement.get("Principal") == "*"
+        and condition.get("Bool", {}).get("aws:SecureTransport") == "false"
+    )
+
+
+def test_every_queue_and_the_alarm_topic_refuse_plain_http(template: Any) -> None:
+    """Nothing reaches an order, an outcome or an alarm over an unencrypted connection."""
+    covered: set[str] = set()
+    for policy_type, targets in (("AWS::SQS::QueuePolicy", "Queues"), ("AWS::SNS::TopicPolicy", "Topics")):
+        for resource in resources_of_type(template.data, policy_type).values():
+            statements = as_list(resource["Properties"]["PolicyDocument"]["Statement"])
+            if any(_tls_denied(s) for s in statements if isinstance(s, dict)):
+                for target in as_list(resource["Properties"][targets]):
+                    chosen = target.get("Fn::If", [None, target])[1] if isinstance(target, dict) else target
+                    covered.add(str(chosen.get("Ref")) if isinstance(chosen, dict) else str(chosen))
+    expected = set(resources_of_type(template.data, "AWS::SQS::Queue")) | set(
+        resources_of_type(template.data, "AWS::SNS::Topic")
+    )
+    assert covered == expected
