@@ -206,6 +206,19 @@ MUTANT_JOBS ?= 1
 mutants: install ## Mutation testing of claims, payments, the handlers and the ASL: the kill rate
 	$(BIN)/python scripts/mutants/run.py --jobs $(MUTANT_JOBS) $(if $(MUTANTS),--only '$(MUTANTS)')
 
+# Known vulnerabilities in what ships to Lambda (functions/requirements.txt, resolved with its
+# dependencies) and in the dev environment (.venv, pinned as installed). pip-audit asks the PyPI/OSV
+# advisory database over the network, which this repository's CI cannot reach: run it where the
+# network allows (a laptop, a CI runner with egress). Not part of `make test`. pip-audit gets a venv
+# of its own (.venv-audit), so its dependencies never mix with the project's.
+AUDIT_VENV := .venv-audit
+.PHONY: audit
+audit: install ## pip-audit of the functions' and the dev dependencies (needs the network; not in make test)
+	test -x $(AUDIT_VENV)/bin/pip-audit || { $(PYTHON) -m venv $(AUDIT_VENV) && $(AUDIT_VENV)/bin/pip install --quiet pip-audit; }
+	$(AUDIT_VENV)/bin/pip-audit --strict --requirement functions/requirements.txt
+	$(BIN)/python -m pip freeze --exclude-editable > $(AUDIT_VENV)/dev-requirements.txt
+	$(AUDIT_VENV)/bin/pip-audit --strict --no-deps --disable-pip --requirement $(AUDIT_VENV)/dev-requirements.txt
+
 # Best effort: a browser test skips itself without chromium, so a failed install must not fail CI.
 chromium: ## Install Debian's chromium when missing (only with CI=true, as root; never fails)
 	@if command -v chromium >/dev/null 2>&1; then \

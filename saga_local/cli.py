@@ -108,21 +108,23 @@ def cmd_up(args: argparse.Namespace) -> int:
     from saga_local.aws.embedded import EmbeddedStack
     from saga_local.aws.stack import REGION
     from saga_local.commands.invoke import write_sam_env_file
+    from saga_local.private_files import write_private_text
 
     out = Out()
     log_dir = STATE_DIR / "logs"
     with EmbeddedStack(port=args.port, runtime=args.runtime, log_dir=log_dir, visibility_timeout=30) as stack:
-        STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
         sam_env = write_sam_env_file(stack.stack, stack.endpoint)
         state = {
             "endpoint": stack.endpoint,
             "region": REGION,
             "outputs": stack.stack.outputs,
             "provider": stack.provider.url,
+            # The emulator's /_emulator/* routes need it: this file is the local tooling's way in.
+            "providerAdminToken": stack.provider.admin_token,
             "samEnvVars": str(sam_env),
             "pid": os.getpid(),
         }
-        STATE_FILE.write_text(json.dumps(state, indent=2))
+        write_private_text(STATE_FILE, json.dumps(state, indent=2))
         for line in up_banner(stack.endpoint, stack.stack.outputs, stack.provider.url, log_dir, sam_env):
             out(out.bold(line) if line.startswith("Embedded stack") else line)
         stop = threading.Event()
@@ -275,16 +277,21 @@ def find_execution(args: argparse.Namespace) -> RecordedExecution:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     from saga_local import trace
+    from saga_local.trace.redact import redacted_description, redacted_history
 
     found = find_execution(args)
     definition = trace.load_definition(found.definition)
+    # Who pays and with what stays out of a page made to be shared, unless --io asks for the data.
+    description, history = found.description, found.history
+    if not args.io:
+        description, history = redacted_description(description), redacted_history(history)
     if args.html:
         with open(args.html, "w", encoding="utf-8") as page_file:
-            page_file.write(trace.render_html(found.description, found.history, definition))
+            page_file.write(trace.render_html(description, history, definition))
         Out()(f"wrote {args.html}")
         return 0
     out = Out()
-    out(trace.render_text(found.description, found.history, definition, show_io=args.io, color=out.color))
+    out(trace.render_text(description, history, definition, show_io=args.io, color=out.color))
     return 0
 
 
@@ -566,7 +573,11 @@ def _add_send(sub: Any) -> None:
 def _add_trace(sub: Any) -> None:
     trace = sub.add_parser("trace", help="an execution state by state (or --html for the graph page)")
     trace.add_argument("execution", help="the execution's name or ARN")
-    trace.add_argument("--io", action="store_true", help="show each state's input and output")
+    trace.add_argument(
+        "--io",
+        action="store_true",
+        help="show each state's input and output, payment method and customers unredacted",
+    )
     trace.add_argument("--html", metavar="FILE", help="write a self-contained page with the graph")
     add_target_arguments(trace)
     trace.set_defaults(func=cmd_trace)

@@ -10,6 +10,7 @@ from typing import Any
 
 import boto3
 
+from payment_saga.payments import StripeProvider
 from saga_local.aws.driver import Driver
 from saga_local.aws.moto_adapter import EngineHooks
 from saga_local.aws.stack import REGION, Stack
@@ -65,3 +66,45 @@ def order(order_id: str = "ORDER-003", **overrides: Any) -> dict[str, Any]:
         "paymentMethod": "pm_card_visa",
         **overrides,
     }
+
+
+def live_mode_provider(api_key: str, url: str) -> StripeProvider:
+    """A provider with a live-mode key (``sk_live_...``) pointed at the emulator, which models modes by
+    the key's prefix. The provider itself sends a live key to Stripe's host only, so the SDK client
+    is the test's own (a provider given a client leaves pointing it to its maker)."""
+    import stripe  # the SDK, only for the tests that need it
+
+    client = stripe.StripeClient(
+        api_key,
+        base_addresses={"api": url},
+        max_network_retries=0,
+        http_client=stripe.RequestsClient(timeout=2.0),
+    )
+    return StripeProvider(api_key, client=client)
+
+
+#: The orders queue's maxReceiveCount (template.yaml): receives before SQS moves a message.
+MAX_RECEIVE_COUNT = 5
+
+
+def failed_receives(sqs: Any, url: str, body: str, copies: int) -> None:
+    """``copies`` of ``body`` on ``url``, each received ``MAX_RECEIVE_COUNT`` times, as a message SQS
+    moved to a dead-letter queue has been (it keeps its receive count; moto stamps no
+    ``DeadLetterQueueSourceArn``). What the queue held is hidden meanwhile and visible again after."""
+    parked: list[str] = []
+
+    def park_visible() -> None:
+        while True:
+            batch = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=600)
+            if not batch.get("Messages"):
+                return
+            parked.extend(message["ReceiptHandle"] for message in batch["Messages"])
+
+    park_visible()  # a receive returns the oldest ten: the new copy must be the only one visible
+    for _ in range(copies):
+        sqs.send_message(QueueUrl=url, MessageBody=body)
+        for _ in range(MAX_RECEIVE_COUNT - 1):
+            sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=0)
+        park_visible()  # its last failed receive
+    for handle in parked:
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=0)

@@ -172,7 +172,7 @@ def publish_rejected(record: SQSRecord, reason: str) -> None:
     event = rejected_event(
         message_id=record.message_id,
         reason=reason[:MAX_REASON_LENGTH],
-        order_id=rejected_order_id(record.body),
+        claimed_order_id=rejected_order_id(record.body),
         now=time.time(),
     )
     publish(client("events"), env("OUTCOME_EVENT_BUS_NAME"), event)
@@ -181,7 +181,8 @@ def publish_rejected(record: SQSRecord, reason: str) -> None:
         outcome=event.outcome.value,
         eventId=event.event_id,
         messageId=record.message_id,
-        orderId=event.detail["orderId"],
+        # Untrusted: the refused body's claim, never logged as the order's id.
+        claimedOrderId=event.detail["claimedOrderId"],
     )
     count("OutcomePublished", Outcome=event.outcome.value)
 

@@ -57,7 +57,13 @@ CURRENCY_PATTERN = re.compile(r"[A-Z]{3}")
 PAYMENT_METHOD_PATTERN = re.compile(r"[A-Za-z0-9_]{1,64}")
 #: A Stripe Customer id.
 PROVIDER_CUSTOMER_PATTERN = re.compile(r"cus_[A-Za-z0-9_]{1,60}")
+#: ``paymentAttempt``: the orderId's characters. It is written into the idempotency key, Stripe
+#: metadata, the claims table and every outcome event, so it is no place for free text.
+PAYMENT_ATTEMPT_PATTERN = ORDER_ID_PATTERN
 DEFAULT_PAYMENT_ATTEMPT = "initial"
+#: A card number (PAN) is 13 to 19 digits; producers often write it in groups.
+_PAN_DIGITS = range(13, 20)
+_PAN_SEPARATORS = frozenset(" -")
 #: The fields this module reads; any other is ignored.
 FIELDS = frozenset(
     {"orderId", "amount", "currency", "customerId", "paymentMethod", "paymentAttempt", "providerCustomerId"}
@@ -140,14 +146,25 @@ def order_from_message(data: Any) -> Order:
     if currency not in SUPPORTED_CURRENCIES:
         raise InvalidOrder("currency is not one the payment provider charges in")
     _check_amount(amount, currency)
-    customer_id = _text(data, "customerId")
-    payment_method = _text(data, "paymentMethod")
+    customer_id = _no_card_number(_text(data, "customerId"), "customerId")
+    payment_method = _no_card_number(_text(data, "paymentMethod"), "paymentMethod")
     if not PAYMENT_METHOD_PATTERN.fullmatch(payment_method):
         raise InvalidOrder("paymentMethod must be a provider payment method id (letters, digits and _)")
-    payment_attempt = _text(data, "paymentAttempt", default=DEFAULT_PAYMENT_ATTEMPT)
+    # The card check first: a card number in groups breaks the pattern too, and the producer must
+    # learn that it sent card data, not only that a space is not allowed.
+    payment_attempt = _no_card_number(
+        _text(data, "paymentAttempt", default=DEFAULT_PAYMENT_ATTEMPT), "paymentAttempt"
+    )
+    if not PAYMENT_ATTEMPT_PATTERN.fullmatch(payment_attempt):
+        raise InvalidOrder(
+            "paymentAttempt must be 1-64 characters of letters, digits and _.:-"
+            " starting with a letter or digit"
+        )
     provider_customer_id = _optional_text(data, "providerCustomerId")
-    if provider_customer_id is not None and not PROVIDER_CUSTOMER_PATTERN.fullmatch(provider_customer_id):
-        raise InvalidOrder("providerCustomerId must be a Stripe Customer id (cus_ and letters or digits)")
+    if provider_customer_id is not None:
+        _no_card_number(provider_customer_id, "providerCustomerId")
+        if not PROVIDER_CUSTOMER_PATTERN.fullmatch(provider_customer_id):
+            raise InvalidOrder("providerCustomerId must be a Stripe Customer id (cus_ and letters or digits)")
     return Order(
         order_id=order_id,
         amount=amount,
@@ -213,13 +230,14 @@ def _nesting_depth(body: str) -> int:
 def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     # {"amount": 100, "amount": 99999}: the decoder keeps the last, another reader may keep the
     # first. A message that two readers understand differently is never charged.
-    keys = [key for key, _ in pairs]
-    if len(set(keys)) != len(keys):
-        repeated = next(key for key in keys if keys.count(key) > 1)
-        # A field name of ours may be named; any other key is the producer's text.
-        raise InvalidOrder(
-            f"field {repeated} appears twice" if repeated in FIELDS else "a field appears twice in an object"
-        )
+    seen: set[str] = set()
+    for key, _ in pairs:  # one pass with a set: linear, whatever the number of keys
+        if key in seen:
+            # A field name of ours may be named; any other key is the producer's text.
+            raise InvalidOrder(
+                f"field {key} appears twice" if key in FIELDS else "a field appears twice in an object"
+            )
+        seen.add(key)
     return dict(pairs)
 
 
@@ -270,6 +288,42 @@ def _text(data: dict[str, Any], field: str, *, default: str | None = None) -> st
     if value != value.strip():
         raise InvalidOrder(f"{field} must not start or end with whitespace")
     return value
+
+
+def _no_card_number(value: str, field: str) -> str:
+    """``value``, unless it holds what looks like a card number: refuse it, naming only the field.
+
+    A card number where an id was expected would be written to Stripe metadata, the claims table,
+    the execution history, every outcome event and a log line (PCI DSS scope for all of them). A
+    run of 13-19 digits, spaces and dashes between them ignored (``4242 4242-4242 4242``), that
+    passes the Luhn check is refused. One pass over at most 64 characters.
+    """
+    digits: list[int] = []
+    for char in [*value, "\x00"]:  # the sentinel closes the last run
+        if "0" <= char <= "9":
+            digits.append(ord(char) - ord("0"))
+        elif char in _PAN_SEPARATORS and digits:
+            continue  # a separator inside a run: 4242 4242 ... is one run
+        else:
+            if len(digits) in _PAN_DIGITS and _luhn(digits):
+                raise InvalidOrder(
+                    f"{field} must not hold a card number (13-19 digits passing the Luhn check):"
+                    " card data never goes in an order message"
+                )
+            digits = []
+    return value
+
+
+def _luhn(digits: list[int]) -> bool:
+    """Whether ``digits`` pass the Luhn checksum every card number carries."""
+    total = 0
+    for position, digit in enumerate(reversed(digits)):
+        if position % 2:
+            digit *= 2
+            if digit > 9:
+                digit -= 9
+        total += digit
+    return total % 10 == 0
 
 
 def _optional_text(data: dict[str, Any], field: str) -> str | None:

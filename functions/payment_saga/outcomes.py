@@ -76,9 +76,9 @@ class Outcome(enum.StrEnum):
 
 
 #: Outcomes after which nothing more happens to the order without a person or the producer.
-FINAL_OUTCOMES = frozenset(
-    {Outcome.CHARGED, Outcome.DECLINED, Outcome.CONFLICT, Outcome.REJECTED, Outcome.NEEDS_ATTENTION}
-)
+#: ``OrderRejected`` is not one: it ends a *message* the saga refused to read, and a refused body
+#: proves nothing about any order (whatever ``orderId`` it claims is carried apart, untrusted).
+FINAL_OUTCOMES = frozenset({Outcome.CHARGED, Outcome.DECLINED, Outcome.CONFLICT, Outcome.NEEDS_ATTENTION})
 
 
 class ResolvedBy(enum.StrEnum):
@@ -144,7 +144,11 @@ _ORDER_ID_IN_BODY = re.compile(r'"orderId"\s*:\s*"([A-Za-z0-9][A-Za-z0-9_.:-]{0,
 
 
 def rejected_order_id(body: str) -> str | None:
-    """The ``orderId`` a malformed body seems to carry, for the event only (a linear regex, no parse).
+    """The ``orderId`` a malformed body *claims*, for the event only (a linear regex, no parse).
+
+    Untrusted: the body was refused, so nothing proves it is that order (a buggy or hostile producer
+    can name any order, a charged one included). It is published as ``claimedOrderId``, never as
+    ``orderId``, for a person tracing a producer's mistake; no consumer may act on it.
 
     A rejected body may not be JSON at all, or be nested deep enough to break a parser: this never
     decodes it. None when no well-formed id is found, or when the body names more than one.
@@ -153,13 +157,19 @@ def rejected_order_id(body: str) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-def rejected_event(*, message_id: str, reason: str, order_id: str | None, now: float) -> OutcomeEvent:
-    """``OrderRejected``: the start function dead-lettered a malformed message."""
+def rejected_event(*, message_id: str, reason: str, claimed_order_id: str | None, now: float) -> OutcomeEvent:
+    """``OrderRejected``: the start function dead-lettered a malformed message.
+
+    The event names the message (``messageId``), not an order: ``orderId`` is always null, so a
+    consumer keyed on it (cancel, refund, release stock) never acts on a body the saga refused. The
+    id the body claims is ``claimedOrderId``, untrusted (:func:`rejected_order_id`).
+    """
     return OutcomeEvent(
         Outcome.REJECTED,
         {
             "eventId": rejected_event_id(message_id),
-            "orderId": order_id,
+            "orderId": None,
+            "claimedOrderId": claimed_order_id,
             "attempt": None,
             "paymentAttempt": None,
             "amount": None,

@@ -56,8 +56,10 @@ must learn the outcome by reconciliation (search and list), never re-charge.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -103,6 +105,60 @@ _LIST_PAGE_SIZE = 100
 _FAILED_STATUSES = frozenset({"requires_payment_method", "canceled"})
 
 _SECRET_PATTERN = re.compile(r"\b(?:sk|rk|pk)_(?:test|live)_[A-Za-z0-9_]+")
+
+#: Stripe's own API host: the only one a live key is ever sent to.
+STRIPE_API_HOST = "api.stripe.com"
+#: A secret or restricted key of live mode: it moves real money.
+_LIVE_KEY_PREFIXES = ("sk_live_", "rk_live_")
+
+
+class UnsafeApiBase(ValueError):
+    """A payment API base URL the key must not be sent to. The message names the rule, never the key."""
+
+
+def check_api_base(api_base: str | None, *, api_key: str | None = None) -> None:
+    """Refuse a base URL the key must not go to; None or empty is the SDK's own (Stripe's host).
+
+    Whoever sets the base decides where the key goes, so: plain http only to a loopback address (the
+    local emulator), https otherwise, no credentials, query or fragment in the URL; and a live or
+    restricted live key (``sk_live_``, ``rk_live_``) only to ``https://api.stripe.com`` itself (not a
+    look-alike such as ``api.stripe.com.attacker.example``, another port or a path). Without
+    ``api_key`` only the first rules are checked (a caller that has not read the key yet, such as
+    ``saga reconcile --stack`` before it reads the secret); the provider checks again with it.
+
+    Raises:
+        UnsafeApiBase: the URL breaks one of these rules.
+    """
+    if not api_base:
+        return
+    parts = urllib.parse.urlsplit(api_base)
+    scheme, _, path, search, fragment = parts
+    try:
+        port = parts.port
+    except ValueError:
+        raise UnsafeApiBase("the payment API base has an invalid port") from None
+    host = parts.hostname
+    if parts.username is not None or search or fragment or not host:
+        raise UnsafeApiBase(
+            "the payment API base must be scheme://host[:port][/path], without credentials, query or fragment"
+        )
+    if scheme == "http":
+        if not _loopback(host):
+            raise UnsafeApiBase("plain http is allowed only to a loopback address (the provider emulator)")
+    elif scheme != "https":
+        raise UnsafeApiBase("the payment API base must be an https:// URL")
+    stripes_own = scheme == "https" and host == STRIPE_API_HOST and port in (None, 443) and path in ("", "/")
+    if api_key is not None and api_key.startswith(_LIVE_KEY_PREFIXES) and not stripes_own:
+        raise UnsafeApiBase(f"a live key is sent only to https://{STRIPE_API_HOST}, not to another base URL")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class ListTooLong(PaymentOutcomeUnknown):
@@ -209,7 +265,11 @@ class StripeProvider:
     The SDK never retries (``max_network_retries=0``): the state machine retries with the same
     idempotency key, where every attempt is visible. Each HTTP call is bounded by
     ``timeout_seconds`` (connect and read). ``api_base`` points the client at another host (the
-    local provider emulator); ``client`` replaces the SDK client altogether.
+    local provider emulator); it must pass :func:`check_api_base` with the key, so a live key goes to
+    Stripe's host only. ``client`` replaces the SDK client altogether (and ``api_base`` with it).
+
+    Raises:
+        UnsafeApiBase: ``api_base`` is not a place this key may be sent to.
     """
 
     def __init__(
@@ -227,6 +287,7 @@ class StripeProvider:
         self._api_key = api_key
         self._http_client: stripe.HTTPClient | None = None
         if client is None:
+            check_api_base(api_base, api_key=api_key)  # a given client is its maker's to point
             self._http_client = stripe.RequestsClient(timeout=timeout_seconds)
             client = stripe.StripeClient(
                 api_key,

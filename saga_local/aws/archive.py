@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from saga_local.paths import STATE_DIR
+from saga_local.private_files import write_private_text
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -53,15 +54,17 @@ def read_execution(sfn: Any, execution_arn: str) -> RecordedExecution:
 def record(execution: RecordedExecution, directory: Path | None = None) -> Path:
     """Write ``execution`` under ``directory`` (default :data:`ARCHIVE_DIR`) by its name; returns the file."""
     directory = directory or ARCHIVE_DIR
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{execution.description['name']}.json"
+    name = str(execution.description["name"])
+    # The name becomes a path: only what Step Functions allows in one (load checks the same).
+    if not _NAME.fullmatch(name):
+        raise ValueError("an execution name must be 1-80 letters, digits, - or _ to be recorded")
+    path = directory / f"{name}.json"
     body = {
         "description": execution.description,
         "history": execution.history,
         "definition": execution.definition,
     }
-    path.write_text(json.dumps(body, default=_json_default), encoding="utf-8")
-    return path
+    return write_private_text(path, json.dumps(body, default=_json_default))
 
 
 def load(name: str, directory: Path | None = None) -> RecordedExecution | None:

@@ -136,7 +136,7 @@ class EmbeddedStack:
         for key, value in LOCAL_CREDENTIALS.items():
             os.environ.setdefault(key, value)
         os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self._server = _GuardedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self._server.start()
         self._exit.callback(self._server.stop)
         # moto's backends live in this process: start from an empty account every time.
@@ -223,3 +223,29 @@ class EmbeddedStack:
         stop.wait()
         for thread in threads:
             thread.join()
+
+
+class _GuardedMotoServer(ThreadedMotoServer):
+    """moto's threaded server with :class:`~saga_local.loopback.LoopbackGuard` in front of its app.
+
+    moto answers any ``Origin`` (echoing it in ``Access-Control-Allow-Origin``) and any ``Host``, so a
+    web page could drive the local AWS. ``_server_entry`` is moto's own (pinned 5.2.5), with the app
+    wrapped.
+    """
+
+    def _server_entry(self) -> None:
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        from saga_local.loopback import LoopbackGuard
+
+        app = LoopbackGuard(DomainDispatcherApplication(create_backend_app), self._port)
+        self._server = make_server(
+            self._ip_address, self._port, app, True, request_handler=MotoRequestHandler
+        )
+        self._server_ready_event.set()
+        self._server.serve_forever()

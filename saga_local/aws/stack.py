@@ -120,7 +120,7 @@ def provision(
         )
         resolver.parameters["PaymentApiKeySecretArn"] = secret["ARN"]
     # As CloudFormation would: the emulator's http URL reaches the functions through
-    # extra_environment, never through PaymentApiBase (https only).
+    # extra_environment, never through PaymentApiBase (Stripe's host only).
     validate_parameters(template, resolver.parameters)
 
     _create_queues(clients("sqs"), template, resolver, stack_name, visibility_timeout)
@@ -167,6 +167,7 @@ _UNEMULATED = {
     "AWS::CloudWatch::Dashboard": "{name}",
     "AWS::Logs::MetricFilter": "{name}",
     "AWS::SQS::QueuePolicy": "{name}",
+    "AWS::Events::EventBusPolicy": "{name}",
 }
 
 

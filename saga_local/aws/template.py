@@ -69,6 +69,10 @@ def parse_template(text: str) -> dict[str, Any]:
     return data
 
 
+#: What ``!Ref AWS::NoValue`` resolves to: the item or property it stands for is left out.
+_NO_VALUE: Any = object()
+
+
 @dataclass
 class Resolver:
     """Resolves intrinsic functions against the physical ids of resources that exist locally.
@@ -104,11 +108,14 @@ class Resolver:
 
     def resolve(self, value: Any) -> Any:
         if isinstance(value, list):
-            return [self.resolve(v) for v in value]
+            # AWS::NoValue (usually chosen by an Fn::If) removes the item, as CloudFormation does.
+            return [item for item in (self.resolve(v) for v in value) if item is not _NO_VALUE]
         if not isinstance(value, dict):
             return value
         if len(value) == 1:
             ((key, arg),) = value.items()
+            if key == "Ref" and arg == "AWS::NoValue":
+                return _NO_VALUE
             if key == "Ref":
                 return self._ref(arg)
             if key == "Fn::GetAtt":
@@ -125,7 +132,14 @@ class Resolver:
             if key == "Fn::Join":
                 sep, parts = arg
                 return sep.join(str(self.resolve(p)) for p in parts)
-        return {k: self.resolve(v) for k, v in value.items()}
+            if key == "Fn::Split":
+                sep, text = arg
+                return str(self.resolve(text)).split(sep)
+            if key == "Fn::Select":
+                index, items = arg
+                return self.resolve(items)[int(index)]
+        resolved = {k: self.resolve(v) for k, v in value.items()}
+        return {k: v for k, v in resolved.items() if v is not _NO_VALUE}
 
     def _ref(self, name: str) -> str:
         for table in (self.parameters, self.refs, self.pseudo, LOCAL_PSEUDO):

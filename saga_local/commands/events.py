@@ -24,9 +24,12 @@ if TYPE_CHECKING:
 
 #: The outcomes after which nothing more happens to an order without a person or the producer
 #: (``payment_saga.outcomes.FINAL_OUTCOMES``, by name: this module does not import the functions).
-FINAL = frozenset({"OrderCharged", "OrderDeclined", "OrderConflict", "OrderRejected", "OrderNeedsAttention"})
+FINAL = frozenset({"OrderCharged", "OrderDeclined", "OrderConflict", "OrderNeedsAttention"})
 #: Outcomes on the way to a final one: the order is not over.
 INTERIM = frozenset({"OrderReleased", "OrderRequeued", "OrderNeedsReconciliation"})
+#: The end of a *message* the start function refused: it names no order (``orderId`` is null), and
+#: the id its body claims (``claimedOrderId``) is untrusted, so it is never an order's outcome.
+REJECTED = "OrderRejected"
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,17 @@ class OutcomeEvent:
     def order_id(self) -> str | None:
         value = self.detail.get("orderId")
         return str(value) if value is not None else None
+
+    @property
+    def claimed_order_id(self) -> str | None:
+        """The order id a rejected body claims: untrusted, for a person only (never counted)."""
+        value = self.detail.get("claimedOrderId")
+        return str(value) if value is not None else None
+
+    def concerns(self, order_id: str) -> bool:
+        """Whether a person asking about ``order_id`` should see this event: the order's own events,
+        and the rejections whose body claims it (shown as claims, never as the order's outcome)."""
+        return order_id in (self.order_id, self.claimed_order_id)
 
     @property
     def final(self) -> bool:
@@ -75,6 +89,10 @@ class OutcomeEvent:
             parts.append("(sweeper)")
         if d.get("delaySeconds") is not None:
             parts.append(f"next attempt {d.get('nextAttempt')} in {d['delaySeconds']} s")
+        if self.detail_type == REJECTED:
+            parts.append(f"message {d.get('messageId')}")
+            if self.claimed_order_id is not None:
+                parts.append(f"(body claims {self.claimed_order_id}: untrusted, not its outcome)")
         if d.get("reason") and self.detail_type != "OrderCharged":
             parts.append(f"- {d['reason']}")
         return "  ".join(parts)
@@ -176,8 +194,7 @@ def tally(
     * there is at least one (none: a subscriber never hears how the order ended, ``missing``);
     * every one before the last is ``OrderDeclined``: a decline ends one payment attempt, and the
       customer may pay again under a new ``paymentAttempt``, which ends in its own final event (a
-      decline then a charge, or two declines); nothing follows a charge, a rejection or a
-      needs-attention;
+      decline then a charge, or two declines); nothing follows a charge or a needs-attention;
     * no two of them carry the same ``paymentAttempt`` (one end per payment attempt);
     * at most one is ``OrderCharged``.
 
@@ -319,5 +336,5 @@ def command(clients: Any, outputs: dict[str, str], where: str, *, order_id: str 
             f"saga events: {where} has no outcome archive (deploy it with OutcomeArchive=Enabled, or add a"
             " rule of your own to the bus named by the OutcomeEventBusName output)."
         )
-    events = [e for e in peek(clients("sqs"), url) if order_id is None or e.order_id == order_id]
+    events = [e for e in peek(clients("sqs"), url) if order_id is None or e.concerns(order_id)]
     return render(events, raw=raw)

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 from saga_local.aws.template import ROOT, functions, load_template, parameter_defaults
 from saga_local.paths import STATE_DIR
+from saga_local.private_files import write_private_text
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -73,9 +74,7 @@ def sam_env_vars(stack: Stack, endpoint: str) -> dict[str, dict[str, str]]:
 
 
 def write_sam_env_file(stack: Stack, endpoint: str, path: Path = SAM_ENV_FILE) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(sam_env_vars(stack, endpoint), indent=2) + "\n", encoding="utf-8")
-    return path
+    return write_private_text(path, json.dumps(sam_env_vars(stack, endpoint), indent=2) + "\n")
 
 
 def read_env_vars_file(path: Path) -> dict[str, dict[str, Any]]:

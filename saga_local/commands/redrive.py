@@ -26,10 +26,22 @@ By hand, message attributes are carried over except the two the start function a
 rejects a message (``rejectionReason``, ``sourceMessageId``): they describe the last failure, belong
 to the dead-letter queue, and the start function writes fresh ones if it rejects the message again.
 (It reads only the body, so dropping them changes nothing in what it does.)
+
+**Only what came through the saga is moved.** A valid order dropped straight on the dead-letter
+queue would be charged by the redrive, so a message goes back only if it reached the dead-letter
+queue the saga's ways: moved there by SQS from the orders queue (whose policy admits only the saga and
+the producers the stack lists), or rejected by the start function (a body that is still invalid, so
+it is rejected again). By hand that is checked per message: SQS's ``DeadLetterQueueSourceArn`` names
+the orders queue (or, where the service does not set it, the receive count shows it was received
+more than ``maxReceiveCount`` times), or the body is invalid. Anything else stays, counted as ``untrusted``.
+SQS's move task cannot choose, so it is used only when the dead-letter queue's policy admits the
+start function alone (the template's ``OnlyTheStartFunctionDeadLetters``); otherwise the redrive
+moves by hand, with the check.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -41,6 +53,8 @@ if TYPE_CHECKING:
 
 #: Attributes the start function puts on a rejected message (handlers/start_execution.py).
 REJECTION_ATTRIBUTES = frozenset({"rejectionReason", "sourceMessageId"})
+#: The dead-letter queue policy's statement that admits only the start function (template.yaml).
+DEAD_LETTER_SENDERS_SID = "OnlyTheStartFunctionDeadLetters"
 #: ListMessageMoveTasks statuses of a task that is still going.
 _ACTIVE = frozenset({"RUNNING", "CANCELLING"})
 
@@ -62,10 +76,15 @@ class RedriveReport:
     rejected_again: Counter[str] = field(default_factory=Counter)
     #: By hand: why the messages left on the dead-letter queue were rejected when they came back.
     left_reasons: Counter[str] = field(default_factory=Counter)
+    #: By hand: valid orders left on the dead-letter queue because nothing shows they came through
+    #: the orders queue (sent to the dead-letter queue directly: possibly injected).
+    untrusted: int = 0
+    #: Why the move task was not used although the endpoint is AWS's (None: it was, or not asked).
+    move_task_refused: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.failed == 0 and self.task_status in (None, "COMPLETED")
+        return self.failed == 0 and self.untrusted == 0 and self.task_status in (None, "COMPLETED")
 
 
 def redrive(
@@ -90,20 +109,80 @@ def redrive(
     ``visibility_timeout`` (by hand): how long a received message stays hidden while it is copied.
     """
     automatic = use_move_task is None
-    if use_move_task or (automatic and _talks_to_aws(sqs)):
-        try:
-            return _move_task(
-                sqs,
-                source_arn=source_arn,
-                dlq_arn=dlq_arn,
-                poll_seconds=poll_seconds,
-                timeout_seconds=timeout_seconds,
-                sleep=sleep,
-            )
-        except NotImplementedError:
-            if not automatic:
-                raise
-    return _by_hand(sqs, dead_letter_queue_url, source_queue_url, visibility_timeout=visibility_timeout)
+    on_aws = _talks_to_aws(sqs)
+    refused = None
+    if use_move_task or (automatic and on_aws):
+        refused = _why_not_move_task(sqs, dead_letter_queue_url)
+        if refused is None:
+            try:
+                return _move_task(
+                    sqs,
+                    source_arn=source_arn,
+                    dlq_arn=dlq_arn,
+                    poll_seconds=poll_seconds,
+                    timeout_seconds=timeout_seconds,
+                    sleep=sleep,
+                )
+            except NotImplementedError:
+                if not automatic:
+                    raise
+    report = _by_hand(
+        sqs,
+        dead_letter_queue_url,
+        source_queue_url,
+        visibility_timeout=visibility_timeout,
+        source=_Source(source_arn, _max_receive_count(sqs, source_queue_url)),
+    )
+    report.move_task_refused = refused
+    return report
+
+
+def _why_not_move_task(sqs: Any, dead_letter_queue_url: str) -> str | None:
+    """Why SQS's move task may not move this dead-letter queue wholesale (None: it may).
+
+    The task moves everything; that is safe only if nobody but the start function can put a message
+    there, which the queue's policy must say with the template's explicit Deny."""
+    attributes = sqs.get_queue_attributes(QueueUrl=dead_letter_queue_url, AttributeNames=["Policy"])
+    policy = json.loads(attributes.get("Attributes", {}).get("Policy") or "{}")
+    statements = policy.get("Statement") or []
+    if any(
+        isinstance(s, dict) and s.get("Sid") == DEAD_LETTER_SENDERS_SID and s.get("Effect") == "Deny"
+        for s in (statements if isinstance(statements, list) else [statements])
+    ):
+        return None
+    return (
+        f"the dead-letter queue's policy has no {DEAD_LETTER_SENDERS_SID} statement, so anyone with"
+        " sqs:SendMessage may have put an order there"
+    )
+
+
+def _max_receive_count(sqs: Any, source_queue_url: str) -> int | None:
+    attributes = sqs.get_queue_attributes(QueueUrl=source_queue_url, AttributeNames=["RedrivePolicy"])
+    redrive_policy = json.loads(attributes.get("Attributes", {}).get("RedrivePolicy") or "{}")
+    count = redrive_policy.get("maxReceiveCount")
+    return int(count) if count is not None else None
+
+
+@dataclass(frozen=True)
+class _Source:
+    """How to tell that a message on the dead-letter queue was moved there from the orders queue."""
+
+    arn: str
+    max_receive_count: int | None
+
+    def moved_it(self, message: dict[str, Any]) -> bool:
+        """SQS stamps ``DeadLetterQueueSourceArn`` on what it moves; where it does not (moto), a moved
+        message keeps its receive count, more than ``maxReceiveCount``. The count is the weaker sign:
+        a principal that may both send to and receive from the dead-letter queue can raise it, which
+        the queue's policy (only the start function sends) is there to stop; this stops one that may
+        only send."""
+        attributes = message.get("Attributes") or {}
+        if attributes.get("DeadLetterQueueSourceArn") == self.arn:
+            return True
+        if self.max_receive_count is None:
+            return False
+        # This receive counts too: a moved message has been received more than maxReceiveCount times.
+        return int(attributes.get("ApproximateReceiveCount", 0)) > self.max_receive_count
 
 
 def _talks_to_aws(sqs: Any) -> bool:
@@ -164,7 +243,7 @@ def _task_id(task: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def _by_hand(
-    sqs: Any, dead_letter_queue_url: str, source_queue_url: str, *, visibility_timeout: int
+    sqs: Any, dead_letter_queue_url: str, source_queue_url: str, *, visibility_timeout: int, source: _Source
 ) -> RedriveReport:
     report = RedriveReport(method="by-hand", moved=0)
     #: Message ids of the copies this redrive put on the orders queue.
@@ -178,6 +257,7 @@ def _by_hand(
                 QueueUrl=dead_letter_queue_url,
                 MaxNumberOfMessages=10,
                 MessageAttributeNames=["All"],
+                AttributeNames=["All"],  # DeadLetterQueueSourceArn, ApproximateReceiveCount
                 VisibilityTimeout=visibility_timeout,
                 WaitTimeSeconds=1,  # long polling asks every server: an empty answer means empty
             ).get("Messages", [])
@@ -188,6 +268,11 @@ def _by_hand(
                 if _came_back(message, sent):
                     if message["MessageId"] not in held:
                         report.left_reasons[_rejection_attribute(message)] += 1
+                    held[message["MessageId"]] = message["ReceiptHandle"]
+                elif not source.moved_it(message) and rejection_reason(message["Body"]) is None:
+                    # A valid order nothing shows came through the orders queue: never charged by us.
+                    if message["MessageId"] not in held:
+                        report.untrusted += 1
                     held[message["MessageId"]] = message["ReceiptHandle"]
                 else:
                     to_move.append(message)
@@ -202,7 +287,7 @@ def _by_hand(
                     {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0} for i, h in enumerate(chunk)
                 ],
             )
-        report.left = len(held)
+        report.left = len(held) - report.untrusted
     return report
 
 
@@ -268,6 +353,7 @@ def render(report: RedriveReport, where: str) -> str:
         report.moved == 0
         and not report.failed
         and not report.left
+        and not report.untrusted
         and report.task_status in (None, "COMPLETED")
     ):
         return f"redrive ({where}): the dead-letter queue is empty; nothing to move."
@@ -297,6 +383,14 @@ def render(report: RedriveReport, where: str) -> str:
         lines.append(
             f"  SQS refused to take {_plural(report.failed, 'message')}: left on the dead-letter queue"
             " (nothing lost); run saga redrive again."
+        )
+    if report.move_task_refused:
+        lines.append(f"  Not SQS's move task: {report.move_task_refused}; each message was checked instead.")
+    if report.untrusted:
+        lines.append(
+            f"  {_plural(report.untrusted, 'valid order')} left on the dead-letter queue: nothing shows"
+            " it came through the orders queue (not moved there by SQS, not rejected by the start"
+            " function), so it may have been put there directly. Not moved: find out who sent it."
         )
     if report.left:
         lines.append(

@@ -20,7 +20,7 @@ import boto3
 
 from payment_saga.claims import SECONDS_PER_DAY, ClaimsStore
 from payment_saga.clock import iso_utc, system_clock
-from payment_saga.payments import StripeProvider, stripe_secret_from_string
+from payment_saga.payments import StripeProvider, check_api_base, stripe_secret_from_string
 from payment_saga.reconcile import (
     DEFAULT_LIST_PAGE_CAP,
     DEFAULT_SEARCH_GRACE_SECONDS,
@@ -77,6 +77,8 @@ class DeployedStack:
     api_base: str | None
     #: The stack's ``ClaimRetentionDays``: a claim this closes is kept as long as the sweeper's would be.
     retention_seconds: int
+    #: The account the stack lives in (from its StackId), which its secret must be in too.
+    account: str | None = None
 
 
 def deployed_stack(cloudformation: Any, stack_name: str) -> DeployedStack:
@@ -113,7 +115,14 @@ def deployed_stack(cloudformation: Any, stack_name: str) -> DeployedStack:
         secret_arn=parameters["PaymentApiKeySecretArn"],
         api_base=parameters.get("PaymentApiBase") or None,
         retention_seconds=int(parameters["ClaimRetentionDays"]) * SECONDS_PER_DAY,
+        account=_account_of(str(found.get("StackId", ""))),
     )
+
+
+def _account_of(arn: str) -> str | None:
+    """The account field of an ARN (``arn:PARTITION:SERVICE:REGION:ACCOUNT:...``), or None."""
+    parts = arn.split(":")
+    return parts[4] if len(parts) > 5 and parts[0] == "arn" and parts[4] else None
 
 
 def reconcile_deployed(
@@ -132,6 +141,14 @@ def reconcile_deployed(
     """
     session = session or boto3.session.Session(region_name=region)
     found = deployed_stack(session.client("cloudformation"), stack_name)
+    # Whoever set the stack's parameters must not get the key from this laptop: the base URL is
+    # checked before the secret is read, and again with the key (a live key goes to Stripe only).
+    check_api_base(found.api_base)
+    if found.account is not None and found.secret_arn.split(":")[4:5] != [found.account]:
+        raise LookupError(
+            f"stack {stack_name}'s PaymentApiKeySecretArn names a secret in another account than the"
+            f" stack's ({found.account}): refusing to read it"
+        )
     # The secret is read in the region its ARN names, as the sweeper reads it (it may not be the stack's).
     parts = found.secret_arn.split(":")
     secret_region = parts[3] if len(parts) > 3 and parts[3] else None

@@ -31,6 +31,7 @@ import boto3
 
 from saga_local.aws.moto_adapter import Invocation, Throttled
 from saga_local.aws.template import ROOT
+from saga_local.private_files import open_private_append, private_directory
 from saga_local.runtime.api import (
     GUARD_OFF_ENV,
     IAM_ROLE_ENV,
@@ -504,8 +505,8 @@ class WorkerRuntime:
             environment[IAM_ROLE_ENV] = self.iam.role_json(spec.logical_id)
         output: Any = subprocess.DEVNULL
         if self.log_dir is not None:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            output = (self.log_dir / f"{spec.logical_id}.log").open("ab")
+            private_directory(self.log_dir)
+            output = open_private_append(self.log_dir / f"{spec.logical_id}.log")
         process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
             [
                 sys.executable,

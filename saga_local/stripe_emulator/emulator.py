@@ -11,7 +11,9 @@ them) and the lock they run under.
 from __future__ import annotations
 
 import copy
+import hmac
 import random
+import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -48,6 +50,8 @@ if TYPE_CHECKING:
 
 #: The account of every API key not given another one (``ProviderEmulator.assign_key``).
 DEFAULT_ACCOUNT = "acct_emulator"
+#: The header that carries the per-run admin token (a custom header: a browser preflights it).
+ADMIN_TOKEN_HEADER = "X-Emulator-Token"  # noqa: S105 - a header name, not a secret
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,8 @@ class ProviderEmulator:
         self._revoked: set[str] = set()
         #: API key -> its account, for keys not of :data:`DEFAULT_ACCOUNT` (see ``assign_key``).
         self._key_accounts: dict[str, str] = {}
+        #: What a request to ``/_emulator/*`` must carry in :data:`ADMIN_TOKEN_HEADER`: new every run.
+        self.admin_token = secrets.token_urlsafe(32)
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -369,6 +375,12 @@ class ProviderEmulator:
         """Answer one HTTP request (the server calls this; so does the in-process link of tests/model)."""
         split = urlsplit(target)
         if split.path.startswith("/_emulator/"):
+            # The admin routes reset the emulator, inject faults and turn deduplication off: only a
+            # caller that read this run's token (the stack file, or this object) may use them.
+            if not hmac.compare_digest(headers.get(ADMIN_TOKEN_HEADER, ""), self.admin_token):
+                return Reply(
+                    403, {"error": f"the emulator's admin routes need this run's {ADMIN_TOKEN_HEADER}"}
+                )
             return admin.admin_reply(self, method, split.path, split.query, body)
         request_id = new_id("req_", 14)
         version = headers.get("Stripe-Version") or STRIPE_VERSION

@@ -19,6 +19,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from saga_local.loopback import refusal
+from saga_local.stripe_emulator.responses import error
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
@@ -163,7 +166,9 @@ class _Handler(BaseHTTPRequestHandler):
         # Header names are case-insensitive: index them the way the emulator looks them up.
         canonical = {name.title(): value for name, value in self.headers.items()}
         front = self.server.front
-        reply = front.dispatch(method, self.path, canonical, body)
+        why = refusal(self.headers.get, front.address[1])
+        # A web page must not drive the emulator (reset it, inject faults, turn deduplication off).
+        reply = error(403, why) if why is not None else front.dispatch(method, self.path, canonical, body)
         if reply.action == "hang":
             front.stopping.wait(reply.hang_seconds)
         if reply.action != "respond":

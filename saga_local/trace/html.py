@@ -86,7 +86,12 @@ def render_html(
     steps = trace_steps(history, definition)
     status = str(description.get("status", "RUNNING"))
     css, js = stylesheet(), script()
-    csp = f"default-src 'none'; style-src {csp_hash(css)}; script-src {csp_hash(js)}; img-src data:"
+    # base-uri and form-action do not fall back to default-src: an injected <base> or <form> could
+    # otherwise point the page's links or a submission elsewhere.
+    csp = (
+        f"default-src 'none'; style-src {csp_hash(css)}; script-src {csp_hash(js)}; img-src data:;"
+        " base-uri 'none'; form-action 'none'"
+    )
     name = str(description.get("name", "?"))
     head = [
         "<!DOCTYPE html>",

@@ -10,7 +10,7 @@ import pytest
 
 from saga_local import cli
 from saga_local.aws.stack import REGION
-from tests.helpers import Saga
+from tests.helpers import Saga, failed_receives
 
 
 def test_send_and_trace_against_a_deployed_stack(
@@ -64,19 +64,15 @@ def test_send_builds_the_order_from_flags(saga: Saga, deployed: str) -> None:
 
 def test_redrive_against_a_deployed_stack_charges_each_order_once(saga: Saga, deployed: str) -> None:
     sqs = boto3.client("sqs", region_name=REGION)
-    for _ in range(3):  # a dead-letter queue full of duplicates of one order
-        sqs.send_message(
-            QueueUrl=saga.stack.dead_letter_queue_url,
-            MessageBody=json.dumps(
-                {
-                    "orderId": "ORDER-DLQ",
-                    "amount": 500,
-                    "currency": "USD",
-                    "customerId": "c",
-                    "paymentMethod": "pm_card_visa",
-                }
-            ),
-        )
+    # A dead-letter queue full of duplicates of one order, each moved there after its failed receives.
+    body = {
+        "orderId": "ORDER-DLQ",
+        "amount": 500,
+        "currency": "USD",
+        "customerId": "c",
+        "paymentMethod": "pm_card_visa",
+    }
+    failed_receives(sqs, saga.stack.dead_letter_queue_url, json.dumps(body), copies=3)
 
     assert cli.main(["redrive", "--stack", deployed, "--region", REGION]) == 0
     saga.driver.pump()
@@ -141,6 +137,90 @@ def test_trace_reads_an_execution_recorded_after_its_stack_is_gone(
     assert "Payment Declined" in out
 
 
+def test_what_the_cli_records_under_its_state_directory_is_private_to_its_user(
+    saga: Saga, tmp_path: Any
+) -> None:
+    """Recorded executions hold every order's payment method and customer, the SAM env-vars file the
+    functions' configuration: 0600 files in 0700 directories, whatever the umask."""
+    import os
+    import stat
+
+    from saga_local.aws import archive
+    from saga_local.commands.invoke import write_sam_env_file
+
+    saga.driver.send(order_body("ORDER-MODE"))
+    saga.driver.pump()
+    (result,) = saga.driver.results()
+    previous = os.umask(0o022)  # the usual umask, which left them 0644
+    try:
+        recorded = archive.record(
+            archive.read_execution(saga.driver.sfn, result.arn), tmp_path / "executions"
+        )
+        env_file = write_sam_env_file(saga.stack, "http://127.0.0.1:1", tmp_path / "state" / "sam-env.json")
+    finally:
+        os.umask(previous)
+
+    for path in (recorded, env_file):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700, path.parent
+
+
+def test_an_execution_name_that_is_not_one_is_never_made_a_path(saga: Saga, tmp_path: Any) -> None:
+    from saga_local.aws import archive
+
+    saga.driver.send(order_body("ORDER-NAME"))
+    saga.driver.pump()
+    (result,) = saga.driver.results()
+    execution = archive.read_execution(saga.driver.sfn, result.arn)
+    execution.description["name"] = "nested/elsewhere"
+
+    with pytest.raises(ValueError, match="execution name"):
+        archive.record(execution, tmp_path / "executions")
+    assert list(tmp_path.rglob("*.json")) == []
+
+
+def test_a_trace_page_shows_who_pays_and_with_what_only_when_asked(
+    saga: Saga, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace page is made to be shared: the payment method and customers are redacted unless --io,
+    and its CSP leaves an injected <base> or <form> nowhere to point."""
+    import html
+
+    from saga_local.aws import archive
+
+    saga.driver.send(order_body("ORDER-REDACT"))
+    saga.driver.pump()
+    (result,) = saga.driver.results()
+    archive.record(archive.read_execution(saga.driver.sfn, result.arn), tmp_path)
+    monkeypatch.setattr(archive, "ARCHIVE_DIR", tmp_path)
+    monkeypatch.setattr(cli, "STATE_FILE", tmp_path / "no-stack-running.json")
+    shared, full = tmp_path / "shared.html", tmp_path / "full.html"
+
+    assert cli.main(["trace", result.name, "--html", str(shared)]) == 0
+    assert cli.main(["trace", result.name, "--html", str(full), "--io"]) == 0
+    assert cli.main(["trace", result.name, "--io"]) == 0
+
+    page = html.unescape(shared.read_text(encoding="utf-8"))
+    assert "pm_card_visa" not in page
+    assert "<redacted>" in page
+    assert "ORDER-REDACT" in page, "the order itself is still shown"
+    assert "base-uri 'none'; form-action 'none'" in page
+    assert "pm_card_visa" in html.unescape(full.read_text(encoding="utf-8"))
+    assert "pm_card_visa" in capsys.readouterr().out
+
+
+def order_body(order_id: str) -> str:
+    return json.dumps(
+        {
+            "orderId": order_id,
+            "amount": 500,
+            "currency": "USD",
+            "customerId": "c",
+            "paymentMethod": "pm_card_visa",
+        }
+    )
+
+
 def test_send_of_a_body_the_start_function_rejects_says_dead_lettered_and_why(
     saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -168,11 +248,13 @@ def test_redrive_answers_in_words_what_moved_and_what_will_be_rejected_again(
     sqs.send_message(QueueUrl=saga.stack.dead_letter_queue_url, MessageBody=json.dumps(valid))
     sqs.send_message(QueueUrl=saga.stack.dead_letter_queue_url, MessageBody="{not json")
 
-    assert cli.main(["redrive", "--stack", deployed, "--region", REGION]) == 0
+    # Nothing shows the valid order came through the orders queue (on AWS SQS would have stamped its
+    # DeadLetterQueueSourceArn): it stays, and the redrive fails so that a person looks.
+    assert cli.main(["redrive", "--stack", deployed, "--region", REGION]) == 1
 
     out = capsys.readouterr().out
-    assert "moved 2 messages from the dead-letter queue to the orders queue" in out
-    assert "1 order will run again" in out
+    assert "moved 1 message from the dead-letter queue to the orders queue" in out
+    assert "1 valid order left on the dead-letter queue" in out
     assert "1 message will be rejected again" in out
     assert "1 x body is not valid JSON (line 1)" in out
     assert "RedriveReport(" not in out  # words, not a repr

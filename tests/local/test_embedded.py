@@ -9,6 +9,8 @@ from __future__ import annotations
 import gc
 import json
 import os
+import urllib.error
+import urllib.parse
 import urllib.request
 
 import boto3
@@ -42,8 +44,70 @@ def test_real_clients_reach_the_stack_over_http(workers: EmbeddedStack) -> None:
     )
     machines = sfn.list_state_machines()["stateMachines"]
     assert [m["stateMachineArn"] for m in machines] == [workers.stack.state_machine_arn]
-    with urllib.request.urlopen(f"{workers.provider.url}/_emulator/charges", timeout=5) as response:  # noqa: S310
+    admin = urllib.request.Request(  # noqa: S310 - the emulator's loopback URL
+        f"{workers.provider.url}/_emulator/charges",
+        headers={"X-Emulator-Token": workers.provider.admin_token},
+    )
+    with urllib.request.urlopen(admin, timeout=5) as response:  # noqa: S310
         assert response.status == 200
+
+
+def status_of(
+    url: str, *, method: str = "GET", headers: dict[str, str] | None = None, body: bytes = b""
+) -> int:
+    """The HTTP status a raw request gets (what a browser's request would get)."""
+    request = urllib.request.Request(url, data=body or None, method=method, headers=headers or {})  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - loopback only
+            return int(response.status)
+    except urllib.error.HTTPError as refused:
+        return int(refused.code)
+
+
+#: What a web page's request carries: a no-preflight text/plain POST from another site.
+FROM_A_WEB_PAGE = {"Origin": "https://attacker.example", "Content-Type": "text/plain"}
+
+
+def test_a_web_page_cannot_drive_the_local_aws(workers: EmbeddedStack) -> None:
+    """moto answers any Origin and any Host; in front of it the stack refuses both, before any action."""
+    purge = f"{workers.endpoint}/?Action=PurgeQueue&QueueUrl={workers.stack.queue_url}"
+    workers.driver.send(order("ORDER-WEB"))
+    depth = workers.driver.queue_depth()
+
+    assert status_of(purge, method="POST", headers=FROM_A_WEB_PAGE) == 403
+    assert status_of(purge, headers={"Sec-Fetch-Site": "cross-site"}) == 403  # an <img> tag
+    rebound = workers.endpoint.replace("127.0.0.1", "rebind.attacker.example")
+    assert status_of(purge, headers={"Host": urllib.parse.urlsplit(rebound).netloc}) == 403
+    assert workers.driver.queue_depth() == depth, "nothing was purged"
+    # The real clients (boto3, the AWS CLI, SAM CLI) still are answered, under any loopback name.
+    local = workers.endpoint.replace("127.0.0.1", "localhost")
+    sqs = boto3.client(
+        "sqs", endpoint_url=local, region_name="us-east-1", aws_access_key_id="l", aws_secret_access_key="l"
+    )
+    assert sqs.get_queue_url(QueueName=workers.stack.queue_url.rsplit("/", 1)[-1])["QueueUrl"]
+
+
+def test_a_web_page_cannot_drive_the_stripe_emulator(workers: EmbeddedStack) -> None:
+    """The admin routes reset the emulator, inject faults or turn deduplication off: a page's request,
+    a rebound Host or a request without this run's token is refused, and nothing changes."""
+    provider = workers.provider
+    reset = f"{provider.url}/_emulator/reset"
+    token = {"X-Emulator-Token": provider.admin_token}
+    workers.driver.send(order("ORDER-WEB-2"))
+    workers.driver.pump()
+    charged = len(provider.charges())
+    assert charged >= 1
+
+    assert status_of(reset, method="POST", headers={**FROM_A_WEB_PAGE, **token}, body=b"{}") == 403
+    rebound = {"Host": f"rebind.attacker.example:{urllib.parse.urlsplit(provider.url).port}", **token}
+    assert status_of(reset, method="POST", headers=rebound, body=b"{}") == 403
+    assert status_of(reset, method="POST", body=b"{}") == 403, "no token, no admin route"
+    assert status_of(reset, method="POST", headers={"X-Emulator-Token": "guess"}, body=b"{}") == 403
+    assert status_of(f"{provider.url}/v1/payment_intents", headers=FROM_A_WEB_PAGE) == 403
+    assert len(provider.charges()) == charged, "the emulator was not reset"
+    # With the token the stack file holds, local tooling may.
+    assert status_of(reset, method="POST", headers=token, body=b"{}") == 200
+    assert provider.charges() == []
 
 
 @pytest.mark.parametrize(

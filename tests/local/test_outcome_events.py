@@ -91,10 +91,39 @@ def test_a_malformed_message_publishes_order_rejected_with_its_reason(saga: Saga
 
     rejected = [e for e in log(saga).events() if e.detail_type == "OrderRejected"]
     assert [e.event_id for e in rejected] == [f"rejected/{message_id}"]
-    assert rejected[0].order_id == "ORDER-EV-4"
+    assert rejected[0].order_id is None, "a refused body speaks for no order"
+    assert rejected[0].detail["messageId"] == message_id
+    assert rejected[0].claimed_order_id == "ORDER-EV-4"
     assert "amount" in rejected[0].detail["reason"]
     assert len(saga.driver.dead_letters()) == 1
     assert saga.driver.claim("ORDER-EV-4") is None
+    assert final_outcomes(log(saga).collect()) == {}, "a rejection is no order's outcome"
+
+
+def test_a_malformed_body_claiming_a_charged_order_leaves_its_final_outcome_charged(saga: Saga) -> None:
+    """A buggy or hostile producer sends a refused body naming an order already charged: the order's
+    subscribers still see OrderCharged as its end, and only a person reading the claim sees it."""
+    saga.driver.send(order("SEC-1"))
+    saga.driver.pump(timeout=60)
+    forged = json.dumps({"orderId": "SEC-1", "amount": "15000", "currency": "BRL", "customerId": "cus_1"})
+    (message_id,) = saga.driver.send(forged)
+    saga.driver.pump(timeout=60)
+
+    clients = saga.driver.sqs  # read by saga events first: the log below empties the archive queue
+    text = command(lambda _: clients, saga.stack.outputs, "local", order_id="SEC-1", raw=False)
+    claim_line = next(line for line in text.splitlines() if line.startswith("OrderRejected"))
+    assert message_id in claim_line
+    assert "body claims SEC-1: untrusted" in claim_line
+    delivered = log(saga).collect()
+    assert final_outcomes(delivered) == {"SEC-1": ["OrderCharged"]}
+    ledger = {"SEC-1": [charge.charge_id for charge in saga.provider.charges_for("SEC-1")]}
+    counted = tally(delivered, ["SEC-1"], ledger)
+    assert counted.exact, counted.problems
+    assert counted.final_by_order == {"SEC-1": "OrderCharged"}
+    assert kinds(log(saga).events("SEC-1")) == ["OrderCharged"], "no event keyed on the order's id"
+    (rejected,) = [e for e in log(saga).events() if e.detail_type == "OrderRejected"]
+    assert (rejected.order_id, rejected.claimed_order_id) == (None, "SEC-1")
+    assert saga.charges("SEC-1") == 1
 
 
 def test_a_rejection_whose_event_fails_once_is_dead_lettered_once_with_its_reason(saga: Saga) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from payment_saga.claims import ClaimsStore, ClaimStatus
 from payment_saga.orders import Order
-from payment_saga.payments import StripeProvider, idempotency_key
+from payment_saga.payments import StripeProvider, UnsafeApiBase, idempotency_key
 from payment_saga.reconcile import ReconcileOutcome
 from saga_local.aws.embedded import EmbeddedStack
 from saga_local.aws.stack import LOCAL_API_KEY, REGION
@@ -72,13 +72,23 @@ def test_local_reconcile_without_a_time_leaves_live_claims_alone(stack: Embedded
 # -- a deployed stack, through CloudFormation ---------------------------------------------------
 
 
-def create_deployed_stack(api_base: str, *, retention_days: str | None = "45") -> str:
+def create_deployed_stack(
+    api_base: str,
+    *,
+    retention_days: str | None = "45",
+    api_key: str = LOCAL_API_KEY,
+    secret_account: str | None = None,
+) -> str:
     """A stack with what reconciliation reads: the claims table as template.yaml declares it, its
     ``ClaimsTableName`` output, the provider parameters, with the key in Secrets Manager, and the
-    retention of closed claims (``None``: a stack deployed before it was a parameter)."""
+    retention of closed claims (``None``: a stack deployed before it was a parameter).
+    ``secret_account`` names the secret's ARN in another account than the stack's."""
     secret = boto3.client("secretsmanager", region_name=REGION).create_secret(
-        Name="payment-saga/stripe", SecretString=json.dumps({"apiKey": LOCAL_API_KEY})
+        Name="payment-saga/stripe", SecretString=json.dumps({"apiKey": api_key})
     )
+    if secret_account is not None:
+        parts = secret["ARN"].split(":")
+        secret = {**secret, "ARN": ":".join([*parts[:4], secret_account, *parts[5:]])}
     template = load_template()
     body = {
         "AWSTemplateFormatVersion": "2010-09-09",
@@ -168,3 +178,35 @@ def test_reconcile_deployed_resolves_stale_claims_with_the_key_from_the_stacks_s
     # The completed claim is kept as long as the stack's parameter says (45 days), not the library's 30.
     item = dynamodb.get_item(TableName=table, Key={"orderId": {"S": ORDER.order_id}}, ConsistentRead=True)
     assert int(item["Item"]["expiresAt"]["N"]) - time.time() > 44 * 24 * 3600
+
+
+# -- the stack's parameters do not decide where the operator's key goes ------------------------------
+
+#: A live-mode key, built so that no string here looks like one to a scanner (no account's key).
+LIVE_KEY = "_".join(("sk", "live", "operator", "laptop"))
+
+
+@pytest.mark.parametrize(
+    ("api_base", "key"),
+    [
+        ("https://api.stripe.com.attacker.example", LIVE_KEY),  # a live key, any host but Stripe's
+        ("https://203.0.113.7:8443/collect", LIVE_KEY),
+        ("http://203.0.113.7/collect", LOCAL_API_KEY),  # plain http, before the secret is even read
+    ],
+)
+def test_reconcile_of_a_deployed_stack_refuses_a_redirected_base_url(
+    aws: None, api_base: str, key: str
+) -> None:
+    name = create_deployed_stack(api_base, api_key=key)
+
+    with pytest.raises(UnsafeApiBase) as refused:
+        reconcile_deployed(name, apply=True, region=REGION)
+
+    assert key not in str(refused.value)
+
+
+def test_reconcile_of_a_deployed_stack_refuses_a_secret_in_another_account(aws: None) -> None:
+    name = create_deployed_stack("", secret_account="999999999999")
+
+    with pytest.raises(LookupError, match="another account"):
+        reconcile_deployed(name, apply=True, region=REGION)

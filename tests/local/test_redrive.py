@@ -17,7 +17,8 @@ from botocore.stub import Stubber
 
 from saga_local.aws.embedded import EmbeddedStack
 from saga_local.aws.stack import REGION
-from saga_local.commands.redrive import RedriveReport, redrive
+from saga_local.commands.redrive import DEAD_LETTER_SENDERS_SID, RedriveReport, redrive, render
+from tests.helpers import failed_receives
 
 if TYPE_CHECKING:
     pass
@@ -47,10 +48,9 @@ def redrive_stack(stack: EmbeddedStack, **options: Any) -> RedriveReport:
 
 
 def dead_letter(stack: EmbeddedStack, body: dict[str, Any], copies: int) -> None:
-    """Messages that failed 5 times land on the dead-letter queue as they were sent."""
-    sqs = stack.client("sqs")
-    for _ in range(copies):
-        sqs.send_message(QueueUrl=stack.stack.dead_letter_queue_url, MessageBody=json.dumps(body))
+    """Messages that failed 5 times land on the dead-letter queue as they were sent, received as often
+    (SQS moves the message itself, receive count and all; moto stamps no DeadLetterQueueSourceArn)."""
+    failed_receives(stack.client("sqs"), stack.stack.dead_letter_queue_url, json.dumps(body), copies)
 
 
 def test_redrive_charges_every_well_formed_order_once_and_returns_the_malformed_one(
@@ -80,6 +80,31 @@ def test_redrive_charges_every_well_formed_order_once_and_returns_the_malformed_
     (letter,) = stack.driver.dead_letters()
     assert letter["Body"] == MALFORMED
     assert letter["MessageAttributes"]["rejectionReason"]["StringValue"].startswith("body is not valid JSON")
+
+
+def test_a_valid_order_put_straight_on_the_dead_letter_queue_is_not_redriven(stack: EmbeddedStack) -> None:
+    """Anyone with sqs:SendMessage on the dead-letter queue (its policy stops them on AWS) could drop
+    an order there for the next redrive to charge: only what came through the orders queue goes back."""
+    sqs = stack.client("sqs")
+    sqs.send_message(QueueUrl=stack.stack.dead_letter_queue_url, MessageBody=json.dumps(order("ORDER-INJ")))
+    forged_rejection = {"rejectionReason": {"DataType": "String", "StringValue": "amount must be an integer"}}
+    sqs.send_message(
+        QueueUrl=stack.stack.dead_letter_queue_url,
+        MessageBody=json.dumps(order("ORDER-INJ-2")),
+        MessageAttributes=forged_rejection,
+    )
+    dead_letter(stack, order("ORDER-FAILED"), copies=1)
+
+    report = redrive_stack(stack)
+    stack.driver.pump()
+
+    assert (report.moved, report.untrusted, report.ok) == (1, 2, False)
+    assert len(stack.provider.charges_for("ORDER-FAILED")) == 1
+    assert stack.provider.charges_for("ORDER-INJ") == []
+    assert stack.provider.charges_for("ORDER-INJ-2") == []
+    left = sorted(json.loads(m["Body"])["orderId"] for m in stack.driver.dead_letters())
+    assert left == ["ORDER-INJ", "ORDER-INJ-2"], "left where they were, for a person"
+    assert "2 valid orders left on the dead-letter queue" in render(report, "local")
 
 
 def test_a_crash_between_send_and_delete_duplicates_and_never_loses(stack: EmbeddedStack) -> None:
@@ -190,6 +215,37 @@ def test_messages_rejected_again_during_the_redrive_are_left_on_the_dead_letter_
     assert back["Body"] == MALFORMED
 
 
+def admits_only_the_start_function(stub: Stubber, queues: dict[str, str]) -> None:
+    """The dead-letter queue's policy as the template deploys it: the move task may move it all."""
+    policy = {"Statement": [{"Sid": DEAD_LETTER_SENDERS_SID, "Effect": "Deny", "Principal": "*"}]}
+    stub.add_response(
+        "get_queue_attributes",
+        {"Attributes": {"Policy": json.dumps(policy)}},
+        {"QueueUrl": queues["dlq"], "AttributeNames": ["Policy"]},
+    )
+
+
+def test_without_the_dead_letter_policy_on_aws_the_redrive_checks_each_message(
+    queues: dict[str, str],
+) -> None:
+    """SQS's move task moves everything: on a dead-letter queue anyone may write to, the redrive moves
+    by hand instead and leaves a valid order that was never on the orders queue."""
+    sqs = boto3.client("sqs", region_name=REGION)
+    sqs.send_message(QueueUrl=queues["dlq"], MessageBody=json.dumps(order("ORDER-INJ")))
+
+    report = redrive(
+        sqs,
+        dead_letter_queue_url=queues["dlq"],
+        source_queue_url=queues["source"],
+        source_arn=queues["source_arn"],
+        dlq_arn=queues["dlq_arn"],
+    )
+
+    assert (report.method, report.moved, report.untrusted) == ("by-hand", 0, 1)
+    assert "OnlyTheStartFunctionDeadLetters" in (report.move_task_refused or "")
+    assert sqs.receive_message(QueueUrl=queues["source"]).get("Messages") is None
+
+
 def test_on_aws_the_redrive_is_sqs_own_move_task_followed_to_its_end(queues: dict[str, str]) -> None:
     sqs = boto3.client("sqs", region_name=REGION)
     earlier = {
@@ -207,6 +263,7 @@ def test_on_aws_the_redrive_is_sqs_own_move_task_followed_to_its_end(queues: dic
     listed = {"SourceArn": queues["dlq_arn"], "MaxResults": 10}
     waits: list[float] = []
     with Stubber(sqs) as stub:
+        admits_only_the_start_function(stub, queues)
         stub.add_response("list_message_move_tasks", {"Results": [earlier]}, listed)
         stub.add_response(
             "start_message_move_task",
@@ -243,6 +300,7 @@ def test_a_failed_move_task_is_reported_with_its_reason(queues: dict[str, str]) 
     sqs = boto3.client("sqs", region_name=REGION)
     listed = {"SourceArn": queues["dlq_arn"], "MaxResults": 10}
     with Stubber(sqs) as stub:
+        admits_only_the_start_function(stub, queues)
         stub.add_response("list_message_move_tasks", {"Results": []}, listed)
         stub.add_response("start_message_move_task", {"TaskHandle": "task-2"}, None)
         failed = {

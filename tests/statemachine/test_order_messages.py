@@ -27,6 +27,15 @@ BAD_BODIES = {
     json.dumps(order("ORDER-BOOL", amount=True)): "amount must be an integer in minor units",
     '{"orderId": "ORDER-TWICE", "amount": 100, "amount": 15000}': "field amount appears twice",
 }
+#: Card numbers where an id belongs: they must never reach Stripe metadata, the claims table, the
+#: execution history or an outcome event (kept apart: the dead-letter queue is read 10 at a time).
+CARD_SHAPED_BODIES = {
+    json.dumps(order("ORDER-PAN-1", customerId="4242424242424242")): "customerId must not hold a card number",
+    json.dumps(
+        order("ORDER-PAN-2", paymentAttempt="4000 0566 5566 5556")
+    ): "paymentAttempt must not hold a card number",
+    json.dumps(order("ORDER-ATTEMPT", paymentAttempt="retry #2")): "paymentAttempt must be 1-64 characters",
+}
 
 
 def sqs_event(bodies: list[str]) -> dict[str, Any]:
@@ -100,6 +109,25 @@ def test_bad_bodies_sent_through_the_queue_leave_it_at_once_with_their_reasons(s
     assert saga.driver.queue_depth() == 0
     assert saga.charges("ORDER-GOOD") == 1
     assert set(saga.driver.claims()) == {"ORDER-GOOD"}
+
+
+def test_card_shaped_values_are_dead_lettered_with_their_reason_and_reach_no_claim_or_provider(
+    saga: Saga,
+) -> None:
+    for body in CARD_SHAPED_BODIES:
+        saga.driver.send(body)
+
+    saga.driver.pump()
+
+    dead = rejections(saga)
+    assert set(dead) == set(CARD_SHAPED_BODIES)
+    for body, expected in CARD_SHAPED_BODIES.items():
+        assert dead[body].startswith(expected), (expected, dead[body])
+        assert "4242" not in dead[body], "the reason never quotes the value"
+        assert "4000" not in dead[body], "the reason never quotes the value"
+    assert saga.driver.claims() == {}
+    assert saga.driver.execution_arns() == []
+    assert saga.provider.payment_intents("ORDER-PAN-1") == []
 
 
 def test_a_saved_card_is_charged_with_its_customer_and_refused_without_it(saga: Saga) -> None:

@@ -26,7 +26,7 @@ from samtranslator.translator.transform import transform
 
 from payment_saga.orders import ORDER_ID_PATTERN
 from payment_saga.sweep_lock import SWEEP_LOCK_KEY
-from saga_local.aws.stack import REGION, provision
+from saga_local.aws.stack import ACCOUNT_ID, REGION, provision
 from saga_local.aws.template import Resolver, state_machine_definition, validate_parameters
 
 if TYPE_CHECKING:
@@ -322,6 +322,22 @@ def test_the_secret_parameter_takes_only_a_full_secret_arn(template: Template, v
     assert allowed(template, "PaymentApiKeySecretArn", value) is ok
 
 
+def test_the_secret_is_read_only_from_the_stacks_own_account(aws: None) -> None:
+    """No pattern can know the account, so the grant rebuilds the parameter's ARN with the stack's
+    own account: whoever sets PaymentApiKeySecretArn to another account's secret (one that grants
+    this account a read, with a key they hold) gets a role that IAM refuses the read."""
+    clients = functools.partial(boto3.client, region_name=REGION)
+    own = f"arn:aws:secretsmanager:eu-west-1:{ACCOUNT_ID}:secret:payment-saga/stripe-AbCdEf"
+    foreign = own.replace(ACCOUNT_ID, "999999999999")
+    for name, arn, allowed in (("own", own, True), ("foreign", foreign, False)):
+        stack = provision(clients, stack_name=name, parameters={"PaymentApiKeySecretArn": arn})
+        for reader in ("ChargePaymentFunction", "SweeperFunction"):
+            role = stack.iam.roles[reader]
+            assert role.allows("secretsmanager:GetSecretValue", arn) is allowed, (name, reader)
+            # The only secret either role may read is the one of this name in its own account.
+            assert role.allows("secretsmanager:GetSecretValue", own), (name, reader)
+
+
 def kms_grants(deployed: dict[str, Any], role: str) -> list[tuple[str, dict[str, Any]]]:
     """(condition, statement) for each kms statement of ``role`` (condition "" when unconditional)."""
     found = []
@@ -511,7 +527,12 @@ def test_a_log_group_left_by_a_deleted_stack_never_blocks_the_next_create_of_its
     [
         ("", True),
         ("https://api.stripe.com", True),
-        ("https://payments.example:8443/v1/", True),
+        ("https://api.stripe.com/", True),
+        ("https://payments.example:8443/v1/", False),
+        ("https://api.stripe.com.attacker.example", False),
+        ("https://203.0.113.7:8443/collect", False),
+        ("https://api.stripe.com:8443", False),
+        ("https://apixstripe.com", False),
         ("http://api.stripe.com", False),
         ("http://127.0.0.1:12111", False),
         ("ftp://api.stripe.com", False),
@@ -519,8 +540,9 @@ def test_a_log_group_left_by_a_deleted_stack_never_blocks_the_next_create_of_its
         ("api.stripe.com", False),
     ],
 )
-def test_the_payment_api_base_is_https_or_stripes_default(template: Template, value: str, ok: bool) -> None:
-    """A typo must not send the live key over plain http, or anywhere but an https endpoint."""
+def test_the_payment_api_base_is_stripes_own_host_only(template: Template, value: str, ok: bool) -> None:
+    """Whoever sets the stack's parameters must not send the live key anywhere but Stripe: not over
+    plain http, not to a look-alike host, another port or an address."""
     assert allowed(template, "PaymentApiBase", value) is ok
 
 

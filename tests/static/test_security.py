@@ -331,9 +331,18 @@ def test_the_key_is_read_from_the_secret_only_by_the_functions_that_call_the_pro
             for statement in policy.get("Statement", [])
             if any(str(action).startswith("secretsmanager:") for action in as_list(statement["Action"]))
         ]
+        own_account = {
+            "Fn::Sub": [
+                "arn:${AWS::Partition}:secretsmanager:${SecretRegion}:${AWS::AccountId}:secret:${SecretName}",
+                {
+                    "SecretRegion": {"Fn::Select": [3, {"Fn::Split": [":", {"Ref": parameter}]}]},
+                    "SecretName": {"Fn::Select": [6, {"Fn::Split": [":", {"Ref": parameter}]}]},
+                },
+            ]
+        }
         assert [(statement["Action"], statement["Resource"]) for statement in grants] == [
-            ("secretsmanager:GetSecretValue", {"Ref": parameter})
-        ], f"{reader}: reads the secret it is given, and only that"
+            ("secretsmanager:GetSecretValue", own_account)
+        ], f"{reader}: reads the secret it is given, in the stack's own account, and only that"
     # One secret, named by a required parameter with no default.
     (parameter,) = parameters
     assert parameter in template.parameters

@@ -282,12 +282,20 @@ def test_functions_declare_their_own_statements_not_sam_policy_templates(templat
 def test_the_state_machine_may_invoke_exactly_the_functions_it_calls(
     saga: StateMachine, task_functions: dict[str, str]
 ) -> None:
-    invokable = set()
+    """By each function's own ARN: no policy template (LambdaInvokePolicy grants function:<name>*,
+    every function whose name starts with it) and no wildcard."""
+    invokable = []
     for policy in saga.properties["Policies"]:
-        assert set(policy) <= {"LambdaInvokePolicy", "Statement"}, policy
-        if "LambdaInvokePolicy" in policy:
-            invokable.add(policy["LambdaInvokePolicy"]["FunctionName"]["Ref"])
-    assert invokable == set(task_functions.values())
+        assert set(policy) == {"Statement"}, policy
+        for statement in policy["Statement"]:
+            if "lambda:InvokeFunction" in as_list(statement["Action"]):
+                assert as_list(statement["Action"]) == ["lambda:InvokeFunction"], statement
+                (resource,) = as_list(statement["Resource"])
+                assert set(resource) == {"Fn::GetAtt"}, resource
+                function, attribute = resource["Fn::GetAtt"]
+                assert attribute == "Arn", resource
+                invokable.append(function)
+    assert sorted(invokable) == sorted(set(task_functions.values()))
 
 
 def allowed_statements(template: Template) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -314,6 +322,14 @@ def names_a_template_resource(template: Template, value: Any) -> bool:
     if isinstance(value, dict) and "Fn::Sub" in value:
         # !Sub "text", or !Sub [text, {name: value}] whose every value names a resource itself.
         text, variables = (value["Fn::Sub"], {}) if isinstance(value["Fn::Sub"], str) else value["Fn::Sub"]
+        if "${AWS::AccountId}" in text and all("Fn::Select" in item for item in variables.values()):
+            # An ARN parameter's own fields rebuilt in the stack's account (the provider's secret):
+            # every variable is a field of a parameter that only admits an ARN, and nothing is a wildcard.
+            fields = [item["Fn::Select"] for item in variables.values()]
+            return "*" not in text and all(
+                isinstance(index, int) and names_a_template_resource(template, split["Fn::Split"][1])
+                for index, split in fields
+            )
         names = re.findall(r"\$\{([^}.]+)(?:\.[^}]*)?\}", text)
         return (
             text.startswith("${")

@@ -198,6 +198,30 @@ REJECTED = {
     "providerCustomerId only the prefix": (body(providerCustomerId="cus_"), "a Stripe Customer id"),
     "providerCustomerId null": (body(providerCustomerId=None), "providerCustomerId must be a string when"),
     "providerCustomerId a number": (body(providerCustomerId=7), "providerCustomerId must be a string, got"),
+    "paymentAttempt with a space": (
+        body(paymentAttempt="two tries"),
+        "paymentAttempt must be 1-64 characters",
+    ),
+    "paymentAttempt with a slash": (body(paymentAttempt="a/b"), "letters, digits and _.:-"),
+    "paymentAttempt starting with a dash": (body(paymentAttempt="-1"), "starting with a letter or digit"),
+    # card numbers where an id was expected: Stripe's test numbers pass the Luhn check
+    "card number as customerId": (body(customerId=CARD_NUMBER), "customerId must not hold a card number"),
+    "grouped card number in paymentAttempt": (
+        body(paymentAttempt="4000-0566-5566-5556"),
+        "paymentAttempt must not hold a card number",
+    ),
+    "spaced card number in customerId": (
+        body(customerId="4000 0566 5566 5556"),
+        "customerId must not hold a card number",
+    ),
+    "card number inside customerId": (body(customerId=f"c-{CARD_NUMBER}-x"), "must not hold a card number"),
+    "13-digit card number": (body(customerId="4222222222222"), "customerId must not hold a card number"),
+    "19-digit card number": (body(customerId="6011000990139424009"), "must not hold a card number"),
+    "card number as paymentMethod": (body(paymentMethod=CARD_NUMBER), "paymentMethod must not hold a card"),
+    "card number in providerCustomerId": (
+        body(providerCustomerId=f"cus_{CARD_NUMBER}"),
+        "providerCustomerId must not hold a card number",
+    ),
     # the body itself
     "not JSON": ("{not json", "body is not valid JSON (line 1)"),
     "empty body": ("", "body is not valid JSON"),
@@ -252,6 +276,39 @@ def test_a_reason_never_quotes_the_message(raw: str) -> None:
 
     assert CARD_NUMBER not in text
     assert CARD_NUMBER[:6] not in text
+
+
+@pytest.mark.parametrize(
+    "customer_id",
+    [
+        "4242424242424241",  # 16 digits failing the Luhn check: a number, not a card
+        "424242424242",  # 12 digits passing it: too short for a card
+        "42424242424242424242",  # 20 digits: too long for one
+        "customer-4242-4242",  # two short groups
+        "cus_123",
+    ],
+)
+def test_digits_that_cannot_be_a_card_number_are_accepted(customer_id: str) -> None:
+    assert parse_order_body(body(customerId=customer_id)).customer_id == customer_id
+
+
+def test_a_card_shaped_value_is_dead_lettered_like_any_invalid_message() -> None:
+    """The rejection is InvalidOrder (the start function dead-letters it with this reason) and never
+    quotes the number it refused."""
+    text = reason(body(paymentAttempt="4000 0566 5566 5556"))
+
+    assert text.startswith("paymentAttempt")
+    assert "4000" not in text
+
+
+def test_a_key_repeated_after_thousands_of_others_is_found() -> None:
+    """A body at the size limit, of thousands of keys, the last one a repeat: the one pass that
+    replaced a count per key (quadratic: 0.5 s at this size) still finds it."""
+    keys = [f"k{i}" for i in range(MAX_BODY_CHARACTERS // 12)]
+    raw = "{" + ", ".join(f'"{key}": 1' for key in keys) + ', "k0": 2}'
+    assert len(raw) <= MAX_BODY_CHARACTERS
+
+    assert reason(raw) == "a field appears twice in an object"
 
 
 def test_the_first_problem_is_reported_in_a_stable_order() -> None:

@@ -21,12 +21,14 @@ from payment_saga.payments import (
     Charge,
     PaymentProvider,
     StripeProvider,
+    UnsafeApiBase,
+    check_api_base,
     idempotency_key,
     stripe_secret_from_string,
 )
 from saga_local.aws.stack import LOCAL_API_KEY
 from saga_local.stripe_emulator import IDEMPOTENCY_TTL_SECONDS, ProviderEmulator
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, live_mode_provider
 
 
 @pytest.fixture
@@ -45,6 +47,12 @@ def provider(emulator: ProviderEmulator) -> Iterator[StripeProvider]:
     client = StripeProvider(LOCAL_API_KEY, api_base=emulator.url, timeout_seconds=2.0)
     yield client
     client.close()
+
+
+#: Live-mode keys, for the emulator's modes and the base URL check: built, so that no string in the
+#: repository looks like a live key to a scanner (these are not keys of any account).
+LIVE_KEY = "_".join(("sk", "live", "emulator", "same", "account"))
+RESTRICTED_LIVE_KEY = "_".join(("rk", "live", "emulator", "restricted"))
 
 
 def make_order(order_id: str = "ORDER-003", payment_method: str = "pm_card_visa", **changes: Any) -> Order:
@@ -392,8 +400,8 @@ def test_the_same_idempotency_key_in_another_account_or_mode_is_its_own_request(
     first = charge(provider, make_order())
     emulator.assign_key("sk_test_emulator_other_account", "acct_other")
     elsewhere = [
-        StripeProvider(key, api_base=emulator.url, timeout_seconds=2.0)
-        for key in ("sk_test_emulator_other_account", "sk_live_emulator_same_account")
+        StripeProvider("sk_test_emulator_other_account", api_base=emulator.url, timeout_seconds=2.0),
+        live_mode_provider(LIVE_KEY, emulator.url),
     ]
 
     charges = [charge(other, make_order()) for other in elsewhere]
@@ -431,8 +439,8 @@ def test_a_request_stripe_refuses_while_validating_is_charge_not_attempted(
     "scenario", ["unauthorised", "declined", "server_error", "reset", "invalid", "search_failure"]
 )
 def test_the_api_key_never_appears_in_an_exception(emulator: ProviderEmulator, scenario: str) -> None:
-    key = "sk_live_fake_secret_value" if scenario == "unauthorised" else LOCAL_API_KEY
-    emulator.revoke_key("sk_live_fake_secret_value")
+    key = "sk_test_fake_secret_value" if scenario == "unauthorised" else LOCAL_API_KEY
+    emulator.revoke_key("sk_test_fake_secret_value")
     provider = StripeProvider(key, api_base=emulator.url, timeout_seconds=2.0)
     order = make_order(payment_method="pm_card_chargeDeclined" if scenario == "declined" else "pm_card_visa")
     if scenario == "invalid":
@@ -603,7 +611,7 @@ def test_the_emulator_is_driven_over_http_too(provider: StripeProvider, emulator
             emulator.url + path,
             data=json.dumps(body).encode() if body is not None else None,
             method=method,
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", "X-Emulator-Token": emulator.admin_token},
         )
         with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - a local URL
             return json.load(response)
@@ -616,3 +624,57 @@ def test_the_emulator_is_driven_over_http_too(provider: StripeProvider, emulator
     assert (entry["orderId"], entry["amount"], entry["currency"]) == ("ORDER-003", 15000, "BRL")
     admin("POST", "/_emulator/reset", {})
     assert admin("GET", "/_emulator/charges")["data"] == []
+
+
+# -- where the key may be sent --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        "https://api.stripe.com.attacker.example",
+        "https://203.0.113.7:8443/collect",
+        "https://api.stripe.com:8443",
+        "https://api.stripe.com/collect",
+        "https://api.stripe.com@attacker.example",
+        "http://127.0.0.1:12111",  # the emulator takes test keys only
+    ],
+)
+@pytest.mark.parametrize("key", [LIVE_KEY, RESTRICTED_LIVE_KEY], ids=["secret", "restricted"])
+def test_a_live_key_is_refused_for_any_base_but_stripes_own(base: str, key: str) -> None:
+    with pytest.raises(UnsafeApiBase) as refused:
+        StripeProvider(key, api_base=base)
+
+    assert key not in str(refused.value)
+
+
+@pytest.mark.parametrize("base", [None, "", "https://api.stripe.com", "https://api.stripe.com/"])
+def test_a_live_key_goes_to_stripes_own_host(base: str | None) -> None:
+    check_api_base(base, api_key=LIVE_KEY)
+    StripeProvider(LIVE_KEY, api_base=base).close()
+
+
+@pytest.mark.parametrize(
+    ("base", "rule"),
+    [
+        ("http://api.stripe.com", "plain http is allowed only to a loopback address"),
+        ("http://203.0.113.7:8080", "plain http is allowed only to a loopback address"),
+        ("http://127.0.0.1.attacker.example", "plain http is allowed only to a loopback address"),
+        ("ftp://api.stripe.com", "must be an https:// URL"),
+        ("https://user:pass@api.stripe.com", "without credentials, query or fragment"),
+        ("https://api.stripe.com/?to=attacker.example", "without credentials, query or fragment"),
+        ("https://api.stripe.com:99999", "invalid port"),
+        ("api.stripe.com", "without credentials, query or fragment"),
+    ],
+)
+def test_a_redirected_base_url_is_refused_whatever_the_key(base: str, rule: str) -> None:
+    with pytest.raises(UnsafeApiBase, match=rule):
+        StripeProvider(LOCAL_API_KEY, api_base=base)
+
+
+def test_a_test_key_may_reach_the_emulator_on_loopback(emulator: ProviderEmulator) -> None:
+    for base in (emulator.url, emulator.url.replace("127.0.0.1", "localhost")):
+        check_api_base(base, api_key=LOCAL_API_KEY)
+    provider = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
+    assert charge(provider, make_order()).charge_id.startswith("pi_")
+    provider.close()

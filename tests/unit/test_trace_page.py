@@ -51,7 +51,7 @@ def test_the_policy_allows_exactly_the_inlined_style_and_script_and_nothing_else
     (script,) = re.findall(r"<script>(.*?)</script>", page, flags=re.DOTALL)
     assert policy == (
         f"default-src 'none'; style-src 'sha256-{sha256(style)}'; "
-        f"script-src 'sha256-{sha256(script)}'; img-src data:"
+        f"script-src 'sha256-{sha256(script)}'; img-src data:; base-uri 'none'; form-action 'none'"
     )
     static = resources.files("saga_local.trace").joinpath("static")
     assert static.joinpath("trace.js").read_text(encoding="utf-8") in script

@@ -84,36 +84,10 @@ def _without(name: str, n: int, i: int, action: str) -> Any:
     return transform
 
 
-def _lambda_invoke_policies(document: dict[str, Any]) -> Iterator[tuple[str, int, str]]:
-    """The state machine's ``LambdaInvokePolicy`` entries: (resource id, index, function)."""
-    for name, resource in document["Resources"].items():
-        for index, policy in enumerate(resource.get("Properties", {}).get("Policies") or []):
-            if isinstance(policy, dict) and "LambdaInvokePolicy" in policy:
-                function = policy["LambdaInvokePolicy"]["FunctionName"]
-                yield name, index, str(function.get("Ref", function))
-
-
-def _without_invoke(name: str, index: int, function: str) -> Any:
-    def transform(document: dict[str, Any]) -> None:
-        policies = document["Resources"][name]["Properties"]["Policies"]
-        entry = policies[index] if index < len(policies) else {}
-        if entry.get("LambdaInvokePolicy", {}).get("FunctionName", {}).get("Ref") != function:
-            raise MutantError(f"{name}: policy {index} no longer invokes {function}")
-        del policies[index]
-
-    return transform
-
-
 _DOCUMENT = parse_template((Path(__file__).resolve().parents[3] / TEMPLATE).read_text(encoding="utf-8"))
 for _name, _n, _i, _action in _grants(_DOCUMENT):
     TEMPLATE_GRANTS.yaml(
         f"iam-{_name}-{_action.replace(':', '-')}-{_n}.{_i}",
         _without(_name, _n, _i, _action),
         f"{_name}'s role without {_action} (statement {_n}.{_i})",
-    )
-for _name, _index, _function in _lambda_invoke_policies(_DOCUMENT):
-    TEMPLATE_GRANTS.yaml(
-        f"iam-{_name}-invoke-{_function}",
-        _without_invoke(_name, _index, _function),
-        f"{_name} may not invoke {_function}",
     )

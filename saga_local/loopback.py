@@ -1,0 +1,61 @@
+"""What the local servers (moto's, the Stripe emulator's) answer: this machine's own tools, no web page.
+
+Both listen on 127.0.0.1, which keeps other machines out but not the browser on this one. A page on
+any site can make the browser send requests to a loopback port: a ``text/plain`` POST or a GET needs
+no CORS preflight, so the request is *executed* even if its answer cannot be read, and with DNS
+rebinding (a name that resolves to 127.0.0.1) the answer can be read too. So a request is refused,
+before anything runs, when it:
+
+* carries an ``Origin`` header, or ``Sec-Fetch-Site``/``Sec-Fetch-Mode`` (only browsers send these:
+  the SDKs, the AWS CLI, SAM CLI and the saga's own clients never do), or
+* names a ``Host`` that is not this loopback server itself (``127.0.0.1:<port>``,
+  ``localhost:<port>`` or ``[::1]:<port>``): a rebound name arrives with its own name as the Host.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+#: Headers that only a browser sends: a request carrying any of them came from a web page.
+BROWSER_HEADERS = ("Origin", "Sec-Fetch-Site", "Sec-Fetch-Mode")
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+def refusal(header: Callable[[str], str | None], port: int) -> str | None:
+    """Why a request must be refused (None: it may be served). ``header`` looks a header up by name."""
+    for name in BROWSER_HEADERS:
+        if header(name) is not None:
+            return (
+                f"requests from a web page are refused ({name} header): this server is for local tools only"
+            )
+    host = (header("Host") or "").strip().lower()
+    if host not in {f"{name}:{port}" for name in LOOPBACK_NAMES}:
+        return "the Host must be this loopback server (127.0.0.1, localhost or [::1], and its port)"
+    return None
+
+
+class LoopbackGuard:
+    """WSGI middleware: :func:`refusal` in front of ``app`` (moto's server), a 403 when it refuses."""
+
+    def __init__(self, app: Any, port: int) -> None:
+        self.app = app
+        self.port = port
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        def header(name: str) -> str | None:
+            value = environ.get("HTTP_" + name.upper().replace("-", "_"))
+            return str(value) if value is not None else None
+
+        why = refusal(header, self.port)
+        if why is None:
+            result: Iterable[bytes] = self.app(environ, start_response)
+            return result
+        body = why.encode()
+        start_response(
+            "403 Forbidden",
+            [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))],
+        )
+        return [body]
