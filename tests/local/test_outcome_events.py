@@ -236,6 +236,25 @@ def test_saga_events_lists_each_event_once_for_a_person(saga: Saga) -> None:
     assert sorted(kinds(log(saga).events())) == ["OrderCharged", "OrderDeclined"], "still there for the log"
 
 
+def test_saga_events_shows_every_event_past_the_first_ten_and_each_orders_final_one(saga: Saga) -> None:
+    # The runbook's RequeueExhausted case makes ten events (five releases, four re-queues, then a
+    # person); a charged order behind them makes the eleventh: more than one batch of the queue.
+    saga.driver.send(order("ORDER-EV-12", paymentMethod=SAVED_PAYMENT_METHOD))
+    saga.driver.send(order("ORDER-EV-13"))
+    saga.driver.pump(timeout=180)
+    clients = saga.driver.sqs
+
+    every = command(lambda _: clients, saga.stack.outputs, "local", order_id=None, raw=True)
+    charged = command(lambda _: clients, saga.stack.outputs, "local", order_id="ORDER-EV-13", raw=True)
+    exhausted = command(lambda _: clients, saga.stack.outputs, "local", order_id="ORDER-EV-12", raw=False)
+
+    assert len(every.splitlines()) == 11
+    assert [json.loads(line)["detailType"] for line in charged.splitlines()] == ["OrderCharged"]
+    assert exhausted.splitlines()[-1].startswith("10 events:")
+    assert "OrderNeedsAttention" in exhausted.splitlines()[-3]
+    assert len(log(saga).events()) == 11, "read without deleting: every event is still on the queue"
+
+
 def test_the_relay_on_its_sample_event_publishes_a_charge_and_a_decline(saga: Saga) -> None:
     """``sam local invoke OutcomeRelayFunction -e events/outcome_relay.json`` does this against AWS."""
     event = json.loads((ROOT / "events" / "outcome_relay.json").read_text(encoding="utf-8"))
