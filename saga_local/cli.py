@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from saga_local.aws.template import ROOT
+from saga_local.commands import running
+from saga_local.commands.arguments import Parser, count, port, seconds, share
 from saga_local.commands.output import Out, handlers_quiet
 from saga_local.paths import STATE_DIR
 
@@ -48,6 +50,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # -- targets: the local stack `saga up` runs, or a deployed one ------------------------------------
 
 STATE_FILE = STATE_DIR / "stack.json"
+#: Held by `saga up` while it runs (saga_local/commands/running.py): one stack per state directory.
+LOCK_FILE = STATE_DIR / "up.lock"
 
 
 @dataclass
@@ -65,6 +69,19 @@ def stack_outputs(cloudformation: Any, stack_name: str) -> dict[str, str]:
     return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
 
 
+def _gone_message(command: str, state: dict[str, Any]) -> str:
+    return (
+        f"saga {command}: the local stack at {state.get('endpoint')} ({running.describe(state)}) has gone"
+        " without stopping cleanly: start it again with `saga up` (another terminal), or pass --stack NAME."
+    )
+
+
+def local_state() -> dict[str, Any] | None:
+    """The description of the `saga up` stack that runs now, or None (none started, or it has gone)."""
+    state = running.read_state(STATE_FILE)
+    return None if state is None or running.gone(state) else state
+
+
 def resolve_target(args: argparse.Namespace) -> Target:
     import boto3
 
@@ -75,11 +92,15 @@ def resolve_target(args: argparse.Namespace) -> Target:
             return boto3.client(service, region_name=region, endpoint_url=endpoint)  # type: ignore[call-overload]
 
         return Target(clients, stack_outputs(clients("cloudformation"), args.stack), f"stack {args.stack}")
-    if not STATE_FILE.exists():
+    command = getattr(args, "command", None) or "saga"
+    state = running.read_state(STATE_FILE)
+    if state is None:
         raise SystemExit(
-            "No local stack is running: start one with `saga up` (another terminal), or pass --stack NAME."
+            f"saga {command}: no local stack is running: start one with `saga up` (another terminal),"
+            " or pass --stack NAME."
         )
-    state = json.loads(STATE_FILE.read_text())
+    if running.gone(state):
+        raise SystemExit(_gone_message(command, state))
 
     def local_clients(service: str) -> Any:
         return boto3.client(  # type: ignore[call-overload]
@@ -96,7 +117,9 @@ def resolve_target(args: argparse.Namespace) -> Target:
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", help="a deployed stack's name (default: the local stack of `saga up`)")
     parser.add_argument(
-        "--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        "--region",
+        default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
+        help="the deployed stack's region (default: AWS_REGION, AWS_DEFAULT_REGION or the profile's)",
     )
     parser.add_argument("--endpoint-url", help=argparse.SUPPRESS)  # tests point --stack at moto
 
@@ -105,12 +128,21 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    """Run the embedded stack until Ctrl-C; refuse while another `saga up` runs from this state directory."""
+    out = Out()
+    log_dir = STATE_DIR / "logs"
+    try:
+        with running.exclusive(LOCK_FILE, STATE_FILE):
+            return _serve_up(args, out, log_dir)
+    except running.AlreadyRunning as exc:
+        raise SystemExit(f"saga up: {exc}") from None
+
+
+def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path) -> int:
     from saga_local.aws.embedded import EmbeddedStack
     from saga_local.aws.stack import REGION
     from saga_local.commands.invoke import write_sam_env_file
 
-    out = Out()
-    log_dir = STATE_DIR / "logs"
     with EmbeddedStack(port=args.port, runtime=args.runtime, log_dir=log_dir, visibility_timeout=30) as stack:
         STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
         sam_env = write_sam_env_file(stack.stack, stack.endpoint)
@@ -189,11 +221,10 @@ _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 def cmd_send(args: argparse.Namespace) -> int:
     out = Out()
-    target = resolve_target(args)
     if args.body is not None:
         body = args.body
     else:
-        order: dict[str, Any] = json.loads(open(args.file, encoding="utf-8").read())  # noqa: SIM115
+        order = _read_order(args.file)
         for field, value in (
             ("orderId", args.order_id),
             ("amount", args.amount),
@@ -205,6 +236,7 @@ def cmd_send(args: argparse.Namespace) -> int:
             if value is not None:
                 order[field] = value
         body = json.dumps(order)
+    target = resolve_target(args)
     sqs = target.clients("sqs")
     queue_url = target.outputs["OrdersQueueUrl"]
     names = []
@@ -229,6 +261,24 @@ def cmd_send(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_order(path: str) -> dict[str, Any]:
+    """The order in ``path``, or SystemExit saying in one line why it cannot be sent."""
+    try:
+        with open(path, encoding="utf-8") as order_file:
+            text = order_file.read()
+    except OSError as exc:
+        raise SystemExit(f"saga send: cannot read {path}: {exc.strerror}") from None
+    try:
+        order = json.loads(text)
+    except ValueError as exc:
+        raise SystemExit(
+            f"saga send: {path} is not valid JSON ({exc}); to send a malformed body on purpose, use --body"
+        ) from None
+    if not isinstance(order, dict):
+        raise SystemExit(f"saga send: {path} holds no order (a JSON object); use --body to send it as is")
+    return order
+
+
 # -- trace ---------------------------------------------------------------------------------------
 
 
@@ -245,9 +295,12 @@ def find_execution(args: argparse.Namespace) -> RecordedExecution:
     when neither knows it."""
     from saga_local.aws import archive
 
+    state = running.read_state(STATE_FILE)
     where = "no local stack is running (`saga up` starts one)"
+    if state is not None and running.gone(state):
+        where = f"the local stack at {state.get('endpoint')} has gone (`saga up` starts it again)"
     recent: list[str] = []
-    if args.stack or STATE_FILE.exists():
+    if args.stack or local_state() is not None:
         target = resolve_target(args)
         where = target.where
         sfn = target.clients("stepfunctions")
@@ -262,15 +315,12 @@ def find_execution(args: argparse.Namespace) -> RecordedExecution:
     if recorded is not None:
         return recorded
     recent += [] if args.stack else [f"{name} (recorded by saga demo)" for name in archive.names()]
-    lines = [
-        f"saga trace: no execution named {args.execution!r}: {where},"
-        " and saga demo recorded none by that name."
-    ]
-    lines.append("Execution names look like ORDER-003-<MessageId>; `saga send` prints them.")
-    if recent:
-        lines.append("The latest:")
-        lines += [f"  {name}" for name in recent]
-    raise SystemExit("\n".join(lines))
+    # One line: the mistake, then what to paste instead.
+    latest = f"; the latest: {', '.join(recent)}" if recent else ""
+    raise SystemExit(
+        f"saga trace: no execution named {args.execution!r}: {where}, and saga demo recorded none by that"
+        f" name (names look like ORDER-003-<MessageId>; `saga send` prints them){latest}"
+    )
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -279,8 +329,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
     found = find_execution(args)
     definition = trace.load_definition(found.definition)
     if args.html:
-        with open(args.html, "w", encoding="utf-8") as page_file:
-            page_file.write(trace.render_html(found.description, found.history, definition))
+        page = trace.render_html(found.description, found.history, definition)
+        try:
+            with open(args.html, "w", encoding="utf-8") as page_file:
+                page_file.write(page)
+        except OSError as exc:
+            raise SystemExit(f"saga trace: cannot write {args.html}: {exc.strerror}") from None
         Out()(f"wrote {args.html}")
         return 0
     out = Out()
@@ -418,9 +472,12 @@ def cmd_invoke(args: argparse.Namespace) -> int:
 
     from saga_local.commands.invoke import SAM_ENV_FILE, InvokeError, invoke
 
+    state = running.read_state(STATE_FILE)
     if args.env_vars:
         env_vars = Path(args.env_vars)
-    elif STATE_FILE.exists() and SAM_ENV_FILE.exists():
+    elif state is not None and running.gone(state):
+        raise SystemExit(_gone_message("invoke", state))
+    elif state is not None and SAM_ENV_FILE.exists():
         env_vars = SAM_ENV_FILE
     else:
         raise SystemExit(
@@ -538,9 +595,14 @@ def _add_demo(sub: Any) -> None:
 
 def _add_up(sub: Any) -> None:
     up = sub.add_parser("up", help="start the embedded local stack and keep it running")
-    up.add_argument("--port", type=int, default=0, help="moto's port (default: a free one)")
-    up.add_argument("--runtime", choices=["workers", "inprocess"], default="workers")
-    up.add_argument("--pollers", type=int, default=2, help="concurrent SQS pollers")
+    up.add_argument("--port", type=port, default=0, help="moto's port (0: a free one)")
+    up.add_argument(
+        "--runtime",
+        choices=["workers", "inprocess"],
+        default="workers",
+        help="run handlers in worker processes (as Lambda) or in threads",
+    )
+    up.add_argument("--pollers", type=count(), default=2, help="concurrent SQS pollers")
     up.set_defaults(func=cmd_up)
 
 
@@ -549,11 +611,11 @@ def _add_send(sub: Any) -> None:
     send.add_argument(
         "file", nargs="?", default=str(ROOT / "events" / "order.json"), help="an order JSON file"
     )
-    send.add_argument("--copies", type=int, default=1, help="send it this many times (new MessageIds)")
-    send.add_argument("--order-id")
+    send.add_argument("--copies", type=count(), default=1, help="send it this many times (new MessageIds)")
+    send.add_argument("--order-id", help="the order's orderId (default: the file's)")
     send.add_argument("--amount", type=int, help="minor units: 15000 = 150.00")
-    send.add_argument("--currency")
-    send.add_argument("--customer-id")
+    send.add_argument("--currency", help="ISO 4217 code, e.g. BRL, USD, JPY")
+    send.add_argument("--customer-id", help="the order's customerId")
     send.add_argument("--payment-method", help="e.g. pm_card_visa, pm_card_chargeDeclined")
     send.add_argument("--payment-attempt", help="a customer's deliberate retry of a declined order")
     send.add_argument("--body", help="send this raw body instead (e.g. a malformed message)")
@@ -601,18 +663,18 @@ def _add_invoke(sub: Any) -> None:
 
 def _add_simulate(sub: Any) -> None:
     sim = sub.add_parser("simulate", help="many orders with duplicates, then check the promise")
-    sim.add_argument("--orders", type=int, default=100)
-    sim.add_argument("--copies", type=int, default=4, help="deliveries of each order")
-    sim.add_argument("--concurrency", type=int, default=4, help="concurrent SQS pollers")
-    sim.add_argument("--decline-rate", type=float, default=0.0)
-    sim.add_argument("--seed", type=int, default=7)
+    sim.add_argument("--orders", type=count(), default=100, help="distinct orders")
+    sim.add_argument("--copies", type=count(), default=4, help="deliveries of each order")
+    sim.add_argument("--concurrency", type=count(), default=4, help="concurrent SQS pollers")
+    sim.add_argument("--decline-rate", type=share, default=0.0, help="share of orders with a declined card")
+    sim.add_argument("--seed", type=int, default=7, help="the same seed sends the same orders")
     sim.add_argument(
         "--runtime",
         choices=["workers", "inprocess"],
         default="inprocess",
         help="inprocess (default) is several times faster; workers run each function in processes",
     )
-    sim.add_argument("--json", action="store_true")
+    sim.add_argument("--json", action="store_true", help="print the report as JSON")
     sim.set_defaults(func=cmd_simulate)
 
 
@@ -621,12 +683,12 @@ def _add_reconcile(sub: Any) -> None:
     rec.add_argument("--apply", action="store_true", help="write the decisions (default: only show them)")
     rec.add_argument(
         "--later",
-        type=float,
+        type=seconds,
         default=0.0,
         help="local stack only: decide as if this many seconds had passed (look past a lease)",
     )
     rec.add_argument(
-        "--grace", type=int, default=3600, help="seconds after a lease ends before a search is trusted"
+        "--grace", type=count(0), default=3600, help="seconds after a lease ends before a search is trusted"
     )
     add_target_arguments(rec)
     rec.set_defaults(func=cmd_reconcile)
@@ -662,26 +724,22 @@ def _add_chaos(sub: Any) -> None:
 def _add_cost(sub: Any) -> None:
     costs = sub.add_parser("cost", help="AWS cost per million orders, from figures counted in a local run")
     costs.add_argument(
-        "--duplicate-share", type=float, default=0.1, help="share of orders delivered twice (mix)"
+        "--duplicate-share", type=share, default=0.1, help="share of orders delivered twice (mix)"
     )
-    costs.add_argument(
-        "--xray-sampling", type=float, default=0.05, help="share of requests X-Ray records (default 0.05)"
-    )
+    costs.add_argument("--xray-sampling", type=share, default=0.05, help="share of requests X-Ray records")
     costs.add_argument(
         "--cold-starts",
-        type=float,
+        type=share,
         default=0.01,
-        help="share of Charge Payment invocations that start cold and read the secret (default 0.01)",
+        help="share of Charge Payment invocations that start cold and read the secret",
     )
     costs.add_argument("--wide", action="store_true", help="full column names and each line's unit price")
-    costs.add_argument("--json", action="store_true")
+    costs.add_argument("--json", action="store_true", help="print the usage and prices as JSON")
     costs.set_defaults(func=cmd_cost)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="saga", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
+    parser = Parser(prog="saga", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (
         _add_demo,
@@ -702,6 +760,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``saga`` command; a mistake ends it with one line on stderr and a non-zero exit."""
+    try:
+        try:
+            code = _run(argv)
+        finally:
+            sys.stdout.flush()  # here, not at exit: a reader that went away fails this flush too (--help)
+    except BrokenPipeError:
+        # `saga trace ... | head`: the reader has what it wanted. Point stdout at /dev/null so that
+        # Python's own flush at exit does not raise again, and exit as a process killed by SIGPIPE.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.stderr.write("saga: the output was closed before everything was written (broken pipe)\n")
+        return 128 + signal.SIGPIPE
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     import botocore.exceptions
 
     parser = build_parser()
@@ -719,15 +794,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"saga {args.command}: nothing answers at {exc.kwargs.get('endpoint_url')}: is `saga up` still"
             " running? (Start it again, or pass --stack NAME for a deployed stack.)"
         ) from None
+    except botocore.exceptions.NoRegionError:
+        raise SystemExit(
+            f"saga {args.command}: no AWS region for --stack: pass --region REGION, or set AWS_REGION"
+            " (or a region in your AWS profile)."
+        ) from None
     except botocore.exceptions.NoCredentialsError:
         raise SystemExit(
             f"saga {args.command}: no AWS credentials found for --stack (aws configure)."
         ) from None
     except botocore.exceptions.ClientError as exc:
         error = exc.response.get("Error", {})
+        message = " ".join(str(error.get("Message")).split())  # one line, whatever AWS sent
         raise SystemExit(
-            f"saga {args.command}: AWS refused {exc.operation_name}:"
-            f" {error.get('Code')}: {error.get('Message')}"
+            f"saga {args.command}: AWS refused {exc.operation_name}: {error.get('Code')}: {message}"
         ) from None
 
 
