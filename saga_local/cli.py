@@ -9,7 +9,7 @@ saga invoke FUNCTION -e EVENT  one function on one event, as `sam local invoke` 
 saga simulate --orders N ...   many orders, duplicates and concurrency; a report
 saga chaos --orders N ...      the same with random faults everywhere, then the sweeper
 saga reconcile [--apply]       what the sweeper would do with stale claims (an order needs a person)
-saga redrive                   move the dead-letter queue back to the orders queue
+saga redrive [--apply]         move the dead-letter queue back to the orders queue (dry run by default)
 saga replay-parked             replay the records the outcome relay parked (dry run; --apply)
 saga cost [--wide]             AWS cost per million orders, from usage counted in a local run
 """
@@ -411,11 +411,15 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def cmd_redrive(args: argparse.Namespace) -> int:
-    from saga_local.commands.redrive import redrive, render
+    from saga_local.commands.redrive import redrive, render, render_survey, survey
 
     target = resolve_target(args)
     sqs = target.clients("sqs")
     source, dead = target.outputs["OrdersQueueUrl"], target.outputs["OrdersDeadLetterQueueUrl"]
+    if not args.apply:
+        found = survey(sqs, dead)
+        Out()(render_survey(found, target.where, include_rejected=args.include_rejected))
+        return 0
 
     def arn(url: str) -> str:
         return str(
@@ -423,7 +427,12 @@ def cmd_redrive(args: argparse.Namespace) -> int:
         )
 
     report = redrive(
-        sqs, dead_letter_queue_url=dead, source_queue_url=source, source_arn=arn(source), dlq_arn=arn(dead)
+        sqs,
+        dead_letter_queue_url=dead,
+        source_queue_url=source,
+        source_arn=arn(source),
+        dlq_arn=arn(dead),
+        skip_rejected=not args.include_rejected,
     )
     Out()(render(report, target.where))
     return 0 if report.ok else 1
@@ -696,7 +705,19 @@ def _add_reconcile(sub: Any) -> None:
 
 def _add_redrive(sub: Any) -> None:
     red = sub.add_parser(
-        "redrive", help="move the dead-letter queue back to the orders queue (safe: idempotent)"
+        "redrive",
+        help="move the dead-letter queue back to the orders queue (dry run by default; safe: idempotent)",
+    )
+    mode = red.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--apply", action="store_true", help="move the messages (default: only say what would move)"
+    )
+    mode.add_argument("--dry-run", action="store_true", help="only say what would move (the default)")
+    red.add_argument(
+        "--include-rejected",
+        action="store_true",
+        help="also move the messages the start function will reject again (a rejectionReason, or a body"
+        " its validation refuses); by default they stay on the dead-letter queue",
     )
     add_target_arguments(red)
     red.set_defaults(func=cmd_redrive)

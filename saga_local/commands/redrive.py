@@ -22,6 +22,14 @@ Two ways, the same outcome:
   redrive *because of* it (rejected again, or failed again) are left there, not sent round in a
   loop.
 
+A message the start function will reject again is known before it moves: it carries the
+``rejectionReason`` the start function gave it, or its body fails the start function's own
+validation. Moving it buys a new MessageId and a new final ``OrderRejected`` event for the same
+order each time round (docs/outcome-events.md: one final outcome per order), and cannot make it
+valid. ``skip_rejected`` leaves those where they are (moving by hand, since SQS's move task moves
+everything); ``saga redrive`` skips them unless asked (``--include-rejected``), and by default only
+says what a redrive would do (:func:`survey`), moving nothing until ``--apply``.
+
 By hand, message attributes are carried over except the two the start function adds when it
 rejects a message (``rejectionReason``, ``sourceMessageId``): they describe the last failure, belong
 to the dead-letter queue, and the start function writes fresh ones if it rejects the message again.
@@ -62,6 +70,8 @@ class RedriveReport:
     rejected_again: Counter[str] = field(default_factory=Counter)
     #: By hand: why the messages left on the dead-letter queue were rejected when they came back.
     left_reasons: Counter[str] = field(default_factory=Counter)
+    #: skip_rejected: messages left on the dead-letter queue because they would be rejected again.
+    skipped: Counter[str] = field(default_factory=Counter)
 
     @property
     def ok(self) -> bool:
@@ -80,6 +90,7 @@ def redrive(
     timeout_seconds: float = 3600.0,
     visibility_timeout: int = 60,
     sleep: Callable[[float], None] = time.sleep,
+    skip_rejected: bool = False,
 ) -> RedriveReport:
     """Move every message on the dead-letter queue back to the orders queue; see the module docstring.
 
@@ -88,7 +99,19 @@ def redrive(
     where the service in front of it does not implement the move task (moto in-process, which
     raises ``NotImplementedError``: real SQS never does, so no real failure is hidden by it).
     ``visibility_timeout`` (by hand): how long a received message stays hidden while it is copied.
+    ``skip_rejected``: leave the messages the start function will reject again (:func:`known_rejection`)
+    on the dead-letter queue; this moves by hand, as the move task cannot choose.
     """
+    if skip_rejected:
+        if use_move_task:
+            raise ValueError("SQS's message move task moves every message: it cannot skip rejected ones")
+        return _by_hand(
+            sqs,
+            dead_letter_queue_url,
+            source_queue_url,
+            visibility_timeout=visibility_timeout,
+            skip_rejected=True,
+        )
     automatic = use_move_task is None
     if use_move_task or (automatic and _talks_to_aws(sqs)):
         try:
@@ -164,7 +187,12 @@ def _task_id(task: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def _by_hand(
-    sqs: Any, dead_letter_queue_url: str, source_queue_url: str, *, visibility_timeout: int
+    sqs: Any,
+    dead_letter_queue_url: str,
+    source_queue_url: str,
+    *,
+    visibility_timeout: int,
+    skip_rejected: bool = False,
 ) -> RedriveReport:
     report = RedriveReport(method="by-hand", moved=0)
     #: Message ids of the copies this redrive put on the orders queue.
@@ -189,6 +217,10 @@ def _by_hand(
                     if message["MessageId"] not in held:
                         report.left_reasons[_rejection_attribute(message)] += 1
                     held[message["MessageId"]] = message["ReceiptHandle"]
+                elif skip_rejected and (reason := known_rejection(message)) is not None:
+                    if message["MessageId"] not in held:
+                        report.skipped[reason] += 1
+                    held[message["MessageId"]] = message["ReceiptHandle"]
                 else:
                     to_move.append(message)
             idle = 0 if to_move else idle + 1
@@ -202,7 +234,7 @@ def _by_hand(
                     {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0} for i, h in enumerate(chunk)
                 ],
             )
-        report.left = len(held)
+        report.left = len(held) - sum(report.skipped.values())
     return report
 
 
@@ -252,6 +284,100 @@ def rejection_reason(body: str) -> str | None:
     return None
 
 
+def known_rejection(message: dict[str, Any]) -> str | None:
+    """Why the start function will reject this dead-lettered message again, or None if it may run:
+    the ``rejectionReason`` it was given, else what the start function's validation says now."""
+    attribute = (message.get("MessageAttributes") or {}).get("rejectionReason") or {}
+    given = attribute.get("StringValue")
+    return str(given) if given else rejection_reason(message["Body"])
+
+
+@dataclass
+class DeadLetterSurvey:
+    """What is on the dead-letter queue, read without moving or deleting anything (``saga redrive``)."""
+
+    #: Messages a redrive would send round: orders that failed for a reason a fix can remove.
+    to_run: int = 0
+    #: Messages the start function will reject again, by reason: left where they are by default.
+    rejected: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        return self.to_run + sum(self.rejected.values())
+
+
+def survey(sqs: Any, dead_letter_queue_url: str, *, hide_seconds: int = 30) -> DeadLetterSurvey:
+    """Read every message on the dead-letter queue without deleting any, and sort them as a redrive would.
+
+    Each batch is hidden while the next is read (or the same ten would come back), and all are made
+    visible again at the end.
+    """
+    found = DeadLetterSurvey()
+    seen: dict[str, str] = {}
+    try:
+        while True:
+            batch = sqs.receive_message(
+                QueueUrl=dead_letter_queue_url,
+                MaxNumberOfMessages=10,
+                MessageAttributeNames=["All"],
+                VisibilityTimeout=hide_seconds,
+                WaitTimeSeconds=1,  # long polling asks every server: an empty answer means empty
+            ).get("Messages", [])
+            fresh = [m for m in batch if m["MessageId"] not in seen]
+            for message in batch:
+                seen[message["MessageId"]] = message["ReceiptHandle"]
+            if not fresh:
+                break
+            for message in fresh:
+                reason = known_rejection(message)
+                if reason is None:
+                    found.to_run += 1
+                else:
+                    found.rejected[reason] += 1
+    finally:
+        for chunk in _chunks(list(seen.values()), 10):
+            sqs.change_message_visibility_batch(
+                QueueUrl=dead_letter_queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0} for i, h in enumerate(chunk)
+                ],
+            )
+    return found
+
+
+def render_survey(found: DeadLetterSurvey, where: str, *, include_rejected: bool) -> str:
+    """What ``saga redrive --apply`` would do, in words (the dry run's answer)."""
+    if not found.total:
+        return f"redrive ({where}): dry run: the dead-letter queue is empty; nothing to move."
+    rejected = sum(found.rejected.values())
+    lines = [
+        f"redrive ({where}): dry run, nothing moved. The dead-letter queue holds"
+        f" {_plural(found.total, 'message')}:"
+    ]
+    if found.to_run:
+        lines.append(
+            f"  {_plural(found.to_run, 'order')} would run again (no rejection reason: each failed until"
+            " the queue's redrive policy moved it); the claim on orderId charges each at most once."
+        )
+    if rejected:
+        fate = (
+            "would be moved anyway (--include-rejected), and come back with a new MessageId and a new"
+            " OrderRejected event"
+            if include_rejected
+            else "would stay where they are: the start function would reject them again (fix the"
+            " producer; --include-rejected moves them anyway)"
+        )
+        lines.append(f"  {_plural(rejected, 'message')} {fate}:")
+        lines += [f"    {count} x {reason}" for reason, count in sorted(found.rejected.items())]
+    movable = found.to_run + (rejected if include_rejected else 0)
+    if movable:
+        again = " --include-rejected" if include_rejected else ""
+        lines.append(
+            f"Run saga redrive --apply{again} (with the same --stack) to move {_plural(movable, 'message')}."
+        )
+    return "\n".join(lines)
+
+
 def _rejection_attribute(message: dict[str, Any]) -> str:
     attribute = (message.get("MessageAttributes") or {}).get("rejectionReason") or {}
     return str(attribute.get("StringValue") or "failed again (no rejection reason: retries exhausted)")
@@ -268,6 +394,7 @@ def render(report: RedriveReport, where: str) -> str:
         report.moved == 0
         and not report.failed
         and not report.left
+        and not report.skipped
         and report.task_status in (None, "COMPLETED")
     ):
         return f"redrive ({where}): the dead-letter queue is empty; nothing to move."
@@ -279,7 +406,7 @@ def render(report: RedriveReport, where: str) -> str:
         why = f": {report.failure_reason}" if report.failure_reason else ""
         lines.append(
             f"  The move task ended {report.task_status}{why}; what it did not move is still on the"
-            " dead-letter queue (run saga redrive again)."
+            " dead-letter queue (run saga redrive --apply again)."
         )
     rejected = sum(report.rejected_again.values())
     if report.method == "by-hand" and report.moved > rejected:
@@ -293,10 +420,16 @@ def render(report: RedriveReport, where: str) -> str:
             " the dead-letter queue (fix the producer; redriving cannot make them valid):"
         )
         lines += [f"    {count} x {reason}" for reason, count in sorted(report.rejected_again.items())]
+    if report.skipped:
+        lines.append(
+            f"  {_plural(sum(report.skipped.values()), 'message')} left on the dead-letter queue: the start"
+            " function would reject them again (fix the producer; --include-rejected moves them anyway):"
+        )
+        lines += [f"    {count} x {reason}" for reason, count in sorted(report.skipped.items())]
     if report.failed:
         lines.append(
             f"  SQS refused to take {_plural(report.failed, 'message')}: left on the dead-letter queue"
-            " (nothing lost); run saga redrive again."
+            " (nothing lost); run saga redrive --apply again."
         )
     if report.left:
         lines.append(

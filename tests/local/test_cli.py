@@ -78,7 +78,7 @@ def test_redrive_against_a_deployed_stack_charges_each_order_once(saga: Saga, de
             ),
         )
 
-    assert cli.main(["redrive", "--stack", deployed, "--region", REGION]) == 0
+    assert cli.main(["redrive", "--stack", deployed, "--region", REGION, "--apply"]) == 0
     saga.driver.pump()
 
     assert saga.charges("ORDER-DLQ") == 1
@@ -154,9 +154,9 @@ def test_send_of_a_body_the_start_function_rejects_says_dead_lettered_and_why(
     assert dead["MessageAttributes"]["rejectionReason"]["StringValue"].startswith("amount must be an integer")
 
 
-def test_redrive_answers_in_words_what_moved_and_what_will_be_rejected_again(
-    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _dead_letter_a_valid_order_and_a_rejected_one(saga: Saga) -> None:
+    """A valid order on the dead-letter queue (it failed until the redrive policy moved it) and a
+    body the start function rejected there itself, with its rejectionReason."""
     sqs = boto3.client("sqs", region_name=REGION)
     valid = {
         "orderId": "ORDER-RD",
@@ -166,13 +166,66 @@ def test_redrive_answers_in_words_what_moved_and_what_will_be_rejected_again(
         "paymentMethod": "pm_card_visa",
     }
     sqs.send_message(QueueUrl=saga.stack.dead_letter_queue_url, MessageBody=json.dumps(valid))
-    sqs.send_message(QueueUrl=saga.stack.dead_letter_queue_url, MessageBody="{not json")
+    saga.driver.send("{not json")
+    saga.driver.pump()
+    assert len(saga.driver.dead_letters()) == 2
+
+
+def rejected_events(saga: Saga) -> int:
+    assert saga.driver.outcome_log is not None
+    return sum(1 for e in saga.driver.outcome_log.events() if e.detail_type == "OrderRejected")
+
+
+def test_redrive_is_a_dry_run_by_default_that_says_what_would_move_and_moves_nothing(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _dead_letter_a_valid_order_and_a_rejected_one(saga)
 
     assert cli.main(["redrive", "--stack", deployed, "--region", REGION]) == 0
 
     out = capsys.readouterr().out
-    assert "moved 2 messages from the dead-letter queue to the orders queue" in out
+    assert "dry run, nothing moved" in out
+    assert "1 order would run again" in out
+    assert "1 message would stay where they are" in out
+    assert "1 x body is not valid JSON (line 1)" in out
+    assert "saga redrive --apply" in out
+    saga.driver.pump()
+    assert len(saga.driver.dead_letters()) == 2
+    assert saga.charges("ORDER-RD") == 0
+
+
+def test_redrive_apply_leaves_a_rejected_message_where_it_is_and_runs_the_valid_order(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _dead_letter_a_valid_order_and_a_rejected_one(saga)
+
+    assert cli.main(["redrive", "--stack", deployed, "--region", REGION, "--apply"]) == 0
+    saga.driver.pump()
+
+    out = capsys.readouterr().out
+    assert "moved 1 message from the dead-letter queue to the orders queue" in out
     assert "1 order will run again" in out
-    assert "1 message will be rejected again" in out
+    assert "1 message left on the dead-letter queue" in out
     assert "1 x body is not valid JSON (line 1)" in out
     assert "RedriveReport(" not in out  # words, not a repr
+    assert saga.charges("ORDER-RD") == 1
+    (left,) = saga.driver.dead_letters()
+    assert left["Body"] == "{not json"
+    assert rejected_events(saga) == 1, "no second lap, so no second final OrderRejected"
+
+
+def test_redrive_apply_include_rejected_sends_the_rejected_message_round_too(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _dead_letter_a_valid_order_and_a_rejected_one(saga)
+
+    assert (
+        cli.main(["redrive", "--stack", deployed, "--region", REGION, "--apply", "--include-rejected"]) == 0
+    )
+    saga.driver.pump()
+
+    out = capsys.readouterr().out
+    assert "moved 2 messages" in out
+    assert "1 message will be rejected again" in out
+    assert saga.charges("ORDER-RD") == 1
+    assert rejected_events(saga) == 2  # what the default spares: a new lap, a new final event

@@ -257,9 +257,11 @@ def test_a_rejected_body_is_reported_dead_lettered_then_redrive_says_what_happen
 
     wait_for(in_dead_letter_queue, "the malformed message in the dead-letter queue")
 
-    redriven = ok(saga(running.state_dir, "redrive"))
-    assert "moved 1 message from the dead-letter queue to the orders queue" in redriven
-    assert "will be rejected again" in redriven
+    surveyed = ok(saga(running.state_dir, "redrive"))
+    assert "dry run, nothing moved" in surveyed
+    assert "1 x body is not valid JSON" in surveyed
+    redriven = ok(saga(running.state_dir, "redrive", "--apply"))
+    assert "1 message left on the dead-letter queue" in redriven
     assert "body is not valid JSON" in redriven
 
 
