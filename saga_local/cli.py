@@ -143,7 +143,10 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path) -> int:
     from saga_local.aws.stack import REGION
     from saga_local.commands.invoke import write_sam_env_file
 
-    with EmbeddedStack(port=args.port, runtime=args.runtime, log_dir=log_dir, visibility_timeout=30) as stack:
+    visibility = 30
+    with EmbeddedStack(
+        port=args.port, runtime=args.runtime, log_dir=log_dir, visibility_timeout=visibility
+    ) as stack:
         STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
         sam_env = write_sam_env_file(stack.stack, stack.endpoint)
         state = {
@@ -154,20 +157,39 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path) -> int:
             "samEnvVars": str(sam_env),
             "pid": os.getpid(),
         }
+        scheduled = stack.schedule_sources(compress=visibility / _template_visibility_timeout())
+        for source in scheduled:
+            source.interval = args.sweep_every or source.interval
+        state["schedules"] = {s.schedule.logical_id: s.interval for s in scheduled}
         STATE_FILE.write_text(json.dumps(state, indent=2))
-        for line in up_banner(stack.endpoint, stack.stack.outputs, stack.provider.url, log_dir, sam_env):
+        banner = up_banner(stack.endpoint, stack.stack.outputs, stack.provider.url, log_dir, sam_env)
+        for source in scheduled:
+            label = f"{source.schedule.logical_id} schedule"
+            banner.insert(
+                banner.index(""),
+                f"  {label:28} every {source.interval:g} s ({source.schedule.expression} in template.yaml,"
+                " compressed as the queues' waits are; leases are not)",
+            )
+        for line in banner:
             out(out.bold(line) if line.startswith("Embedded stack") else line)
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
         try:
-            stack.serve(stop, pollers=args.pollers)
+            stack.serve(stop, pollers=args.pollers, scheduled=scheduled)
         finally:
             for path in (STATE_FILE, sam_env):  # both describe a stack that is gone
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
     out("stopped")
     return 0
+
+
+def _template_visibility_timeout() -> int:
+    """The orders queue's VisibilityTimeout in template.yaml: the local waits are compressed against it."""
+    from saga_local.aws.template import load_template
+
+    return int(load_template()["Resources"]["OrdersQueue"]["Properties"]["VisibilityTimeout"])
 
 
 def _relative(path: Path) -> str:
@@ -612,6 +634,13 @@ def _add_up(sub: Any) -> None:
         help="run handlers in worker processes (as Lambda) or in threads",
     )
     up.add_argument("--pollers", type=count(), default=2, help="concurrent SQS pollers")
+    up.add_argument(
+        "--sweep-every",
+        type=count(),
+        default=None,
+        metavar="SECONDS",
+        help="run the sweeper this often (default: its template schedule, compressed as the queues' waits)",
+    )
     up.set_defaults(func=cmd_up)
 
 

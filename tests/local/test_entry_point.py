@@ -188,6 +188,8 @@ def test_up_prints_commands_that_work_with_aws_cli_v1_and_v2_and_sam(running: Ru
     assert f"aws --endpoint-url {endpoint} sqs send-message --queue-url {queue}" in running.banner
     assert f"aws --endpoint-url {endpoint} stepfunctions list-executions" in running.banner
     assert "export AWS_ENDPOINT_URL" not in running.banner
+    assert "SweeperFunction schedule     every 50 s (rate(5 minutes) in template.yaml" in running.banner
+    assert running.state["schedules"] == {"SweeperFunction": 50}
     sam_line = next(line for line in running.banner.splitlines() if "sam local invoke" in line)
     assert f"--env-vars {running.state['samEnvVars']}" in sam_line
     assert "--docker-network host" in sam_line
