@@ -398,11 +398,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             progress=progress,
             retire_after=simulate.RETIRE_AFTER_SECONDS,
         )
+        # The stack stops with this command: what did not succeed is kept for `saga trace NAME`.
+        recorded = simulate.record_unhappy(stack)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps({**report.to_dict(), "recorded": recorded.to_dict()}, indent=2))
     else:
         sys.stderr.write("\n")
-        Out()(simulate.render(report))
+        Out()("\n".join([simulate.render(report), *simulate.render_recorded(recorded)]))
     return 0 if report.promise_kept else 1
 
 

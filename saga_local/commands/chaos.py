@@ -943,11 +943,13 @@ def main(argv: list[str] | None = None) -> int:
         ) as stack,
     ):
         report = run_chaos(stack, config, progress=progress)
+        # The stack stops with this command: what did not succeed is kept for `saga trace NAME`.
+        recorded = simulate.record_unhappy(stack)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps({**report.to_dict(), "recorded": recorded.to_dict()}, indent=2))
     else:
         sys.stderr.write("\n")
-        print(render(report))
+        print("\n".join([render(report), *simulate.render_recorded(recorded)]))
     return 0 if report.promise_kept else 1
 
 

@@ -86,6 +86,29 @@ def test_chaos_takes_its_options_and_keeps_the_promise(tmp_path: Path) -> None:
     report = json.loads(out)
     assert report["before"]["orders"] == 3
     assert report["promiseKept"] is True
+    for error, names in report["recorded"]["byError"].items():  # kept for saga trace, stack gone
+        assert "FAILED" in ok(saga(tmp_path, "trace", names[0])), error
+
+
+def test_simulate_records_what_did_not_succeed_and_saga_trace_shows_it_afterwards(tmp_path: Path) -> None:
+    out = ok(
+        saga(
+            tmp_path,
+            "simulate",
+            "--orders",
+            "2",
+            "--copies",
+            "1",
+            "--concurrency",
+            "1",
+            "--decline-rate",
+            "1",
+        )
+    )
+
+    found = re.search(r"PaymentDeclined\s+e\.g\. saga trace (\S+)", out)
+    assert found is not None, out
+    assert "Payment Declined" in ok(saga(tmp_path, "trace", found[1]))
 
 
 def test_simulate_a_few_orders(tmp_path: Path) -> None:
