@@ -369,3 +369,34 @@ def test_the_sam_env_vars_file_points_every_function_at_the_stack_through_sam_cl
         environments["StartExecutionFunction"]["DEAD_LETTER_QUEUE_URL"] == outputs["OrdersDeadLetterQueueUrl"]
     )
     assert os.path.isabs(running.state["samEnvVars"])
+
+
+@pytest.mark.skipif(shutil.which("aws") is None, reason="the AWS CLI is not installed")
+def test_the_runbook_s_get_item_of_a_claim_runs_as_written(running: Running) -> None:
+    runbook = (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
+    lines = [line.strip() for line in runbook.splitlines()]
+    (written,) = [line for line in lines if line.startswith("aws dynamodb get-item")]
+    ok(saga(running.state_dir, "send", "--order-id", "ORDER-RUNBOOK-1"))
+    table = running.state["outputs"]["ClaimsTableName"]
+    key = {"orderId": {"S": "ORDER-RUNBOOK-1"}}
+    dynamodb = running.client("dynamodb")
+    wait_for(lambda: "Item" in dynamodb.get_item(TableName=table, Key=key), "the order's claim")
+    line = written.replace("<ClaimsTableName>", table).replace("<orderId>", "ORDER-RUNBOOK-1")
+
+    completed = subprocess.run(  # noqa: S603 - the runbook's own command line
+        [*shlex.split(line), "--endpoint-url", running.state["endpoint"]],
+        env={
+            **clean_environment(running.state_dir),
+            "PATH": os.environ["PATH"],
+            "AWS_ACCESS_KEY_ID": "local",
+            "AWS_SECRET_ACCESS_KEY": "local",
+            "AWS_DEFAULT_REGION": running.state["region"],
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert completed.returncode == 0, (line, completed.stderr)
+    assert json.loads(completed.stdout)["M"]["orderId"] == {"S": "ORDER-RUNBOOK-1"}

@@ -1,0 +1,24 @@
+"""What the README promises about `make test` is what the Makefile does."""
+
+from __future__ import annotations
+
+import re
+
+from saga_local.aws.template import ROOT
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(f"## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else None]
+
+
+def test_the_readme_says_chromium_is_installed_only_with_ci_true_as_root_as_the_makefile_does() -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    tests = " ".join(_section((ROOT / "README.md").read_text(encoding="utf-8"), "Tests").split())
+    recipe = makefile[makefile.index("\nchromium:") :].split("\n\n")[0]
+
+    # What the target requires before it installs anything.
+    assert '"$${CI:-}" = true' in recipe
+    assert '"$$(id -u)" = 0' in recipe
+    assert re.search(r"chromium for the trace page test only with `CI=true` as root", tests), tests
