@@ -532,8 +532,10 @@ class ProviderEmulator:
 
     def _create(self, call: _Call, checked: CreateRequest) -> Reply:
         intents.check_references(checked, call.params.get("customer"))
-        intent = intents.new_intent(checked, call.params, self.now())
         with self._lock:
+            keyed = intents.keyed_id(call.key) if call.key else None
+            intent_id = keyed if keyed is not None and keyed not in self._intents else None
+            intent = intents.new_intent(checked, call.params, self.now(), intent_id=intent_id)
             self._intents[intent["id"]] = intent
             self._intent_info[intent["id"]] = {
                 "payment_method": checked.method,
