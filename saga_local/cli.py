@@ -5,6 +5,7 @@ saga up                        start the embedded local stack and keep it runnin
 saga send [FILE] [--copies N]  send an order (events/order.json by default)
 saga trace EXECUTION [--html]  an execution state by state, or as a graph page
 saga events [--order-id ID]    the outcome events published (charged, declined, re-queued...)
+saga logs [FUNCTION...]        the functions' log events (--order-id, --filter, --tail), as `sam logs`
 saga invoke FUNCTION -e EVENT  one function on one event, as `sam local invoke` runs it (no Docker)
 saga simulate --orders N ...   many orders, duplicates and concurrency; a report
 saga chaos --orders N ...      the same with random faults everywhere, then the sweeper
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from saga_local.aws.template import ROOT
 from saga_local.commands import running
-from saga_local.commands.arguments import Parser, count, port, seconds, share
+from saga_local.commands.arguments import Parser, count, duration, port, seconds, share
 from saga_local.commands.output import Out, handlers_quiet
 from saga_local.paths import STATE_DIR
 
@@ -496,6 +497,52 @@ def cmd_replay_parked(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+# -- logs ----------------------------------------------------------------------------------------
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    """The functions' log lines: .saga/logs/ locally, CloudWatch Logs with --stack (commands/logs.py)."""
+    from saga_local.commands import logs
+
+    try:
+        names = logs.resolve_functions(args.function)
+    except logs.LogsError as exc:
+        raise SystemExit(f"saga logs: {exc}") from None
+    since = time.time() - args.since if args.since is not None else None
+    source: logs.LocalLogs | logs.CloudWatchLogs
+    if args.stack:
+        target = resolve_target(args)
+        groups = logs.log_group_names(args.stack, names)
+        # As `sam logs`: the last 10 minutes unless told otherwise.
+        start = since if since is not None else time.time() - 600
+        source = logs.CloudWatchLogs(target.clients("logs"), groups, since=start, order_id=args.order_id)
+    else:
+        directory = STATE_DIR / "logs"
+        if not directory.is_dir():
+            raise SystemExit(
+                f"saga logs: no function logs in {_relative(directory)}: `saga up` writes them there (another"
+                " terminal); or pass --stack NAME for a deployed stack's CloudWatch Logs."
+            )
+        source = logs.LocalLogs(directory, names)
+    out = Out()
+    try:
+        shown = logs.follow(
+            source,
+            out,
+            order_id=args.order_id,
+            text=args.filter,
+            metrics=args.metrics,
+            raw=args.json,
+            tail=args.tail,
+            since=since,
+        )
+    except KeyboardInterrupt:  # --tail ends with Ctrl-C
+        return 0
+    if not shown:
+        sys.stderr.write("saga logs: no log line matches (fewer filters, or --since further back?)\n")
+    return 0
+
+
 # -- invoke --------------------------------------------------------------------------------------
 
 
@@ -680,6 +727,32 @@ def _add_events(sub: Any) -> None:
     events.set_defaults(func=cmd_events)
 
 
+def _add_logs(sub: Any) -> None:
+    lg = sub.add_parser(
+        "logs",
+        help="the functions' log events, merged in time (as `sam logs`; --tail follows them)",
+        description="The functions' log events: .saga/logs/ of `saga up` locally (also after it stopped), or"
+        " the functions' CloudWatch Logs groups of a deployed stack (--stack NAME). One line per event:"
+        " time, function, level, event, orderId, then its fields.",
+    )
+    lg.add_argument(
+        "function", nargs="*", help="function logical ids (ClaimOrderFunction, or ClaimOrder; default: all)"
+    )
+    lg.add_argument("--order-id", help="only the events about this order")
+    lg.add_argument("--filter", help="only the lines that contain this text (case-insensitive)")
+    lg.add_argument("--tail", action="store_true", help="keep printing new lines until Ctrl-C")
+    lg.add_argument(
+        "--since",
+        type=duration,
+        default=None,
+        help="only lines this recent (90s, 10m, 2h, 1d; default: every local line, 10m with --stack)",
+    )
+    lg.add_argument("--metrics", action="store_true", help="also the EMF metric lines")
+    lg.add_argument("--json", action="store_true", help="print each line as the function wrote it")
+    add_target_arguments(lg)
+    lg.set_defaults(func=cmd_logs)
+
+
 def _add_invoke(sub: Any) -> None:
     inv = sub.add_parser(
         "invoke",
@@ -799,6 +872,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_send,
         _add_trace,
         _add_events,
+        _add_logs,
         _add_invoke,
         _add_simulate,
         _add_reconcile,

@@ -74,3 +74,16 @@ def port(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"must be a TCP port (0 for a free one, at most 65535), not {value}")
     return value
+
+
+def duration(text: str) -> float:
+    """A duration: seconds (``90``), or with a unit (``90s``, ``10m``, ``2h``, ``1d``)."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], text[-1]) if text and text[-1].lower() in units else (text, "s")
+    try:
+        value = float(number) * units[unit.lower()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (90s, 10m, 2h, 1d)") from None
+    if not value >= 0.0:
+        raise argparse.ArgumentTypeError(f"must be zero or more, not {text}")
+    return value

@@ -400,3 +400,18 @@ def test_the_runbook_s_get_item_of_a_claim_runs_as_written(running: Running) -> 
 
     assert completed.returncode == 0, (line, completed.stderr)
     assert json.loads(completed.stdout)["M"]["orderId"] == {"S": "ORDER-RUNBOOK-1"}
+
+
+def test_logs_show_an_orders_events_across_its_functions_from_the_workers_files(running: Running) -> None:
+    ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-LOGS"))
+
+    def completed() -> str | None:
+        out = ok(saga(running.state_dir, "logs", "--order-id", "ORDER-EP-LOGS"))
+        return out if "claim_completed" in out else None
+
+    out = wait_for(completed, "the order's completion in the logs")
+    events = [line.split()[4] for line in out.splitlines()]
+    assert events.index("claim_won") < events.index("charge_applied") < events.index("claim_completed")
+    assert all("ORDER-EP-LOGS" in line for line in out.splitlines())
+    only = ok(saga(running.state_dir, "logs", "ChargePayment", "--order-id", "ORDER-EP-LOGS"))
+    assert {line.split()[2] for line in only.splitlines()} == {"ChargePaymentFunction"}

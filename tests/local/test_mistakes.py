@@ -46,6 +46,8 @@ STACK_COMMANDS = {
     "redrive": ["redrive"],
     "replay-parked": ["replay-parked"],
 }
+#: Those that read a deployed stack with --stack, besides the ones above.
+STACK_ONLY_COMMANDS = {"logs": ["logs"]}
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,9 @@ MISTAKES: dict[str, Mistake] = {
         "no function 'NopeFunction'",
     ),
     "trace an unknown execution": Mistake(["trace", "ORDER-NOPE"], "no execution named 'ORDER-NOPE'"),
+    "logs of an unknown function": Mistake(["logs", "NopeFunction"], "no function 'NopeFunction'"),
+    "logs with no stack ever run": Mistake(["logs"], "no function logs in"),
+    "logs since a time that is not one": Mistake(["logs", "--since", "yesterday"], "is not a duration"),
     "demo an unknown runtime": Mistake(["demo", "--runtime", "docker"], "invalid choice: 'docker'"),
     "an unknown option": Mistake(["events", "--since-forever"], "unrecognized arguments: --since-forever"),
     "invoke against an env-vars file whose stack went away": Mistake(
@@ -130,7 +135,7 @@ MISTAKES: dict[str, Mistake] = {
     },
     **{
         f"{name} --stack with no region": Mistake([*args, "--stack", "payment-saga"], "no AWS region")
-        for name, args in STACK_COMMANDS.items()
+        for name, args in {**STACK_COMMANDS, **STACK_ONLY_COMMANDS}.items()
         if name != "invoke"  # a function's region comes from its env-vars file, SAM's default else
     },
 }
