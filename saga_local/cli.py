@@ -3,7 +3,8 @@
 saga demo                      the lab of field report 000, guard off then on, then a decline
 saga up                        start the embedded local stack and keep it running
 saga send [FILE] [--copies N]  send an order (events/order.json by default)
-saga trace EXECUTION [--html]  an execution state by state, or as a graph page
+saga trace EXECUTION [--html]  an execution state by state, or as a graph page (or an order id)
+saga executions [--status S]   the executions, newest first (--order-id, --since), as the console lists
 saga events [--order-id ID]    the outcome events published (charged, declined, re-queued...)
 saga logs [FUNCTION...]        the functions' log events (--order-id, --filter, --tail), as `sam logs`
 saga invoke FUNCTION -e EVENT  one function on one event, as `sam local invoke` runs it (no Docker)
@@ -314,15 +315,19 @@ def execution_arn(state_machine_arn: str, execution: str) -> str:
 
 def find_execution(args: argparse.Namespace) -> RecordedExecution:
     """The execution ``args.execution`` names: on the target stack (``--stack``, or the local stack of
-    `saga up` when one runs), else among those `saga demo` recorded. Raises SystemExit, in words,
-    when neither knows it."""
+    `saga up` when one runs), else among those recorded (`saga demo`, `saga simulate`, `saga chaos`).
+    An order id, or the start of a name, finds the one execution it starts. Raises SystemExit, in
+    words, when none does, or listing them with their status when several do."""
     from saga_local.aws import archive
+    from saga_local.commands import executions
 
     state = running.read_state(STATE_FILE)
     where = "no local stack is running (`saga up` starts one)"
     if state is not None and running.gone(state):
         where = f"the local stack at {state.get('endpoint')} has gone (`saga up` starts it again)"
-    recent: list[str] = []
+    listed: list[executions.Listed] = []
+    sfn: Any = None
+    state_machine = ""
     if args.stack or local_state() is not None:
         target = resolve_target(args)
         where = target.where
@@ -332,18 +337,64 @@ def find_execution(args: argparse.Namespace) -> RecordedExecution:
             return archive.read_execution(sfn, execution_arn(state_machine, args.execution))
         except (sfn.exceptions.ExecutionDoesNotExist, sfn.exceptions.InvalidArn):
             pass
-        listed = sfn.list_executions(stateMachineArn=state_machine, maxResults=5).get("executions", [])
-        recent = [e["name"] for e in listed]
-    recorded = None if args.stack else archive.load(args.execution)
-    if recorded is not None:
-        return recorded
-    recent += [] if args.stack else [f"{name} (recorded by saga demo)" for name in archive.names()]
+        listed = executions.from_stack(sfn, state_machine)
+    if not args.stack:
+        recorded = archive.load(args.execution)
+        if recorded is not None:
+            return recorded
+        listed += executions.from_archive(archive.ARCHIVE_DIR)
+    found = executions.find(listed, args.execution)
+    if len(found) == 1:
+        (only,) = found
+        kept = archive.load(only.name) if only.recorded else None
+        return kept or archive.read_execution(sfn, execution_arn(state_machine, only.name))
+    if found:
+        raise SystemExit(_several(args.execution, where, found, sfn, state_machine))
     # One line: the mistake, then what to paste instead.
+    recent = [e.name + (" (recorded)" if e.recorded else "") for e in listed[:5]]
     latest = f"; the latest: {', '.join(recent)}" if recent else ""
     raise SystemExit(
-        f"saga trace: no execution named {args.execution!r}: {where}, and saga demo recorded none by that"
-        f" name (names look like ORDER-003-<MessageId>; `saga send` prints them){latest}"
+        f"saga trace: no execution named {args.execution!r}, nor one of an order by that id: {where},"
+        " and none was recorded by that name (names look like ORDER-003-<MessageId>; `saga send`"
+        f" prints them){latest}"
     )
+
+
+def _several(text: str, where: str, found: list[Any], sfn: Any, state_machine: str) -> str:
+    """What `saga trace` says when ``text`` starts several executions: each with its status, to pick."""
+    from saga_local.commands import executions
+
+    shown = executions.with_errors(sfn, state_machine, found[:20]) if sfn is not None else found[:20]
+    lines = [f"saga trace: {len(found)} executions start with {text!r} ({where}); name one:"]
+    lines += [f"  {e.line()}" for e in shown]
+    if len(found) > 20:
+        lines.append(f"  ... and {len(found) - 20} more (saga executions --order-id lists them all)")
+    return "\n".join(lines)
+
+
+def cmd_executions(args: argparse.Namespace) -> int:
+    """The state machine's executions, newest first, as the console lists them (commands/executions.py)."""
+    from datetime import UTC, datetime, timedelta
+
+    from saga_local.aws import archive
+    from saga_local.commands import executions
+
+    since = datetime.now(UTC) - timedelta(seconds=args.since) if args.since is not None else None
+    if args.stack or local_state() is not None:
+        target = resolve_target(args)
+        sfn = target.clients("stepfunctions")
+        state_machine = target.outputs["PaymentSagaStateMachineArn"]
+        listed = executions.from_stack(sfn, state_machine, status=args.status)
+        chosen = executions.select(listed, status=args.status, order_id=args.order_id, since=since)
+        chosen = executions.with_errors(sfn, state_machine, chosen[: args.limit])
+        where = target.where
+    else:
+        listed = executions.from_archive(archive.ARCHIVE_DIR)
+        chosen = executions.select(listed, status=args.status, order_id=args.order_id, since=since)
+        chosen = chosen[: args.limit]
+        where = f"recorded in {_relative(archive.ARCHIVE_DIR)}; no local stack is running"
+    Out()(executions.render(chosen, where))
+    return 0
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -712,11 +763,31 @@ def _add_send(sub: Any) -> None:
 
 def _add_trace(sub: Any) -> None:
     trace = sub.add_parser("trace", help="an execution state by state (or --html for the graph page)")
-    trace.add_argument("execution", help="the execution's name or ARN")
+    trace.add_argument(
+        "execution", help="the execution's name or ARN, or an order id (or a name's start) that finds one"
+    )
     trace.add_argument("--io", action="store_true", help="show each state's input and output")
     trace.add_argument("--html", metavar="FILE", help="write a self-contained page with the graph")
     add_target_arguments(trace)
     trace.set_defaults(func=cmd_trace)
+
+
+def _add_executions(sub: Any) -> None:
+    from saga_local.commands.executions import STATUSES
+
+    ex = sub.add_parser(
+        "executions",
+        help="the state machine's executions, newest first, as the console lists them",
+        description="The state machine's executions (the local stack of `saga up`, --stack NAME, or, with"
+        " neither, those `saga demo`, `saga simulate` and `saga chaos` recorded), newest first: start,"
+        " status, duration, error, name (what `saga trace` takes).",
+    )
+    ex.add_argument("--status", choices=STATUSES, help="only executions with this status")
+    ex.add_argument("--order-id", help="only this order's executions (their names start with its id)")
+    ex.add_argument("--since", type=duration, default=None, help="only those started this recently (10m, 2h)")
+    ex.add_argument("--limit", type=count(), default=50, help="at most this many")
+    add_target_arguments(ex)
+    ex.set_defaults(func=cmd_executions)
 
 
 def _add_events(sub: Any) -> None:
@@ -871,6 +942,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_up,
         _add_send,
         _add_trace,
+        _add_executions,
         _add_events,
         _add_logs,
         _add_invoke,

@@ -229,3 +229,58 @@ def test_redrive_apply_include_rejected_sends_the_rejected_message_round_too(
     assert "1 message will be rejected again" in out
     assert saga.charges("ORDER-RD") == 1
     assert rejected_events(saga) == 2  # what the default spares: a new lap, a new final event
+
+
+def _order(order_id: str, **fields: object) -> str:
+    body = {
+        "orderId": order_id,
+        "amount": 500,
+        "currency": "USD",
+        "customerId": "c",
+        "paymentMethod": "pm_card_visa",
+    }
+    return json.dumps({**body, **fields})
+
+
+def test_executions_lists_a_stacks_executions_by_status_and_order_with_how_they_failed(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saga.driver.send(_order("ORDER-EX-1"), copies=2)
+    saga.driver.send(_order("ORDER-EX-2", paymentMethod="pm_card_chargeDeclined"))
+    saga.driver.send(_order("ORDER-EX-10"))
+    saga.driver.pump()
+    target = ["--stack", deployed, "--region", REGION]
+
+    assert cli.main(["executions", *target]) == 0
+    every = capsys.readouterr().out.splitlines()
+    assert cli.main(["executions", *target, "--status", "FAILED"]) == 0
+    failed = capsys.readouterr().out.splitlines()
+    assert cli.main(["executions", *target, "--order-id", "ORDER-EX-1"]) == 0
+    of_one = capsys.readouterr().out.splitlines()
+
+    assert every[-1].startswith("4 executions")
+    assert "1 FAILED, 3 SUCCEEDED" in every[-1]
+    (declined,) = [line for line in failed if "ORDER-EX-2-" in line]
+    assert "PaymentDeclined" in declined
+    assert all("FAILED" in line for line in failed[:-2])
+    assert len([line for line in of_one if "ORDER-EX-1-" in line]) == 2  # its two deliveries
+    assert not any("ORDER-EX-10-" in line for line in of_one), "another order whose id starts the same"
+
+
+def test_trace_takes_an_order_id_and_lists_its_executions_when_there_are_several(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saga.driver.send(_order("ORDER-TR-1", paymentMethod="pm_card_chargeDeclined"))
+    saga.driver.send(_order("ORDER-TR-2"), copies=2)
+    saga.driver.pump()
+    target = ["--stack", deployed, "--region", REGION]
+
+    assert cli.main(["trace", "ORDER-TR-1", *target]) == 0
+    assert "Payment Declined" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as several:
+        cli.main(["trace", "ORDER-TR-2", *target])
+
+    listing = str(several.value.code).splitlines()
+    assert "2 executions start with 'ORDER-TR-2'" in listing[0]
+    assert len(listing) == 3
+    assert all("SUCCEEDED" in line and "ORDER-TR-2-" in line for line in listing[1:])

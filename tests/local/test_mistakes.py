@@ -47,7 +47,7 @@ STACK_COMMANDS = {
     "replay-parked": ["replay-parked"],
 }
 #: Those that read a deployed stack with --stack, besides the ones above.
-STACK_ONLY_COMMANDS = {"logs": ["logs"]}
+STACK_ONLY_COMMANDS = {"logs": ["logs"], "executions": ["executions"]}
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,7 @@ MISTAKES: dict[str, Mistake] = {
     "logs of an unknown function": Mistake(["logs", "NopeFunction"], "no function 'NopeFunction'"),
     "logs with no stack ever run": Mistake(["logs"], "no function logs in"),
     "logs since a time that is not one": Mistake(["logs", "--since", "yesterday"], "is not a duration"),
+    "executions of an unknown status": Mistake(["executions", "--status", "DONE"], "invalid choice: 'DONE'"),
     "demo an unknown runtime": Mistake(["demo", "--runtime", "docker"], "invalid choice: 'docker'"),
     "an unknown option": Mistake(["events", "--since-forever"], "unrecognized arguments: --since-forever"),
     "invoke against an env-vars file whose stack went away": Mistake(
