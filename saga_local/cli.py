@@ -468,8 +468,9 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     from payment_saga.payments import StripeProvider
     from payment_saga.reconcile import reconcile
     from saga_local.aws.stack import LOCAL_API_KEY
-    from saga_local.commands.sweep import reconcile_deployed, render
+    from saga_local.commands.sweep import not_due, reconcile_deployed, render
 
+    waiting = None
     if args.stack:
         report = reconcile_deployed(args.stack, apply=args.apply, region=args.region)
     else:
@@ -482,7 +483,8 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         )
         provider = StripeProvider(LOCAL_API_KEY, api_base=state["provider"])
         report = reconcile(store, provider, now=now, apply=args.apply, search_grace_seconds=args.grace)
-    Out()(render(report))
+        waiting = not_due(store, now)  # why nothing more is due: the leases still running
+    Out()(render(report, waiting=waiting))
     return 0
 
 
