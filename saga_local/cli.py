@@ -208,7 +208,8 @@ def up_banner(
     """What `saga up` prints: the resources, then commands that work as printed.
 
     The AWS CLI lines name ``--endpoint-url`` explicitly: AWS CLI v1 (and v2 before 2.13) ignore
-    ``AWS_ENDPOINT_URL``. Credentials and region come from the environment in both versions.
+    ``AWS_ENDPOINT_URL``; the ``export AWS_ENDPOINT_URL`` line is for the rest (v2, boto3, SAM CLI).
+    Credentials and region come from the environment in both versions.
     """
     from saga_local.aws.stack import REGION
 
@@ -221,11 +222,12 @@ def up_banner(
         f"  {'SAM env-vars file':28} {_relative(sam_env)}",
         "",
         "From another terminal, in this directory:",
-        "  saga send --copies 4                 # then: saga trace <name it prints>",
+        "  saga send --copies 4 --wait          # then: saga trace <name it prints>",
         "  saga invoke ClaimOrderFunction -e events/claim_order.json",
         "",
         "The AWS CLI (v1 or v2) or boto3:",
         f"  export AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_DEFAULT_REGION={REGION}",
+        f"  export AWS_ENDPOINT_URL={endpoint}   # read by AWS CLI v2 (2.13+), boto3 and SAM CLI; not by v1",
         f"  aws --endpoint-url {endpoint} sqs send-message --queue-url {queue}"
         " --message-body file://events/order.json",
         f"  aws --endpoint-url {endpoint} stepfunctions list-executions --state-machine-arn {machine}",
@@ -256,6 +258,7 @@ def cmd_send(args: argparse.Namespace) -> int:
             ("customerId", args.customer_id),
             ("paymentMethod", args.payment_method),
             ("paymentAttempt", args.payment_attempt),
+            ("providerCustomerId", args.provider_customer_id),
         ):
             if value is not None:
                 order[field] = value
@@ -279,10 +282,61 @@ def cmd_send(args: argparse.Namespace) -> int:
         return 0
     order_id = str(json.loads(body)["orderId"])
     prefix = _UNSAFE_NAME.sub("_", order_id)
+    executions = []
     for message_id in names:
         name = f"{prefix[: 80 - len(message_id) - 1]}-{message_id}" if prefix else message_id
+        executions.append(name)
         out(f"  {message_id}  ->  saga trace {name}")
+    if args.wait:
+        return _wait_for(out, target, executions, timeout=args.wait_seconds)
     return 0
+
+
+def _wait_for(out: Out, target: Target, names: list[str], *, timeout: float) -> int:
+    """Wait for each execution to end and print its path and outcome, as `saga demo` does; 1 if one
+    did not end in time (it may not have started: the start function has not run yet)."""
+    from saga_local.commands.demo import describe_path
+
+    sfn = target.clients("stepfunctions")
+    machine = target.outputs["PaymentSagaStateMachineArn"]
+    deadline = time.monotonic() + timeout
+    pending = list(names)
+    while pending and time.monotonic() < deadline:
+        for name in list(pending):
+            result = _ended(sfn, execution_arn(machine, name))
+            if result is not None:
+                out(f"  {name}")
+                out(f"    {describe_path(out, result)}")
+                pending.remove(name)
+        if pending:
+            time.sleep(0.5)
+    for name in pending:
+        out(f"  {name}  did not end within {timeout:g} s (saga trace {name} shows where it is)")
+    return 1 if pending else 0
+
+
+def _ended(sfn: Any, arn: str) -> Any:
+    """The execution's ExecutionResult once it has ended; None while it runs or has not started."""
+    from saga_local.aws.driver import ExecutionResult
+
+    try:
+        described = sfn.describe_execution(executionArn=arn)
+    except sfn.exceptions.ExecutionDoesNotExist:
+        return None  # not started yet: the start function has not read the message
+    if described["status"] in ("RUNNING", "PENDING_REDRIVE"):
+        return None
+    pages = sfn.get_paginator("get_execution_history").paginate(executionArn=arn)
+    entered = [e for page in pages for e in page["events"] if e["type"].endswith("StateEntered")]
+    return ExecutionResult(
+        arn=arn,
+        name=described["name"],
+        status=described["status"],
+        order_id=None,
+        output=json.loads(described["output"]) if described.get("output") else None,
+        error=described.get("error"),
+        cause=described.get("cause"),
+        path=[e["stateEnteredEventDetails"]["name"] for e in entered],
+    )
 
 
 def _read_order(path: str) -> dict[str, Any]:
@@ -758,7 +812,14 @@ def _add_send(sub: Any) -> None:
     send.add_argument("--customer-id", help="the order's customerId")
     send.add_argument("--payment-method", help="e.g. pm_card_visa, pm_card_chargeDeclined")
     send.add_argument("--payment-attempt", help="a customer's deliberate retry of a declined order")
+    send.add_argument("--provider-customer-id", help="the Stripe Customer (cus_...) a saved card belongs to")
     send.add_argument("--body", help="send this raw body instead (e.g. a malformed message)")
+    send.add_argument(
+        "--wait", action="store_true", help="wait for each execution to end and print its path and outcome"
+    )
+    send.add_argument(
+        "--wait-seconds", type=count(), default=120, metavar="SECONDS", help="how long --wait waits"
+    )
     add_target_arguments(send)
     send.set_defaults(func=cmd_send)
 

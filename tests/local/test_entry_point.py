@@ -26,6 +26,7 @@ import pytest
 
 from saga_local.aws.template import ROOT
 from saga_local.cli import build_parser
+from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD, TEST_CUSTOMER
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -210,7 +211,7 @@ def test_up_prints_commands_that_work_with_aws_cli_v1_and_v2_and_sam(running: Ru
     # AWS CLI v1 (and v2 before 2.13) ignore AWS_ENDPOINT_URL: every line names the endpoint.
     assert f"aws --endpoint-url {endpoint} sqs send-message --queue-url {queue}" in running.banner
     assert f"aws --endpoint-url {endpoint} stepfunctions list-executions" in running.banner
-    assert "export AWS_ENDPOINT_URL" not in running.banner
+    assert f"export AWS_ENDPOINT_URL={endpoint}   # read by AWS CLI v2 (2.13+)" in running.banner
     assert "SweeperFunction schedule     every 50 s (rate(5 minutes) in template.yaml" in running.banner
     assert running.state["schedules"] == {"SweeperFunction": 50}
     sam_line = next(line for line in running.banner.splitlines() if "sam local invoke" in line)
@@ -415,3 +416,18 @@ def test_logs_show_an_orders_events_across_its_functions_from_the_workers_files(
     assert all("ORDER-EP-LOGS" in line for line in out.splitlines())
     only = ok(saga(running.state_dir, "logs", "ChargePayment", "--order-id", "ORDER-EP-LOGS"))
     assert {line.split()[2] for line in only.splitlines()} == {"ChargePaymentFunction"}
+
+
+def test_send_wait_prints_each_executions_path_and_outcome_as_the_demo_does(running: Running) -> None:
+    out = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-WAIT", "--copies", "2", "--wait"))
+
+    assert "CHARGED pi_" in out
+    assert "DUPLICATE" in out
+    assert "Claim Order -> Charge Payment" in out
+
+
+def test_send_a_saved_card_with_its_provider_customer_is_charged(running: Running) -> None:
+    saved = ["--payment-method", SAVED_PAYMENT_METHOD, "--provider-customer-id", TEST_CUSTOMER]
+    out = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-SAVED", *saved, "--wait"))
+
+    assert "CHARGED pi_" in out
