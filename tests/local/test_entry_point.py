@@ -431,3 +431,42 @@ def test_send_a_saved_card_with_its_provider_customer_is_charged(running: Runnin
     out = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-SAVED", *saved, "--wait"))
 
     assert "CHARGED pi_" in out
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_the_duplicate_charge_runbook_s_curl_lines_find_and_refund_a_charge_as_written(
+    running: Running, tmp_path: Path
+) -> None:
+    runbook = (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
+    section = runbook[runbook.index("## DuplicateCharge") : runbook.index("## An order needs a person")]
+    provider, search, listing, refund = [
+        line.strip() for line in section.splitlines() if line.strip().startswith(("PROVIDER=", "curl "))
+    ]
+    ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-REFUND", "--wait"))
+    (tmp_path / ".saga").symlink_to(running.state_dir)  # run from a checkout whose .saga/ is the stack's
+
+    def run(line: str) -> Any:
+        completed = subprocess.run(  # noqa: S603 - the runbook's own lines, in bash as a person pastes them
+            ["/bin/bash", "-c", f"{provider}\n{line}"],
+            cwd=tmp_path,
+            env=clean_environment(running.state_dir),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return json.loads(completed.stdout)
+
+    found = run(search.replace("<orderId>", "ORDER-EP-REFUND"))
+    (intent,) = found["data"]
+    assert intent["status"] == "succeeded"
+    assert intent["id"] in [i["id"] for i in run(listing)["data"]]
+    refunded = run(refund.replace("<PaymentIntent>", intent["id"]))
+    again = run(refund.replace("<PaymentIntent>", intent["id"]))
+
+    assert (refunded["object"], refunded["amount"], refunded["status"]) == (
+        "refund",
+        intent["amount"],
+        "succeeded",
+    )
+    assert again["id"] == refunded["id"], "one Idempotency-Key, one refund"
