@@ -7,6 +7,7 @@ saga trace EXECUTION [--html]  an execution state by state, or as a graph page (
 saga executions [--status S]   the executions, newest first (--order-id, --since), as the console lists
 saga events [--order-id ID]    the outcome events published (charged, declined, re-queued...)
 saga logs [FUNCTION...]        the functions' log events (--order-id, --filter, --tail), as `sam logs`
+saga fault KIND                break the running stack's provider (outage, lost-answer; clear)
 saga invoke FUNCTION -e EVENT  one function on one event, as `sam local invoke` runs it (no Docker)
 saga simulate --orders N ...   many orders, duplicates and concurrency; a report
 saga chaos --orders N ...      the same with random faults everywhere, then the sweeper
@@ -650,6 +651,28 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- fault -------------------------------------------------------------------------------------
+
+
+def cmd_fault(args: argparse.Namespace) -> int:
+    """A provider fault on the running `saga up` (commands/fault.py)."""
+    from saga_local.commands import fault
+
+    state = running.read_state(STATE_FILE)
+    if state is None:
+        raise SystemExit(
+            "saga fault: no local stack is running: start one with `saga up` (another terminal)."
+        )
+    if running.gone(state):
+        raise SystemExit(_gone_message("fault", state))
+    try:
+        said = fault.apply(str(state["provider"]), args.kind, order_id=args.order_id, times=args.times)
+    except fault.FaultError as exc:
+        raise SystemExit(f"saga fault: {exc}") from None
+    Out()(said)
+    return 0
+
+
 # -- invoke --------------------------------------------------------------------------------------
 
 
@@ -887,6 +910,21 @@ def _add_logs(sub: Any) -> None:
     lg.set_defaults(func=cmd_logs)
 
 
+def _add_fault(sub: Any) -> None:
+    from saga_local.commands.fault import KINDS
+
+    ft = sub.add_parser(
+        "fault",
+        help="break the running `saga up`'s provider (outage, lost-answer; clear): rehearse the runbook",
+    )
+    ft.add_argument(
+        "kind", choices=KINDS, help="outage: every call fails; lost-answer: a charge's answer is lost"
+    )
+    ft.add_argument("--order-id", help="lost-answer: only this order's charge (default: the next of any)")
+    ft.add_argument("--times", type=count(), default=1, help="lost-answer: this many charges")
+    ft.set_defaults(func=cmd_fault)
+
+
 def _add_invoke(sub: Any) -> None:
     inv = sub.add_parser(
         "invoke",
@@ -1008,6 +1046,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_executions,
         _add_events,
         _add_logs,
+        _add_fault,
         _add_invoke,
         _add_simulate,
         _add_reconcile,

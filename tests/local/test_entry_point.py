@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.request
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -470,3 +471,25 @@ def test_the_duplicate_charge_runbook_s_curl_lines_find_and_refund_a_charge_as_w
         "succeeded",
     )
     assert again["id"] == refunded["id"], "one Idempotency-Key, one refund"
+
+
+def test_a_provider_fault_on_the_running_stack_is_rehearsed_as_the_runbook_tells_it(running: Running) -> None:
+    def charges(order_id: str) -> int:
+        url = f"{running.state['provider']}/_emulator/charges?orderId={order_id}"
+        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - the local emulator
+            return len(json.loads(response.read())["data"])
+
+    assert "answer lost" in ok(saga(running.state_dir, "fault", "lost-answer", "--order-id", "ORDER-EP-LOST"))
+    lost = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-LOST", "--wait"))
+    assert "fails (HTTP 500" in ok(saga(running.state_dir, "fault", "outage"))
+    try:
+        down = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-OUTAGE", "--wait"))
+    finally:
+        assert "cleared" in ok(saga(running.state_dir, "fault", "clear"))
+    back = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-BACK", "--wait"))
+
+    assert "CHARGED pi_" in lost
+    assert charges("ORDER-EP-LOST") == 1, "the retry replayed the charge: charged once"
+    assert "NeedsReconciliation" in down  # the outcome is unknown: the claim is kept for the sweeper
+    assert charges("ORDER-EP-OUTAGE") == 0
+    assert "CHARGED pi_" in back

@@ -117,6 +117,9 @@ MISTAKES: dict[str, Mistake] = {
     "logs with no stack ever run": Mistake(["logs"], "no function logs in"),
     "logs since a time that is not one": Mistake(["logs", "--since", "yesterday"], "is not a duration"),
     "executions of an unknown status": Mistake(["executions", "--status", "DONE"], "invalid choice: 'DONE'"),
+    "fault with no stack": Mistake(["fault", "outage"], "no local stack is running"),
+    "fault of an unknown kind": Mistake(["fault", "meteor"], "invalid choice: 'meteor'"),
+    "fault when the stack went away": Mistake(["fault", "clear"], "has gone", "gone"),
     "demo an unknown runtime": Mistake(["demo", "--runtime", "docker"], "invalid choice: 'docker'"),
     "an unknown option": Mistake(["events", "--since-forever"], "unrecognized arguments: --since-forever"),
     "invoke against an env-vars file whose stack went away": Mistake(
