@@ -493,3 +493,27 @@ def test_a_provider_fault_on_the_running_stack_is_rehearsed_as_the_runbook_tells
     assert "NeedsReconciliation" in down  # the outcome is unknown: the claim is kept for the sweeper
     assert charges("ORDER-EP-OUTAGE") == 0
     assert "CHARGED pi_" in back
+
+
+def test_every_saga_line_of_the_runbook_runs_against_the_local_stack_as_pasted(running: Running) -> None:
+    # Against `saga up` instead of a deployed stack: the same line without `--stack payment-saga`, its
+    # placeholders filled in with an order that ran. --apply lines change nothing here that matters:
+    # no claim is stale, and the dead-letter queue holds only rejected messages.
+    out = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-RUNBOOK", "--wait"))
+    execution = re.findall(r"saga trace (ORDER-EP-RUNBOOK-\S+)", out)[0]
+    runbook = (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
+    lines = [line.split("  #")[0].strip() for line in runbook.splitlines() if line.startswith("saga ")]
+    assert len(lines) >= 15
+
+    for line in lines:
+        pasted = (
+            line.replace("--stack payment-saga", "")
+            .replace("<orderId>", "ORDER-EP-RUNBOOK")
+            .replace("ORDER-003-<MessageId>", execution)
+            .replace("<execution name>", execution)
+            .replace("ORDER-003", "ORDER-EP-RUNBOOK")
+        )
+        assert "<" not in pasted, f"a placeholder this test does not know: {line}"
+        result = saga(running.state_dir, *shlex.split(pasted)[1:])
+        assert result.returncode == 0, (line, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr, line
