@@ -144,6 +144,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path) -> int:
     from saga_local.aws.embedded import EmbeddedStack
     from saga_local.aws.stack import REGION
+    from saga_local.commands.activity import Activity
     from saga_local.commands.invoke import write_sam_env_file
 
     visibility = 30
@@ -175,11 +176,16 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path) -> int:
             )
         for line in banner:
             out(out.bold(line) if line.startswith("Embedded stack") else line)
+        out("")
+        out("Executions, as each ends (recorded: `saga trace NAME` shows them after this stops):")
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
+        watcher = threading.Thread(target=Activity(stack, out).run, args=(stop,), daemon=True)
+        watcher.start()
         try:
             stack.serve(stop, pollers=args.pollers, scheduled=scheduled)
+            watcher.join()
         finally:
             for path in (STATE_FILE, sam_env):  # both describe a stack that is gone
                 with contextlib.suppress(FileNotFoundError):

@@ -18,6 +18,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import urllib.request
 from typing import TYPE_CHECKING, Any
@@ -148,10 +149,12 @@ def test_the_demo_prints_execution_names_that_saga_trace_shows_afterwards(tmp_pa
 class Running:
     """A `saga up` in the background, and what it wrote about itself."""
 
-    def __init__(self, state_dir: Path, banner: str, state: dict[str, Any]) -> None:
+    def __init__(self, state_dir: Path, banner: str, state: dict[str, Any], printed: list[str]) -> None:
         self.state_dir = state_dir
         self.banner = banner
         self.state = state
+        #: What it printed after its banner, so far.
+        self.printed = printed
 
     def client(self, service: str) -> Any:
         return boto3.client(  # type: ignore[call-overload]
@@ -185,12 +188,18 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     while not banner or "sam local invoke" not in banner[-1]:  # the banner's last line
         banner.append(process.stdout.readline())
         assert banner[-1], "saga up stopped printing before its banner ended"
+    # What it prints while orders flow (each execution as it ends), read as it comes: a pipe nobody
+    # reads would fill and stop it.
+    printed: list[str] = []
+    reader = threading.Thread(target=lambda: printed.extend(process.stdout or []), daemon=True)
+    reader.start()
     try:
-        yield Running(state_dir, "".join(banner), json.loads(state_file.read_text()))
+        yield Running(state_dir, "".join(banner), json.loads(state_file.read_text()), printed)
     finally:
         process.send_signal(signal.SIGINT)
-        output, _ = process.communicate(timeout=60)
-    assert "stopped" in output
+        process.wait(timeout=60)
+        reader.join(timeout=10)
+    assert "stopped" in "".join(printed)
     assert not state_file.exists(), "saga up leaves no description of a stack that is gone"
     assert not (state_dir / "sam-env.json").exists()
 
@@ -517,3 +526,13 @@ def test_every_saga_line_of_the_runbook_runs_against_the_local_stack_as_pasted(r
         result = saga(running.state_dir, *shlex.split(pasted)[1:])
         assert result.returncode == 0, (line, result.stdout, result.stderr)
         assert "Traceback" not in result.stderr, line
+
+
+def test_up_prints_each_execution_as_it_ends_and_records_it_for_saga_trace(running: Running) -> None:
+    out = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-SEEN", "--wait"))
+    name = re.findall(r"saga trace (ORDER-EP-SEEN-\S+)", out)[0]
+
+    wait_for(lambda: any(name in line for line in running.printed), "saga up to print the execution")
+    at = next(i for i, line in enumerate(running.printed) if name in line)
+    assert "CHARGED pi_" in running.printed[at + 1]
+    assert (running.state_dir / "executions" / f"{name}.json").is_file()
