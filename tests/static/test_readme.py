@@ -22,3 +22,16 @@ def test_the_readme_says_chromium_is_installed_only_with_ci_true_as_root_as_the_
     assert '"$${CI:-}" = true' in recipe
     assert '"$$(id -u)" = 0' in recipe
     assert re.search(r"chromium for the trace page test only with `CI=true` as root", tests), tests
+
+
+def test_the_readme_s_sam_sync_and_integration_lines_match_samconfig_and_the_integration_tests() -> None:
+    tests = _section((ROOT / "README.md").read_text(encoding="utf-8"), "Tests")
+    samconfig = (ROOT / "samconfig.toml").read_text(encoding="utf-8")
+    integration = (ROOT / "tests" / "integration" / "test_deployed.py").read_text(encoding="utf-8")
+
+    assert "[default.sync.parameters]\nwatch = true" in samconfig
+    assert "`sam sync` (samconfig.toml sets `watch = true`)" in " ".join(tests.split())
+    assert 'os.environ.get("AWS_SAM_STACK_NAME")' in integration
+    assert (
+        "AWS_SAM_STACK_NAME=payment-saga .venv/bin/python -m pytest tests/integration -m integration" in tests
+    )
