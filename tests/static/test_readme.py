@@ -35,3 +35,12 @@ def test_the_readme_s_sam_sync_and_integration_lines_match_samconfig_and_the_int
     assert (
         "AWS_SAM_STACK_NAME=payment-saga .venv/bin/python -m pytest tests/integration -m integration" in tests
     )
+
+
+def test_the_license_is_an_spdx_expression_so_the_first_install_prints_no_deprecation() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+    assert project["project"]["license"] == "Apache-2.0"  # a table is deprecated by setuptools 77+
+    assert project["build-system"]["requires"] == ["setuptools>=77"]  # the first that reads the string
