@@ -540,3 +540,16 @@ def test_up_prints_each_execution_as_it_ends_and_records_it_for_saga_trace(runni
     at = next(i for i, line in enumerate(running.printed) if name in line)
     assert "CHARGED pi_" in running.printed[at + 1]
     assert (running.state_dir / "executions" / f"{name}.json").is_file()
+
+
+def test_invoke_of_a_step_that_publishes_no_metric_prints_no_powertools_warning(
+    running: Running, tmp_path: Path
+) -> None:
+    event = tmp_path / "release_unclaimed.json"
+    sample = json.loads((ROOT / "events" / "release_claim.json").read_text())
+    event.write_text(json.dumps({**sample, "orderId": "ORDER-NEVER-RELEASED"}))
+
+    result = saga(running.state_dir, "invoke", "ReleaseClaimFunction", "-e", str(event))
+
+    assert "START RequestId" in result.stderr  # the function ran, and its logs are there
+    assert "No application metrics to publish" not in result.stderr
