@@ -63,12 +63,15 @@ class OutcomeEvent:
         )
 
     def line(self) -> str:
-        """One line for a person: what, which order, which attempt, why."""
+        """One line for a person: when, what, which order, which attempt, how much, why."""
         d = self.detail
-        parts = [f"{self.detail_type:<25}", f"{d.get('orderId') or '-':<24}"]
+        when = str(d.get("occurredAt") or self.time)
+        parts = [f"{when:<20}", f"{self.detail_type:<25}", f"{d.get('orderId') or '-':<24}"]
         if d.get("attempt") is not None:
             parts.append(f"attempt {d['attempt']}")
-        if d.get("amount") is not None:
+        if isinstance(d.get("amount"), int) and d.get("currency"):
+            parts.append(_money(d["amount"], str(d["currency"])))
+        elif d.get("amount") is not None:
             parts.append(f"{d['amount']} {d.get('currency')}")
         if d.get("chargeId"):
             parts.append(str(d["chargeId"]))
@@ -79,6 +82,13 @@ class OutcomeEvent:
         if d.get("reason") and self.detail_type != "OrderCharged":
             parts.append(f"- {d['reason']}")
         return "  ".join(parts)
+
+
+def _money(amount: int, currency: str) -> str:
+    """15000 BRL as the demo prints it: 150.00 BRL (the currency's own decimals)."""
+    from saga_local.commands.output import money
+
+    return money(amount, currency)
 
 
 def deduplicated(events: Iterable[OutcomeEvent]) -> list[OutcomeEvent]:

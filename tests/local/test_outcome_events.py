@@ -227,9 +227,11 @@ def test_saga_events_lists_each_event_once_for_a_person(saga: Saga) -> None:
     text = command(lambda _: clients, saga.stack.outputs, "local", order_id=None, raw=False)
     lines = text.splitlines()
     assert any(
-        line.startswith("OrderCharged") and "ORDER-EV-10" in line and "attempt 1" in line for line in lines
+        line.split()[1:4] == ["OrderCharged", "ORDER-EV-10", "attempt"] and "150.00 BRL" in line
+        for line in lines
     )
-    assert any(line.startswith("OrderDeclined") and "ORDER-EV-11" in line for line in lines)
+    assert any(line.split()[1:3] == ["OrderDeclined", "ORDER-EV-11"] for line in lines)
+    assert all(line.split()[0].endswith("Z") for line in lines[:-2]), "each event says when, in UTC"
     assert lines[-1] == "2 events: 1 OrderCharged, 1 OrderDeclined"
     only = command(lambda _: clients, saga.stack.outputs, "local", order_id="ORDER-EV-11", raw=True)
     assert [json.loads(line)["detailType"] for line in only.splitlines()] == ["OrderDeclined"]
