@@ -64,7 +64,8 @@ class PaymentOutcomeUnknown(SagaError):
 
 
 class ChargeNotAttempted(SagaError):
-    """The charge failed before the provider was called, so the claim may be released."""
+    """Nothing was charged: the provider was not reached, or refused the request itself (an HTTP 4xx
+    that created no payment), so the claim may be released."""
 
 
 class ClaimLost(SagaError):

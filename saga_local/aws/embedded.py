@@ -11,9 +11,11 @@
   and the outcome bus is copied to an archive queue (``saga events``).
 * The payment provider is :class:`~saga_local.stripe_emulator.ProviderEmulator`.
 
-Two things are compressed in time, and only these: Retry waits (``retry_time_scale``; the waits
-the ASL asked for are recorded) and the queues' visibility timeout (``visibility_timeout``), so a
-run that retries or redrives finishes in seconds. Everything else runs as written.
+Three things are compressed in time, and only these: Retry waits (``retry_time_scale``; the waits
+the ASL asked for are recorded), the queues' visibility timeout (``visibility_timeout``), so a
+run that retries or redrives finishes in seconds, and the template's schedules under :meth:`serve`
+(the sweeper's ``rate(5 minutes)``, in the visibility timeout's proportion: see
+``saga_local.aws.schedule_source``). Everything else runs as written, leases included.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from moto.server import ThreadedMotoServer
 
 from saga_local.aws.driver import Driver
 from saga_local.aws.moto_adapter import SFN_CONFIG, EngineHooks, check_moto_version, patched_moto
+from saga_local.aws.schedule_source import ScheduleSource, schedules
 from saga_local.aws.stack import LOCAL_API_KEY, REGION, Stack, provision
 from saga_local.runtime.faults import FaultPlan
 from saga_local.runtime.runtimes import InProcessRuntime, WorkerRuntime
@@ -210,11 +213,31 @@ class EmbeddedStack:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def serve(self, stop: threading.Event, pollers: int = 1) -> None:
-        """Run the SQS and claims-stream event sources until ``stop`` is set (``saga up``)."""
+    def schedule_sources(self, *, compress: float) -> list[ScheduleSource]:
+        """The template's schedules, each firing every ``compress`` times its rate (see :meth:`serve`)."""
+        specs = {spec.logical_id: spec for spec, _ in self.stack.functions.values()}
+        lambda_client = self.client("lambda")
+        return [
+            ScheduleSource(
+                lambda_client,
+                self.stack.function_name(schedule.logical_id),
+                schedule,
+                schedule.seconds * compress,
+            )
+            for schedule in schedules(specs)
+        ]
+
+    def serve(
+        self, stop: threading.Event, pollers: int = 1, scheduled: list[ScheduleSource] | None = None
+    ) -> None:
+        """Run the SQS and claims-stream event sources, and the ``scheduled`` ones (the sweeper), until
+        ``stop`` is set (``saga up``)."""
         threads = [
             threading.Thread(target=self.driver.event_source.run, args=(stop,), daemon=True)
             for _ in range(pollers)
+        ]
+        threads += [
+            threading.Thread(target=source.run, args=(stop,), daemon=True) for source in scheduled or []
         ]
         if self.driver.stream_source is not None:
             threads.append(threading.Thread(target=self.driver.stream_source.run, args=(stop,), daemon=True))

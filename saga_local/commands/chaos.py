@@ -77,6 +77,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from saga_local.aws.moto_adapter import deliver_delayed_messages
 from saga_local.commands import simulate
+from saga_local.commands.arguments import Parser, count, seconds
 from saga_local.commands.events import OutcomeTally, tally
 from saga_local.runtime.faults import (
     LANDS_AFTER,
@@ -875,38 +876,38 @@ def _counts(counts: dict[str, int]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="saga chaos",
         description="Many orders, duplicates and random faults everywhere; then the sweeper.",
     )
     defaults = ChaosConfig()
-    parser.add_argument("--orders", type=int, default=defaults.orders)
-    parser.add_argument("--copies", type=int, default=defaults.copies, help="deliveries of each order")
+    parser.add_argument("--orders", type=count(), default=defaults.orders, help="distinct orders")
+    parser.add_argument("--copies", type=count(), default=defaults.copies, help="deliveries of each order")
     parser.add_argument(
-        "--concurrency", type=int, default=defaults.concurrency, help="concurrent SQS pollers"
+        "--concurrency", type=count(), default=defaults.concurrency, help="concurrent SQS pollers"
     )
     parser.add_argument("--seed", type=int, default=defaults.seed, help="the same seed draws the same faults")
     parser.add_argument(
         "--outage-start",
-        type=float,
+        type=seconds,
         default=defaults.outage_start_seconds,
         help="seconds into the run when the provider goes down",
     )
     parser.add_argument(
         "--outage-seconds",
-        type=float,
+        type=seconds,
         default=defaults.outage_seconds,
         help="how long every call to the provider fails (0: no outage)",
     )
     parser.add_argument(
         "--throttle-start",
-        type=float,
+        type=seconds,
         default=defaults.throttle_start_seconds,
         help="seconds into the run when Claim Order and Release Claim start being throttled",
     )
     parser.add_argument(
         "--throttle-seconds",
-        type=float,
+        type=seconds,
         default=defaults.throttle_seconds,
         help="how long both are throttled on every invocation (0: never)",
     )
@@ -942,11 +943,13 @@ def main(argv: list[str] | None = None) -> int:
         ) as stack,
     ):
         report = run_chaos(stack, config, progress=progress)
+        # The stack stops with this command: what did not succeed is kept for `saga trace NAME`.
+        recorded = simulate.record_unhappy(stack)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps({**report.to_dict(), "recorded": recorded.to_dict()}, indent=2))
     else:
         sys.stderr.write("\n")
-        print(render(report))
+        print("\n".join([render(report), *simulate.render_recorded(recorded)]))
     return 0 if report.promise_kept else 1
 
 

@@ -7,8 +7,9 @@ consumers, and every count here, deduplicate on ``detail.eventId``.
 
 * :class:`OutcomeLog` drains the queue into memory (receive, then delete) and keeps everything it
   read, so a test or a report sees every event of its run once the queue is empty again.
-* :func:`peek` reads without deleting (visibility timeout 0), for a person looking at a stack another
-  process runs (``saga events``): fine for the few hundred events a local session makes.
+* :func:`peek` reads every message without deleting any (each batch hidden while the next is read,
+  then all shown again), for a person looking at a stack another process runs (``saga events``):
+  fine for the few hundred events a local session makes.
 """
 
 from __future__ import annotations
@@ -76,12 +77,15 @@ class OutcomeEvent:
         )
 
     def line(self) -> str:
-        """One line for a person: what, which order, which attempt, why."""
+        """One line for a person: when, what, which order, which attempt, how much, why."""
         d = self.detail
-        parts = [f"{self.detail_type:<25}", f"{d.get('orderId') or '-':<24}"]
+        when = str(d.get("occurredAt") or self.time)
+        parts = [f"{when:<20}", f"{self.detail_type:<25}", f"{d.get('orderId') or '-':<24}"]
         if d.get("attempt") is not None:
             parts.append(f"attempt {d['attempt']}")
-        if d.get("amount") is not None:
+        if isinstance(d.get("amount"), int) and d.get("currency"):
+            parts.append(_money(d["amount"], str(d["currency"])))
+        elif d.get("amount") is not None:
             parts.append(f"{d['amount']} {d.get('currency')}")
         if d.get("chargeId"):
             parts.append(str(d["chargeId"]))
@@ -96,6 +100,13 @@ class OutcomeEvent:
         if d.get("reason") and self.detail_type != "OrderCharged":
             parts.append(f"- {d['reason']}")
         return "  ".join(parts)
+
+
+def _money(amount: int, currency: str) -> str:
+    """15000 BRL as the demo prints it: 150.00 BRL (the currency's own decimals)."""
+    from saga_local.commands.output import money
+
+    return money(amount, currency)
 
 
 def deduplicated(events: Iterable[OutcomeEvent]) -> list[OutcomeEvent]:
@@ -298,19 +309,46 @@ class OutcomeLog:
         return Counter(e.detail_type for e in self.events())
 
 
-def peek(sqs: Any, queue_url: str, *, rounds: int = 50) -> list[OutcomeEvent]:
-    """The events on the queue, without deleting them (each delivery once, by EventBridge's id)."""
+def peek(sqs: Any, queue_url: str, *, hide_seconds: int = 30) -> list[OutcomeEvent]:
+    """Every event on the queue, without deleting any (each delivery once, by EventBridge's id).
+
+    Each batch read is hidden (``hide_seconds``) so that the next receive returns the messages after
+    it, not the same ten again; once the queue answers empty, every message read is made visible
+    again. A reader that dies half way leaves them hidden for ``hide_seconds`` at most.
+    """
     found: dict[str, OutcomeEvent] = {}
-    for _ in range(rounds):
-        messages = sqs.receive_message(
-            QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=0, WaitTimeSeconds=0
-        ).get("Messages", [])
-        fresh = [m for m in messages if m["MessageId"] not in found]
-        if not fresh:
-            break
-        for message in fresh:
-            found[message["MessageId"]] = OutcomeEvent.from_message(message["Body"])
-    return sorted(found.values(), key=lambda e: (e.time, e.event_id))
+    receipts: list[str] = []
+    try:
+        while True:
+            messages = sqs.receive_message(
+                QueueUrl=queue_url,
+                MaxNumberOfMessages=10,
+                VisibilityTimeout=hide_seconds,
+                WaitTimeSeconds=0,
+            ).get("Messages", [])
+            if not messages:
+                break
+            for message in messages:
+                receipts.append(message["ReceiptHandle"])
+                found.setdefault(message["MessageId"], OutcomeEvent.from_message(message["Body"]))
+    finally:
+        for start in range(0, len(receipts), 10):
+            batch = receipts[start : start + 10]
+            sqs.change_message_visibility_batch(
+                QueueUrl=queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": handle, "VisibilityTimeout": 0}
+                    for i, handle in enumerate(batch)
+                ],
+            )
+    return sorted(found.values(), key=_by_time)
+
+
+def _by_time(event: OutcomeEvent) -> tuple[str, int, bool]:
+    """When it was published, then (within a second) the claim's version it announces, then the
+    final event of a transition after the interim one (a release, then the person it calls)."""
+    sequence = event.detail.get("sequence")
+    return (event.time, sequence if isinstance(sequence, int) else -1, event.final)
 
 
 def render(events: list[OutcomeEvent], *, raw: bool = False) -> str:
@@ -325,7 +363,8 @@ def render(events: list[OutcomeEvent], *, raw: bool = False) -> str:
     summary = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "no outcome events"
     duplicates = len(events) - len(unique)
     tail = f" ({duplicates} duplicate deliveries left out)" if duplicates else ""
-    return "\n".join([*lines, "", f"{len(unique)} events: {summary}{tail}"]) + "\n"
+    noun = "event" if len(unique) == 1 else "events"
+    return "\n".join([*lines, "", f"{len(unique)} {noun}: {summary}{tail}"]) + "\n"
 
 
 def command(clients: Any, outputs: dict[str, str], where: str, *, order_id: str | None, raw: bool) -> str:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from saga_local.aws.template import ROOT, functions, load_template, parameter_defaults
+from saga_local.commands.running import endpoint_answers
 from saga_local.paths import STATE_DIR
 from saga_local.private_files import write_private_text
 
@@ -208,6 +209,12 @@ def invoke(
     shell = dict(os.environ) if shell is None else shell
     file_values = {**overrides.get("Parameters", {}), **overrides.get(logical_id, {})}
     endpoint = str(file_values.get("AWS_ENDPOINT_URL") or shell.get("AWS_ENDPOINT_URL") or "")
+    if endpoint and _is_loopback(endpoint) and not endpoint_answers(endpoint):
+        # The function would fail on its first AWS call, as a page of connection-error JSON.
+        raise InvokeError(
+            f"nothing answers at {endpoint} (where {env_vars_path} points the function): is `saga up` still"
+            " running? Start it again, or pass --env-vars FILE for another stack."
+        )
     region = region or shell.get("AWS_REGION") or shell.get("AWS_DEFAULT_REGION") or SAM_DEFAULTS["region"]
     environment = function_environment(
         spec,

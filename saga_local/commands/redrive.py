@@ -22,6 +22,14 @@ Two ways, the same outcome:
   redrive *because of* it (rejected again, or failed again) are left there, not sent round in a
   loop.
 
+A message the start function will reject again is known before it moves: it carries the
+``rejectionReason`` the start function gave it, or its body fails the start function's own
+validation. Moving it buys a new MessageId and a new final ``OrderRejected`` event for the same
+order each time round (docs/outcome-events.md: one final outcome per order), and cannot make it
+valid. ``skip_rejected`` leaves those where they are (moving by hand, since SQS's move task moves
+everything); ``saga redrive`` skips them unless asked (``--include-rejected``), and by default only
+says what a redrive would do (:func:`survey`), moving nothing until ``--apply``.
+
 By hand, message attributes are carried over except the two the start function adds when it
 rejects a message (``rejectionReason``, ``sourceMessageId``): they describe the last failure, belong
 to the dead-letter queue, and the start function writes fresh ones if it rejects the message again.
@@ -81,6 +89,8 @@ class RedriveReport:
     untrusted: int = 0
     #: Why the move task was not used although the endpoint is AWS's (None: it was, or not asked).
     move_task_refused: str | None = None
+    #: skip_rejected: messages left on the dead-letter queue because they would be rejected again.
+    skipped: Counter[str] = field(default_factory=Counter)
 
     @property
     def ok(self) -> bool:
@@ -99,6 +109,7 @@ def redrive(
     timeout_seconds: float = 3600.0,
     visibility_timeout: int = 60,
     sleep: Callable[[float], None] = time.sleep,
+    skip_rejected: bool = False,
 ) -> RedriveReport:
     """Move every message on the dead-letter queue back to the orders queue; see the module docstring.
 
@@ -107,7 +118,20 @@ def redrive(
     where the service in front of it does not implement the move task (moto in-process, which
     raises ``NotImplementedError``: real SQS never does, so no real failure is hidden by it).
     ``visibility_timeout`` (by hand): how long a received message stays hidden while it is copied.
+    ``skip_rejected``: leave the messages the start function will reject again (:func:`known_rejection`)
+    on the dead-letter queue; this moves by hand, as the move task cannot choose.
     """
+    if skip_rejected:
+        if use_move_task:
+            raise ValueError("SQS's message move task moves every message: it cannot skip rejected ones")
+        return _by_hand(
+            sqs,
+            dead_letter_queue_url,
+            source_queue_url,
+            visibility_timeout=visibility_timeout,
+            source=_Source(source_arn, _max_receive_count(sqs, source_queue_url)),
+            skip_rejected=True,
+        )
     automatic = use_move_task is None
     on_aws = _talks_to_aws(sqs)
     refused = None
@@ -242,8 +266,40 @@ def _task_id(task: dict[str, Any]) -> tuple[Any, ...]:
 # -- by hand -----------------------------------------------------------------------------------------
 
 
+#: Why a message stays on the dead-letter queue: it came back during this redrive, nothing shows it
+#: came through the orders queue, or (skip_rejected) the start function will reject it again.
+_BACK, _UNTRUSTED = "came back", "untrusted"
+
+
+def _why_held(message: dict[str, Any], sent: set[str], source: _Source, *, skip_rejected: bool) -> str | None:
+    """None to move ``message``; otherwise why it stays: ``_BACK``, ``_UNTRUSTED`` or a rejection reason."""
+    if _came_back(message, sent):
+        return _BACK
+    if not source.moved_it(message) and rejection_reason(message["Body"]) is None:
+        # A valid order nothing shows came through the orders queue: never charged by us.
+        return _UNTRUSTED
+    if skip_rejected:
+        return known_rejection(message)
+    return None
+
+
+def _count_held(report: RedriveReport, message: dict[str, Any], why_held: str) -> None:
+    if why_held == _BACK:
+        report.left_reasons[_rejection_attribute(message)] += 1
+    elif why_held == _UNTRUSTED:
+        report.untrusted += 1
+    else:
+        report.skipped[why_held] += 1
+
+
 def _by_hand(
-    sqs: Any, dead_letter_queue_url: str, source_queue_url: str, *, visibility_timeout: int, source: _Source
+    sqs: Any,
+    dead_letter_queue_url: str,
+    source_queue_url: str,
+    *,
+    visibility_timeout: int,
+    source: _Source,
+    skip_rejected: bool = False,
 ) -> RedriveReport:
     report = RedriveReport(method="by-hand", moved=0)
     #: Message ids of the copies this redrive put on the orders queue.
@@ -265,17 +321,13 @@ def _by_hand(
                 break
             to_move = []
             for message in batch:
-                if _came_back(message, sent):
-                    if message["MessageId"] not in held:
-                        report.left_reasons[_rejection_attribute(message)] += 1
-                    held[message["MessageId"]] = message["ReceiptHandle"]
-                elif not source.moved_it(message) and rejection_reason(message["Body"]) is None:
-                    # A valid order nothing shows came through the orders queue: never charged by us.
-                    if message["MessageId"] not in held:
-                        report.untrusted += 1
-                    held[message["MessageId"]] = message["ReceiptHandle"]
-                else:
+                why_held = _why_held(message, sent, source, skip_rejected=skip_rejected)
+                if why_held is None:
                     to_move.append(message)
+                    continue
+                if message["MessageId"] not in held:
+                    _count_held(report, message, why_held)
+                held[message["MessageId"]] = message["ReceiptHandle"]
             idle = 0 if to_move else idle + 1
             if to_move:
                 _move(sqs, to_move, dead_letter_queue_url, source_queue_url, sent, report)
@@ -287,7 +339,7 @@ def _by_hand(
                     {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0} for i, h in enumerate(chunk)
                 ],
             )
-        report.left = len(held) - report.untrusted
+        report.left = len(held) - report.untrusted - sum(report.skipped.values())
     return report
 
 
@@ -337,6 +389,100 @@ def rejection_reason(body: str) -> str | None:
     return None
 
 
+def known_rejection(message: dict[str, Any]) -> str | None:
+    """Why the start function will reject this dead-lettered message again, or None if it may run:
+    the ``rejectionReason`` it was given, else what the start function's validation says now."""
+    attribute = (message.get("MessageAttributes") or {}).get("rejectionReason") or {}
+    given = attribute.get("StringValue")
+    return str(given) if given else rejection_reason(message["Body"])
+
+
+@dataclass
+class DeadLetterSurvey:
+    """What is on the dead-letter queue, read without moving or deleting anything (``saga redrive``)."""
+
+    #: Messages a redrive would send round: orders that failed for a reason a fix can remove.
+    to_run: int = 0
+    #: Messages the start function will reject again, by reason: left where they are by default.
+    rejected: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        return self.to_run + sum(self.rejected.values())
+
+
+def survey(sqs: Any, dead_letter_queue_url: str, *, hide_seconds: int = 30) -> DeadLetterSurvey:
+    """Read every message on the dead-letter queue without deleting any, and sort them as a redrive would.
+
+    Each batch is hidden while the next is read (or the same ten would come back), and all are made
+    visible again at the end.
+    """
+    found = DeadLetterSurvey()
+    seen: dict[str, str] = {}
+    try:
+        while True:
+            batch = sqs.receive_message(
+                QueueUrl=dead_letter_queue_url,
+                MaxNumberOfMessages=10,
+                MessageAttributeNames=["All"],
+                VisibilityTimeout=hide_seconds,
+                WaitTimeSeconds=1,  # long polling asks every server: an empty answer means empty
+            ).get("Messages", [])
+            fresh = [m for m in batch if m["MessageId"] not in seen]
+            for message in batch:
+                seen[message["MessageId"]] = message["ReceiptHandle"]
+            if not fresh:
+                break
+            for message in fresh:
+                reason = known_rejection(message)
+                if reason is None:
+                    found.to_run += 1
+                else:
+                    found.rejected[reason] += 1
+    finally:
+        for chunk in _chunks(list(seen.values()), 10):
+            sqs.change_message_visibility_batch(
+                QueueUrl=dead_letter_queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0} for i, h in enumerate(chunk)
+                ],
+            )
+    return found
+
+
+def render_survey(found: DeadLetterSurvey, where: str, *, include_rejected: bool) -> str:
+    """What ``saga redrive --apply`` would do, in words (the dry run's answer)."""
+    if not found.total:
+        return f"redrive ({where}): dry run: the dead-letter queue is empty; nothing to move."
+    rejected = sum(found.rejected.values())
+    lines = [
+        f"redrive ({where}): dry run, nothing moved. The dead-letter queue holds"
+        f" {_plural(found.total, 'message')}:"
+    ]
+    if found.to_run:
+        lines.append(
+            f"  {_plural(found.to_run, 'order')} would run again (no rejection reason: each failed until"
+            " the queue's redrive policy moved it); the claim on orderId charges each at most once."
+        )
+    if rejected:
+        fate = (
+            "would be moved anyway (--include-rejected), and come back with a new MessageId and a new"
+            " OrderRejected event"
+            if include_rejected
+            else "would stay where they are: the start function would reject them again (fix the"
+            " producer; --include-rejected moves them anyway)"
+        )
+        lines.append(f"  {_plural(rejected, 'message')} {fate}:")
+        lines += [f"    {count} x {reason}" for reason, count in sorted(found.rejected.items())]
+    movable = found.to_run + (rejected if include_rejected else 0)
+    if movable:
+        again = " --include-rejected" if include_rejected else ""
+        lines.append(
+            f"Run saga redrive --apply{again} (with the same --stack) to move {_plural(movable, 'message')}."
+        )
+    return "\n".join(lines)
+
+
 def _rejection_attribute(message: dict[str, Any]) -> str:
     attribute = (message.get("MessageAttributes") or {}).get("rejectionReason") or {}
     return str(attribute.get("StringValue") or "failed again (no rejection reason: retries exhausted)")
@@ -354,6 +500,7 @@ def render(report: RedriveReport, where: str) -> str:
         and not report.failed
         and not report.left
         and not report.untrusted
+        and not report.skipped
         and report.task_status in (None, "COMPLETED")
     ):
         return f"redrive ({where}): the dead-letter queue is empty; nothing to move."
@@ -365,7 +512,7 @@ def render(report: RedriveReport, where: str) -> str:
         why = f": {report.failure_reason}" if report.failure_reason else ""
         lines.append(
             f"  The move task ended {report.task_status}{why}; what it did not move is still on the"
-            " dead-letter queue (run saga redrive again)."
+            " dead-letter queue (run saga redrive --apply again)."
         )
     rejected = sum(report.rejected_again.values())
     if report.method == "by-hand" and report.moved > rejected:
@@ -379,10 +526,16 @@ def render(report: RedriveReport, where: str) -> str:
             " the dead-letter queue (fix the producer; redriving cannot make them valid):"
         )
         lines += [f"    {count} x {reason}" for reason, count in sorted(report.rejected_again.items())]
+    if report.skipped:
+        lines.append(
+            f"  {_plural(sum(report.skipped.values()), 'message')} left on the dead-letter queue: the start"
+            " function would reject them again (fix the producer; --include-rejected moves them anyway):"
+        )
+        lines += [f"    {count} x {reason}" for reason, count in sorted(report.skipped.items())]
     if report.failed:
         lines.append(
             f"  SQS refused to take {_plural(report.failed, 'message')}: left on the dead-letter queue"
-            " (nothing lost); run saga redrive again."
+            " (nothing lost); run saga redrive --apply again."
         )
     if report.move_task_refused:
         lines.append(f"  Not SQS's move task: {report.move_task_refused}; each message was checked instead.")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from pathlib import Path
 
     from saga_local.aws.driver import ExecutionSummary
     from saga_local.aws.embedded import EmbeddedStack
@@ -398,13 +399,67 @@ def _problems(
     reasons: Counter[str] = Counter()
     for order in orders:
         order_id = order["orderId"]
+        trace = _trace_hint(by_order.get(order_id, []))
         if ended[order_id] == "double-charged":
-            problems.append(f"{order_id}: charged {ledger[order_id]} times")
+            problems.append(f"{order_id}: charged {ledger[order_id]} times{trace}")
         elif ended[order_id] in LOST_ENDINGS:
             reason = lost_reason(claims.get(order_id), dead.get(order_id, []), by_order.get(order_id, []))
             reasons[reason] += 1
-            problems.append(f"{order_id}: lost ({reason}, {ledger.get(order_id, 0)} charges)")
+            problems.append(f"{order_id}: lost ({reason}, {ledger.get(order_id, 0)} charges){trace}")
     return problems, reasons, sum(len(d) for d in dead.values())
+
+
+def _trace_hint(executions: list[ExecutionSummary]) -> str:
+    """'; saga trace NAME' for the order's latest execution, a failed one first: what to look at."""
+    if not executions:
+        return ""
+    latest = max(executions, key=lambda e: (e.status != "SUCCEEDED", e.start_date))
+    return f"; saga trace {latest.name} ({latest.error or latest.status})"
+
+
+@dataclass
+class Recorded:
+    """The executions of a run that did not succeed, recorded so that ``saga trace NAME`` shows them
+    after the run's stack is gone (as ``saga demo`` records its own)."""
+
+    #: Error (or status) -> the names recorded with it.
+    by_error: dict[str, list[str]] = field(default_factory=dict)
+    #: Executions that did not succeed but were not recorded (past ``limit``).
+    left_out: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(len(names) for names in self.by_error.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"byError": self.by_error, "leftOut": self.left_out}
+
+
+def record_unhappy(stack: EmbeddedStack, *, limit: int = 1000, directory: Path | None = None) -> Recorded:
+    """Record every execution on ``stack`` that did not succeed, up to ``limit`` (the first ones
+    first), under ``directory`` (default: ``.saga/executions``); call it before the stack stops."""
+    from saga_local.aws import archive
+
+    found = Recorded()
+    arns = {e.name: e for e in stack.driver.executions() if e.status != "SUCCEEDED"}
+    for summary in sorted(arns.values(), key=lambda e: e.start_date)[:limit]:
+        # Execution ARNs are the state machine's, renamed (as `saga trace` builds them).
+        arn = stack.stack.state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + summary.name
+        archive.record(archive.read_execution(stack.driver.sfn, arn), directory)
+        found.by_error.setdefault(summary.error or summary.status, []).append(summary.name)
+    found.left_out = max(len(arns) - limit, 0)
+    return found
+
+
+def render_recorded(recorded: Recorded) -> list[str]:
+    """The recorded executions: how many of each end, and one to paste into ``saga trace`` each."""
+    if not recorded.total:
+        return ["not the happy way    none (every execution succeeded)"]
+    left = f"; {recorded.left_out} more not recorded" if recorded.left_out else ""
+    lines = [f"not the happy way    {recorded.total} executions recorded for saga trace{left}"]
+    for error, names in sorted(recorded.by_error.items()):
+        lines.append(f"  {len(names):6d}  {error:<24}  e.g. saga trace {names[0]}")
+    return lines
 
 
 def lost_reason(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from payment_saga.claims import SECONDS_PER_DAY, ClaimsStore
+from payment_saga.claims import SECONDS_PER_DAY, Claim, ClaimsStore
 from payment_saga.clock import iso_utc, system_clock
 from payment_saga.payments import StripeProvider, check_api_base, stripe_secret_from_string
 from payment_saga.reconcile import (
@@ -166,8 +166,23 @@ def reconcile_deployed(
         provider.close()
 
 
-def render(report: ReconcileReport) -> str:
-    """The report for a terminal: one line per stale claim, then the counts."""
+#: How far ahead ``not_due`` looks for open claims: every lease there is.
+_FOREVER_SECONDS = 100 * 365 * SECONDS_PER_DAY
+
+
+def not_due(store: ClaimsStore, now: float) -> list[Claim]:
+    """The open claims whose lease has not ended at ``now``: why a sweep has nothing to do yet.
+
+    Reads the sweeper's ``OpenClaimsByLease`` index, as a sweep does (discovery only, never on the
+    charge path), past ``now``.
+    """
+    everything = store.open_claims(lease_expired_before=int(now) + _FOREVER_SECONDS)
+    return [claim for claim in everything if claim.lease_expires_at >= now]
+
+
+def render(report: ReconcileReport, *, waiting: list[Claim] | None = None) -> str:
+    """The report for a terminal: one line per stale claim, then the counts; with ``waiting`` (the
+    open claims whose lease has not ended), when each of those will be due."""
     verb = "" if report.apply else "would be "
     lines = [
         f"stale claims at {iso_utc(report.now)} ({'applied' if report.apply else 'dry run: nothing written'},"
@@ -185,7 +200,14 @@ def render(report: ReconcileReport) -> str:
             f"  {decision.order_id:<24} attempt {decision.attempt}  {shown}{charge}  {decision.reason}"
         )
     if not report.decisions:
-        lines.append("  none")
+        lines.append("  none" + (": no claim's lease has ended yet" if waiting else ""))
+    for claim in waiting or []:
+        due = claim.lease_expires_at
+        lines.append(
+            f"  {claim.order_id:<24} attempt {claim.attempt}  open, lease ends {iso_utc(due)}"
+            f" (in {due - report.now:,.0f} s): decided from then; released on a search that finds"
+            f" nothing only from {iso_utc(due + report.search_grace_seconds)}"
+        )
     counts = ", ".join(f"{name} {n}" for name, n in report.counts.items() if n)
     lines.append(f"total: {counts or 'nothing to do'}{'' if report.finished else ' (stopped early)'}")
     return "\n".join(lines)

@@ -17,6 +17,7 @@ import sys
 import time
 import traceback
 import uuid
+import warnings
 
 from saga_local.runtime.api import LambdaContext, lambda_error
 
@@ -29,6 +30,9 @@ def main(argv: list[str]) -> int:
     sys.stdout = sys.stderr
     # Lambda's task root is the code alone: drop the project root the module was found through.
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.getcwd()]
+    # Powertools warns when an invocation publishes no metric (a step that failed before its count):
+    # a Python warning, not a log line of the function, as the local stack's workers treat it too.
+    warnings.filterwarnings("ignore", message="No application metrics to publish")
     request_id = str(uuid.uuid4())
     name = os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "function")
     print(f"START RequestId: {request_id} Version: $LATEST", file=sys.stderr, flush=True)

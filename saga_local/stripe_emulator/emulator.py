@@ -125,6 +125,9 @@ class ProviderEmulator:
     def _reset_state(self) -> None:
         # Plain data only (tests/model snapshots and restores these attributes by name).
         self._intents: dict[str, dict[str, Any]] = {}
+        #: Refunds (POST /v1/refunds), and the amount refunded so far of each PaymentIntent.
+        self._refunds: list[dict[str, Any]] = []
+        self._refunded: dict[str, int] = {}
         #: intent id -> payment_method, idempotency_key, request_id of its create (for the ledger).
         self._intent_info: dict[str, dict[str, Any]] = {}
         #: Every state each PaymentIntent was in, with the time it took it: what search lags behind.
@@ -485,6 +488,10 @@ class ProviderEmulator:
             return intents.validate_create(call.params, call.version)
         if call.endpoint == "cancel":
             intents.validate_cancel(call.params)
+        if call.endpoint == "refund" and not call.params.get("payment_intent"):
+            raise BadRequest("Missing required param: payment_intent.", param="payment_intent")
+        if call.endpoint == "refund" and not str(call.params.get("amount", "1")).isdigit():
+            raise BadRequest("Invalid integer: amount", param="amount")
         return None
 
     def _run(self, call: _Call, checked: CreateRequest | None, slot: Slot | None) -> Reply:
@@ -523,6 +530,8 @@ class ProviderEmulator:
                 return self._search(call.params)
             if call.endpoint == "list":
                 return self._list(call.params)
+            if call.endpoint == "refund":
+                return self._refund(call.params)
             with self._lock:
                 intent = self._intents.get(call.intent_id or "")
                 if intent is None:
@@ -544,8 +553,10 @@ class ProviderEmulator:
 
     def _create(self, call: _Call, checked: CreateRequest) -> Reply:
         intents.check_references(checked, call.params.get("customer"))
-        intent = intents.new_intent(checked, call.params, self.now())
         with self._lock:
+            keyed = intents.keyed_id(call.key) if call.key else None
+            intent_id = keyed if keyed is not None and keyed not in self._intents else None
+            intent = intents.new_intent(checked, call.params, self.now(), intent_id=intent_id)
             self._intents[intent["id"]] = intent
             self._intent_info[intent["id"]] = {
                 "payment_method": checked.method,
@@ -559,6 +570,55 @@ class ProviderEmulator:
                 reply = intents.decline(intent, declined, checked.method or "", call.request_id)
             self._publish(intent)
             return reply
+
+    def _refund(self, params: dict[str, Any]) -> Reply:
+        """``POST /v1/refunds`` with ``payment_intent`` (and ``amount``: the rest by default), as the
+        DuplicateCharge runbook refunds an extra charge. Idempotent by key like every POST; a second
+        refund of what is already refunded is Stripe's 400 ``charge_already_refunded``."""
+        intent_id = str(params["payment_intent"])
+        with self._lock:
+            intent = self._intents.get(intent_id)
+            if intent is None:
+                raise BadRequest(
+                    f"No such payment_intent: '{intent_id}'", param="payment_intent", code="resource_missing"
+                )
+            if intent["status"] != "succeeded" or not intent.get("latest_charge"):
+                raise BadRequest(
+                    f"This PaymentIntent ({intent_id}) does not have a successful charge to refund.",
+                    param="payment_intent",
+                )
+            left = int(intent["amount_received"]) - self._refunded.get(intent_id, 0)
+            if left <= 0:
+                raise BadRequest(
+                    f"Charge {intent['latest_charge']} has already been refunded.",
+                    code="charge_already_refunded",
+                )
+            amount = int(params.get("amount") or left)
+            if not 0 < amount <= left:
+                raise BadRequest(
+                    f"Refund amount ({amount}) is greater than unrefunded amount on charge ({left})",
+                    param="amount",
+                )
+            self._refunded[intent_id] = self._refunded.get(intent_id, 0) + amount
+            refund = {
+                "id": new_id("re_3", 24),
+                "object": "refund",
+                "amount": amount,
+                "charge": intent["latest_charge"],
+                "created": int(self.now()),
+                "currency": intent["currency"],
+                "metadata": {},
+                "payment_intent": intent_id,
+                "reason": params.get("reason"),
+                "status": "succeeded",
+            }
+            self._refunds.append(refund)
+            return Reply(200, copy.deepcopy(refund))
+
+    def refunds(self, intent_id: str | None = None) -> list[dict[str, Any]]:
+        """Every refund made (of one PaymentIntent, or all), oldest first."""
+        with self._lock:
+            return [copy.deepcopy(r) for r in self._refunds if intent_id in (None, r["payment_intent"])]
 
     def _confirm(self, intent: dict[str, Any], checked: CreateRequest) -> Decline | None:
         # Called with the lock held: move the new PaymentIntent on, or say how it declines.

@@ -30,6 +30,7 @@ emulator owns the dicts and calls them with its lock held.
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -433,9 +434,29 @@ def _known_method(method: str) -> bool:
     )
 
 
-def new_intent(request: CreateRequest, params: dict[str, Any], now: float) -> dict[str, Any]:
-    """A PaymentIntent as created (not yet confirmed), in the API's shape."""
-    intent_id = new_id("pi_3", 24)
+def keyed_id(idempotency_key: str) -> str:
+    """The id the emulator gives the PaymentIntent first created under ``idempotency_key``.
+
+    Stripe's ids are random; the emulator derives this one from the key (in Stripe's alphabet and
+    length), so that a walk-through can name it before it exists: events/mark_complete.json carries
+    the id ChargePaymentFunction's sample charge gets on a fresh local stack. One key creates one
+    PaymentIntent while the provider deduplicates; a second under the same key (deduplication off,
+    or a key past its retention) gets a random id.
+    """
+    alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    number = int.from_bytes(hashlib.sha256(idempotency_key.encode()).digest(), "big")
+    chars = []
+    for _ in range(24):
+        number, digit = divmod(number, len(alphabet))
+        chars.append(alphabet[digit])
+    return "pi_3" + "".join(chars)
+
+
+def new_intent(
+    request: CreateRequest, params: dict[str, Any], now: float, *, intent_id: str | None = None
+) -> dict[str, Any]:
+    """A PaymentIntent as created (not yet confirmed), in the API's shape (a random id unless given)."""
+    intent_id = intent_id or new_id("pi_3", 24)
     automatic = request.automatic
     method = request.method
     return {

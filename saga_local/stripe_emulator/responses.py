@@ -144,7 +144,7 @@ def revoked_key(api_key: str) -> Reply:
 
 def permission_denied(api_key: str, granted: Permission, endpoint: str) -> Reply | None:
     """The 403 Stripe answers a restricted key that lacks the endpoint's permission, if it does."""
-    needed: Permission = "write" if endpoint in ("create", "cancel") else "read"
+    needed: Permission = "write" if endpoint in ("create", "cancel", "refund") else "read"
     if granted == "write" or granted == needed:
         return None
     return error(

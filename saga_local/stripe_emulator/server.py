@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Endpoint = Literal["create", "retrieve", "search", "cancel", "list"]
+Endpoint = Literal["create", "retrieve", "search", "cancel", "list", "refund"]
 ENDPOINTS: frozenset[str] = frozenset(get_args(Endpoint))
 
 
@@ -43,6 +43,8 @@ def route(method: str, path: str) -> tuple[Endpoint, str | None] | None:
         return "list", None
     if path == "/v1/payment_intents/search" and method == "GET":
         return "search", None
+    if path == "/v1/refunds" and method == "POST":
+        return "refund", None
     match = re.fullmatch(r"/v1/payment_intents/([^/]+)(/cancel)?", path)
     if match and match.group(2) and method == "POST":
         return "cancel", match.group(1)

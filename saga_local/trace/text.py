@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
     Paint = Callable[[str, str], str]
 
+#: Longest error message shown whole for a failed attempt (a Lambda's errorMessage is rarely longer;
+#: a stack trace pasted into one is cut).
+ERROR_MESSAGE_LIMIT = 1000
 _ANSI = {
     "succeeded": "32",
     "failed": "31",
@@ -106,7 +109,8 @@ def _step(number: int, step: Step, started: datetime | None, paint: Paint, *, sh
     failed_attempts = step.errors if step.type not in TERMINAL_TYPES else []
     for attempt, (error, cause) in enumerate(failed_attempts, 1):
         text = f"attempt {attempt} failed: {clean(error)}"
-        summary = summarize_cause(cause)
+        # The whole message: the provider's reason is at its end ("... belongs to the Customer ...").
+        summary = summarize_cause(cause, ERROR_MESSAGE_LIMIT)
         lines.append(_INDENT + paint(text + (f": {summary}" if summary else ""), "error"))
     if step.errors and step.status == "retried":
         lines.append(f"{_INDENT}attempt {step.attempts} succeeded")

@@ -74,7 +74,7 @@ def test_redrive_against_a_deployed_stack_charges_each_order_once(saga: Saga, de
     }
     failed_receives(sqs, saga.stack.dead_letter_queue_url, json.dumps(body), copies=3)
 
-    assert cli.main(["redrive", "--stack", deployed, "--region", REGION]) == 0
+    assert cli.main(["redrive", "--stack", deployed, "--region", REGION, "--apply"]) == 0
     saga.driver.pump()
 
     assert saga.charges("ORDER-DLQ") == 1
@@ -234,9 +234,9 @@ def test_send_of_a_body_the_start_function_rejects_says_dead_lettered_and_why(
     assert dead["MessageAttributes"]["rejectionReason"]["StringValue"].startswith("amount must be an integer")
 
 
-def test_redrive_answers_in_words_what_moved_and_what_will_be_rejected_again(
-    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _dead_letter_a_valid_order_and_a_rejected_one(saga: Saga) -> None:
+    """A valid order on the dead-letter queue (it failed until the redrive policy moved it) and a
+    body the start function rejected there itself, with its rejectionReason."""
     sqs = boto3.client("sqs", region_name=REGION)
     valid = {
         "orderId": "ORDER-RD",
@@ -245,16 +245,146 @@ def test_redrive_answers_in_words_what_moved_and_what_will_be_rejected_again(
         "customerId": "c",
         "paymentMethod": "pm_card_visa",
     }
+    failed_receives(sqs, saga.stack.dead_letter_queue_url, json.dumps(valid), copies=1)
+    saga.driver.send("{not json")
+    saga.driver.pump()
+    assert len(saga.driver.dead_letters()) == 2
+
+
+def test_redrive_leaves_a_valid_order_nothing_shows_came_through_the_orders_queue(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sqs = boto3.client("sqs", region_name=REGION)
+    valid = {
+        "orderId": "ORDER-INJECTED",
+        "amount": 500,
+        "currency": "USD",
+        "customerId": "c",
+        "paymentMethod": "pm_card_visa",
+    }
     sqs.send_message(QueueUrl=saga.stack.dead_letter_queue_url, MessageBody=json.dumps(valid))
-    sqs.send_message(QueueUrl=saga.stack.dead_letter_queue_url, MessageBody="{not json")
 
     # Nothing shows the valid order came through the orders queue (on AWS SQS would have stamped its
     # DeadLetterQueueSourceArn): it stays, and the redrive fails so that a person looks.
-    assert cli.main(["redrive", "--stack", deployed, "--region", REGION]) == 1
+    assert cli.main(["redrive", "--stack", deployed, "--region", REGION, "--apply"]) == 1
+    saga.driver.pump()
+
+    out = capsys.readouterr().out
+    assert "1 valid order left on the dead-letter queue" in out
+    assert saga.charges("ORDER-INJECTED") == 0
+    assert len(saga.driver.dead_letters()) == 1
+
+
+def rejected_events(saga: Saga) -> int:
+    assert saga.driver.outcome_log is not None
+    return sum(1 for e in saga.driver.outcome_log.events() if e.detail_type == "OrderRejected")
+
+
+def test_redrive_is_a_dry_run_by_default_that_says_what_would_move_and_moves_nothing(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _dead_letter_a_valid_order_and_a_rejected_one(saga)
+
+    assert cli.main(["redrive", "--stack", deployed, "--region", REGION]) == 0
+
+    out = capsys.readouterr().out
+    assert "dry run, nothing moved" in out
+    assert "1 order would run again" in out
+    assert "1 message would stay where they are" in out
+    assert "1 x body is not valid JSON (line 1)" in out
+    assert "saga redrive --apply" in out
+    saga.driver.pump()
+    assert len(saga.driver.dead_letters()) == 2
+    assert saga.charges("ORDER-RD") == 0
+
+
+def test_redrive_apply_leaves_a_rejected_message_where_it_is_and_runs_the_valid_order(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _dead_letter_a_valid_order_and_a_rejected_one(saga)
+
+    assert cli.main(["redrive", "--stack", deployed, "--region", REGION, "--apply"]) == 0
+    saga.driver.pump()
 
     out = capsys.readouterr().out
     assert "moved 1 message from the dead-letter queue to the orders queue" in out
-    assert "1 valid order left on the dead-letter queue" in out
-    assert "1 message will be rejected again" in out
+    assert "1 order will run again" in out
+    assert "1 message left on the dead-letter queue" in out
     assert "1 x body is not valid JSON (line 1)" in out
     assert "RedriveReport(" not in out  # words, not a repr
+    assert saga.charges("ORDER-RD") == 1
+    (left,) = saga.driver.dead_letters()
+    assert left["Body"] == "{not json"
+    assert rejected_events(saga) == 1, "no second lap, so no second final OrderRejected"
+
+
+def test_redrive_apply_include_rejected_sends_the_rejected_message_round_too(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _dead_letter_a_valid_order_and_a_rejected_one(saga)
+
+    assert (
+        cli.main(["redrive", "--stack", deployed, "--region", REGION, "--apply", "--include-rejected"]) == 0
+    )
+    saga.driver.pump()
+
+    out = capsys.readouterr().out
+    assert "moved 2 messages" in out
+    assert "1 message will be rejected again" in out
+    assert saga.charges("ORDER-RD") == 1
+    assert rejected_events(saga) == 2  # what the default spares: a new lap, a new final event
+
+
+def _order(order_id: str, **fields: object) -> str:
+    body = {
+        "orderId": order_id,
+        "amount": 500,
+        "currency": "USD",
+        "customerId": "c",
+        "paymentMethod": "pm_card_visa",
+    }
+    return json.dumps({**body, **fields})
+
+
+def test_executions_lists_a_stacks_executions_by_status_and_order_with_how_they_failed(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saga.driver.send(_order("ORDER-EX-1"), copies=2)
+    saga.driver.send(_order("ORDER-EX-2", paymentMethod="pm_card_chargeDeclined"))
+    saga.driver.send(_order("ORDER-EX-10"))
+    saga.driver.pump()
+    target = ["--stack", deployed, "--region", REGION]
+
+    assert cli.main(["executions", *target]) == 0
+    every = capsys.readouterr().out.splitlines()
+    assert cli.main(["executions", *target, "--status", "FAILED"]) == 0
+    failed = capsys.readouterr().out.splitlines()
+    assert cli.main(["executions", *target, "--order-id", "ORDER-EX-1"]) == 0
+    of_one = capsys.readouterr().out.splitlines()
+
+    assert every[-1].startswith("4 executions")
+    assert "1 FAILED, 3 SUCCEEDED" in every[-1]
+    (declined,) = [line for line in failed if "ORDER-EX-2-" in line]
+    assert "PaymentDeclined" in declined
+    assert all("FAILED" in line for line in failed[:-2])
+    assert len([line for line in of_one if "ORDER-EX-1-" in line]) == 2  # its two deliveries
+    assert not any("ORDER-EX-10-" in line for line in of_one), "another order whose id starts the same"
+
+
+def test_trace_takes_an_order_id_and_lists_its_executions_when_there_are_several(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saga.driver.send(_order("ORDER-TR-1", paymentMethod="pm_card_chargeDeclined"))
+    saga.driver.send(_order("ORDER-TR-2"), copies=2)
+    saga.driver.pump()
+    target = ["--stack", deployed, "--region", REGION]
+
+    assert cli.main(["trace", "ORDER-TR-1", *target]) == 0
+    assert "Payment Declined" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as several:
+        cli.main(["trace", "ORDER-TR-2", *target])
+
+    listing = str(several.value.code).splitlines()
+    assert "2 executions start with 'ORDER-TR-2'" in listing[0]
+    assert len(listing) == 3
+    assert all("SUCCEEDED" in line and "ORDER-TR-2-" in line for line in listing[1:])

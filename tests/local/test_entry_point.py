@@ -18,7 +18,9 @@ import shlex
 import shutil
 import signal
 import subprocess
+import threading
 import time
+import urllib.request
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -26,6 +28,7 @@ import pytest
 
 from saga_local.aws.template import ROOT
 from saga_local.cli import build_parser
+from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD, TEST_CUSTOMER
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -86,6 +89,29 @@ def test_chaos_takes_its_options_and_keeps_the_promise(tmp_path: Path) -> None:
     report = json.loads(out)
     assert report["before"]["orders"] == 3
     assert report["promiseKept"] is True
+    for error, names in report["recorded"]["byError"].items():  # kept for saga trace, stack gone
+        assert "FAILED" in ok(saga(tmp_path, "trace", names[0])), error
+
+
+def test_simulate_records_what_did_not_succeed_and_saga_trace_shows_it_afterwards(tmp_path: Path) -> None:
+    out = ok(
+        saga(
+            tmp_path,
+            "simulate",
+            "--orders",
+            "2",
+            "--copies",
+            "1",
+            "--concurrency",
+            "1",
+            "--decline-rate",
+            "1",
+        )
+    )
+
+    found = re.search(r"PaymentDeclined\s+e\.g\. saga trace (\S+)", out)
+    assert found is not None, out
+    assert "Payment Declined" in ok(saga(tmp_path, "trace", found[1]))
 
 
 def test_simulate_a_few_orders(tmp_path: Path) -> None:
@@ -134,10 +160,12 @@ def test_the_demo_prints_execution_names_that_saga_trace_shows_afterwards(tmp_pa
 class Running:
     """A `saga up` in the background, and what it wrote about itself."""
 
-    def __init__(self, state_dir: Path, banner: str, state: dict[str, Any]) -> None:
+    def __init__(self, state_dir: Path, banner: str, state: dict[str, Any], printed: list[str]) -> None:
         self.state_dir = state_dir
         self.banner = banner
         self.state = state
+        #: What it printed after its banner, so far.
+        self.printed = printed
 
     def client(self, service: str) -> Any:
         return boto3.client(  # type: ignore[call-overload]
@@ -171,12 +199,18 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     while not banner or "sam local invoke" not in banner[-1]:  # the banner's last line
         banner.append(process.stdout.readline())
         assert banner[-1], "saga up stopped printing before its banner ended"
+    # What it prints while orders flow (each execution as it ends), read as it comes: a pipe nobody
+    # reads would fill and stop it.
+    printed: list[str] = []
+    reader = threading.Thread(target=lambda: printed.extend(process.stdout or []), daemon=True)
+    reader.start()
     try:
-        yield Running(state_dir, "".join(banner), json.loads(state_file.read_text()))
+        yield Running(state_dir, "".join(banner), json.loads(state_file.read_text()), printed)
     finally:
         process.send_signal(signal.SIGINT)
-        output, _ = process.communicate(timeout=60)
-    assert "stopped" in output
+        process.wait(timeout=60)
+        reader.join(timeout=10)
+    assert "stopped" in "".join(printed)
     assert not state_file.exists(), "saga up leaves no description of a stack that is gone"
     assert not (state_dir / "sam-env.json").exists()
 
@@ -198,7 +232,9 @@ def test_up_prints_commands_that_work_with_aws_cli_v1_and_v2_and_sam(running: Ru
     # AWS CLI v1 (and v2 before 2.13) ignore AWS_ENDPOINT_URL: every line names the endpoint.
     assert f"aws --endpoint-url {endpoint} sqs send-message --queue-url {queue}" in running.banner
     assert f"aws --endpoint-url {endpoint} stepfunctions list-executions" in running.banner
-    assert "export AWS_ENDPOINT_URL" not in running.banner
+    assert f"export AWS_ENDPOINT_URL={endpoint}   # read by AWS CLI v2 (2.13+)" in running.banner
+    assert "SweeperFunction schedule     every 50 s (rate(5 minutes) in template.yaml" in running.banner
+    assert running.state["schedules"] == {"SweeperFunction": 50}
     sam_line = next(line for line in running.banner.splitlines() if "sam local invoke" in line)
     assert f"--env-vars {running.state['samEnvVars']}" in sam_line
     assert "--docker-network host" in sam_line
@@ -268,9 +304,11 @@ def test_a_rejected_body_is_reported_dead_lettered_then_redrive_says_what_happen
 
     wait_for(in_dead_letter_queue, "the malformed message in the dead-letter queue")
 
-    redriven = ok(saga(running.state_dir, "redrive"))
-    assert "moved 1 message from the dead-letter queue to the orders queue" in redriven
-    assert "will be rejected again" in redriven
+    surveyed = ok(saga(running.state_dir, "redrive"))
+    assert "dry run, nothing moved" in surveyed
+    assert "1 x body is not valid JSON" in surveyed
+    redriven = ok(saga(running.state_dir, "redrive", "--apply"))
+    assert "1 message left on the dead-letter queue" in redriven
     assert "body is not valid JSON" in redriven
 
 
@@ -353,3 +391,176 @@ def test_the_sam_env_vars_file_points_every_function_at_the_stack_through_sam_cl
         environments["StartExecutionFunction"]["DEAD_LETTER_QUEUE_URL"] == outputs["OrdersDeadLetterQueueUrl"]
     )
     assert os.path.isabs(running.state["samEnvVars"])
+
+
+@pytest.mark.skipif(shutil.which("aws") is None, reason="the AWS CLI is not installed")
+def test_the_runbook_s_get_items_of_a_claim_run_as_written(running: Running) -> None:
+    runbook = (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
+    written = [
+        line.strip() for line in runbook.splitlines() if line.strip().startswith("aws dynamodb get-item")
+    ]
+    ok(saga(running.state_dir, "send", "--order-id", "ORDER-RUNBOOK-1", "--wait"))
+    table = running.state["outputs"]["ClaimsTableName"]
+    environment = {
+        **clean_environment(running.state_dir),
+        "PATH": os.environ["PATH"],
+        "AWS_ACCESS_KEY_ID": "local",
+        "AWS_SECRET_ACCESS_KEY": "local",
+        "AWS_DEFAULT_REGION": running.state["region"],
+    }
+    answers = []
+    for line in written:
+        pasted = line.replace("<ClaimsTableName>", table).replace("<orderId>", "ORDER-RUNBOOK-1")
+        completed = subprocess.run(  # noqa: S603 - the runbook's own command line
+            [*shlex.split(pasted), "--endpoint-url", running.state["endpoint"]],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert completed.returncode == 0, (line, completed.stderr)
+        answers.append(json.loads(completed.stdout))
+
+    assert len(written) >= 2  # the order to send again; the status of an aborted execution's claim
+    assert {"M": answers[0]["M"]} == answers[0]
+    assert answers[0]["M"]["orderId"] == {"S": "ORDER-RUNBOOK-1"}
+    assert {"S": "COMPLETED"} in answers[1:]
+
+
+def test_logs_show_an_orders_events_across_its_functions_from_the_workers_files(running: Running) -> None:
+    ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-LOGS"))
+
+    def completed() -> str | None:
+        out = ok(saga(running.state_dir, "logs", "--order-id", "ORDER-EP-LOGS"))
+        return out if "claim_completed" in out else None
+
+    out = wait_for(completed, "the order's completion in the logs")
+    events = [line.split()[4] for line in out.splitlines()]
+    assert events.index("claim_won") < events.index("charge_applied") < events.index("claim_completed")
+    assert all("ORDER-EP-LOGS" in line for line in out.splitlines())
+    only = ok(saga(running.state_dir, "logs", "ChargePayment", "--order-id", "ORDER-EP-LOGS"))
+    assert {line.split()[2] for line in only.splitlines()} == {"ChargePaymentFunction"}
+
+
+def test_send_wait_prints_each_executions_path_and_outcome_as_the_demo_does(running: Running) -> None:
+    out = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-WAIT", "--copies", "2", "--wait"))
+
+    assert "CHARGED pi_" in out
+    assert "DUPLICATE" in out
+    assert "Claim Order -> Charge Payment" in out
+
+
+def test_send_a_saved_card_with_its_provider_customer_is_charged(running: Running) -> None:
+    saved = ["--payment-method", SAVED_PAYMENT_METHOD, "--provider-customer-id", TEST_CUSTOMER]
+    out = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-SAVED", *saved, "--wait"))
+
+    assert "CHARGED pi_" in out
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_the_duplicate_charge_runbook_s_curl_lines_find_and_refund_a_charge_as_written(
+    running: Running, tmp_path: Path
+) -> None:
+    runbook = (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
+    section = runbook[runbook.index("## DuplicateCharge") : runbook.index("## An order needs a person")]
+    provider, search, listing, refund = [
+        line.strip() for line in section.splitlines() if line.strip().startswith(("PROVIDER=", "curl "))
+    ]
+    ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-REFUND", "--wait"))
+    (tmp_path / ".saga").symlink_to(running.state_dir)  # run from a checkout whose .saga/ is the stack's
+
+    def run(line: str) -> Any:
+        completed = subprocess.run(  # noqa: S603 - the runbook's own lines, in bash as a person pastes them
+            ["/bin/bash", "-c", f"{provider}\n{line}"],
+            cwd=tmp_path,
+            env=clean_environment(running.state_dir),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return json.loads(completed.stdout)
+
+    found = run(search.replace("<orderId>", "ORDER-EP-REFUND"))
+    (intent,) = found["data"]
+    assert intent["status"] == "succeeded"
+    assert intent["id"] in [i["id"] for i in run(listing)["data"]]
+    refunded = run(refund.replace("<PaymentIntent>", intent["id"]))
+    again = run(refund.replace("<PaymentIntent>", intent["id"]))
+
+    assert (refunded["object"], refunded["amount"], refunded["status"]) == (
+        "refund",
+        intent["amount"],
+        "succeeded",
+    )
+    assert again["id"] == refunded["id"], "one Idempotency-Key, one refund"
+
+
+def test_a_provider_fault_on_the_running_stack_is_rehearsed_as_the_runbook_tells_it(running: Running) -> None:
+    def charges(order_id: str) -> int:
+        url = f"{running.state['provider']}/_emulator/charges?orderId={order_id}"
+        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - the local emulator
+            return len(json.loads(response.read())["data"])
+
+    assert "answer lost" in ok(saga(running.state_dir, "fault", "lost-answer", "--order-id", "ORDER-EP-LOST"))
+    lost = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-LOST", "--wait"))
+    assert "fails (HTTP 500" in ok(saga(running.state_dir, "fault", "outage"))
+    try:
+        down = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-OUTAGE", "--wait"))
+    finally:
+        assert "cleared" in ok(saga(running.state_dir, "fault", "clear"))
+    back = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-BACK", "--wait"))
+
+    assert "CHARGED pi_" in lost
+    assert charges("ORDER-EP-LOST") == 1, "the retry replayed the charge: charged once"
+    assert "NeedsReconciliation" in down  # the outcome is unknown: the claim is kept for the sweeper
+    assert charges("ORDER-EP-OUTAGE") == 0
+    assert "CHARGED pi_" in back
+
+
+def test_every_saga_line_of_the_runbook_runs_against_the_local_stack_as_pasted(running: Running) -> None:
+    # Against `saga up` instead of a deployed stack: the same line without `--stack payment-saga`, its
+    # placeholders filled in with an order that ran. --apply lines change nothing here that matters:
+    # no claim is stale, and the dead-letter queue holds only rejected messages.
+    out = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-RUNBOOK", "--wait"))
+    execution = re.findall(r"saga trace (ORDER-EP-RUNBOOK-\S+)", out)[0]
+    runbook = (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
+    lines = [line.split("  #")[0].strip() for line in runbook.splitlines() if line.startswith("saga ")]
+    assert len(lines) >= 15
+
+    for line in lines:
+        pasted = (
+            line.replace("--stack payment-saga", "")
+            .replace("<orderId>", "ORDER-EP-RUNBOOK")
+            .replace("ORDER-003-<MessageId>", execution)
+            .replace("<execution name>", execution)
+            .replace("ORDER-003", "ORDER-EP-RUNBOOK")
+        )
+        assert "<" not in pasted, f"a placeholder this test does not know: {line}"
+        result = saga(running.state_dir, *shlex.split(pasted)[1:])
+        assert result.returncode == 0, (line, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr, line
+
+
+def test_up_prints_each_execution_as_it_ends_and_records_it_for_saga_trace(running: Running) -> None:
+    out = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-SEEN", "--wait"))
+    name = re.findall(r"saga trace (ORDER-EP-SEEN-\S+)", out)[0]
+
+    wait_for(lambda: any(name in line for line in running.printed), "saga up to print the execution")
+    at = next(i for i, line in enumerate(running.printed) if name in line)
+    assert "CHARGED pi_" in running.printed[at + 1]
+    assert (running.state_dir / "executions" / f"{name}.json").is_file()
+
+
+def test_invoke_of_a_step_that_publishes_no_metric_prints_no_powertools_warning(
+    running: Running, tmp_path: Path
+) -> None:
+    event = tmp_path / "release_unclaimed.json"
+    sample = json.loads((ROOT / "events" / "release_claim.json").read_text())
+    event.write_text(json.dumps({**sample, "orderId": "ORDER-NEVER-RELEASED"}))
+
+    result = saga(running.state_dir, "invoke", "ReleaseClaimFunction", "-e", str(event))
+
+    assert "START RequestId" in result.stderr  # the function ran, and its logs are there
+    assert "No application metrics to publish" not in result.stderr

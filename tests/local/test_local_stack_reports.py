@@ -3,12 +3,14 @@
 * a report counts only its own run, on a stack that ran other orders before;
 * a batch slower than the (compressed) visibility timeout is not delivered twice, nor dead-lettered;
 * every lost order comes with its reason;
-* retired executions leave moto, keep their names and still count in the report.
+* retired executions leave moto, keep their names and still count in the report;
+* a lost order names the execution to trace, and the run records it for ``saga trace``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING
 
 import pytest
@@ -16,12 +18,15 @@ from moto.dynamodb.models.dynamo_type import Item
 from moto.stepfunctions.models import StateMachine
 from moto.stepfunctions.parser import utils as engine_utils
 
+from saga_local.aws import archive
 from saga_local.aws.embedded import EmbeddedStack
 from saga_local.commands import output, simulate
 from saga_local.runtime.faults import START_FUNCTION, Fault, FaultPlan
+from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +126,35 @@ def test_a_batch_slower_than_the_visibility_timeout_is_delivered_once() -> None:
     assert report.dead_lettered == 0
     assert report.promise_kept
     assert json.loads(json.dumps(report.to_dict()))["lost_reasons"] == {}
+
+
+def test_a_lost_order_names_the_execution_to_trace_and_the_run_records_it(tmp_path: Path) -> None:
+    # A saved card sent without its customer: refused by the provider every time, never charged,
+    # re-queued up to its bound: the order is not charged, so the report counts it lost. Its own
+    # stack: an in-process stack started after the module's points the functions elsewhere.
+    lost = {**simulate.make_orders(1, seed=8, prefix="TRACE")[0], "paymentMethod": SAVED_PAYMENT_METHOD}
+    environment = dict(os.environ)
+    try:
+        with (
+            output.handlers_quiet(),
+            EmbeddedStack(runtime="inprocess", visibility_timeout=30, quiet=True) as running,
+        ):
+            running.driver.send(lost)
+            simulate.settle(running, pollers=1, timeout=180)
+            report = simulate.measure(running, [lost], deliveries=1, wall_seconds=1.0)
+            recorded = simulate.record_unhappy(running, directory=tmp_path)
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
+
+    (problem,) = report.problems
+    name = problem.split("saga trace ")[1].split()[0]
+    assert name.startswith(lost["orderId"] + "-")
+    assert "(ChargeNotAttempted)" in problem
+    assert name in recorded.by_error["ChargeNotAttempted"]
+    assert f"e.g. saga trace {recorded.by_error['ChargeNotAttempted'][0]}" in "\n".join(
+        simulate.render_recorded(recorded)
+    )
+    kept = archive.load(name, tmp_path)  # what `saga trace NAME` reads once the stack is gone
+    assert kept is not None
+    assert kept.description["status"] == "FAILED"

@@ -256,13 +256,34 @@ def test_saga_events_lists_each_event_once_for_a_person(saga: Saga) -> None:
     text = command(lambda _: clients, saga.stack.outputs, "local", order_id=None, raw=False)
     lines = text.splitlines()
     assert any(
-        line.startswith("OrderCharged") and "ORDER-EV-10" in line and "attempt 1" in line for line in lines
+        line.split()[1:4] == ["OrderCharged", "ORDER-EV-10", "attempt"] and "150.00 BRL" in line
+        for line in lines
     )
-    assert any(line.startswith("OrderDeclined") and "ORDER-EV-11" in line for line in lines)
+    assert any(line.split()[1:3] == ["OrderDeclined", "ORDER-EV-11"] for line in lines)
+    assert all(line.split()[0].endswith("Z") for line in lines[:-2]), "each event says when, in UTC"
     assert lines[-1] == "2 events: 1 OrderCharged, 1 OrderDeclined"
     only = command(lambda _: clients, saga.stack.outputs, "local", order_id="ORDER-EV-11", raw=True)
     assert [json.loads(line)["detailType"] for line in only.splitlines()] == ["OrderDeclined"]
     assert sorted(kinds(log(saga).events())) == ["OrderCharged", "OrderDeclined"], "still there for the log"
+
+
+def test_saga_events_shows_every_event_past_the_first_ten_and_each_orders_final_one(saga: Saga) -> None:
+    # The runbook's RequeueExhausted case makes ten events (five releases, four re-queues, then a
+    # person); a charged order behind them makes the eleventh: more than one batch of the queue.
+    saga.driver.send(order("ORDER-EV-12", paymentMethod=SAVED_PAYMENT_METHOD))
+    saga.driver.send(order("ORDER-EV-13"))
+    saga.driver.pump(timeout=180)
+    clients = saga.driver.sqs
+
+    every = command(lambda _: clients, saga.stack.outputs, "local", order_id=None, raw=True)
+    charged = command(lambda _: clients, saga.stack.outputs, "local", order_id="ORDER-EV-13", raw=True)
+    exhausted = command(lambda _: clients, saga.stack.outputs, "local", order_id="ORDER-EV-12", raw=False)
+
+    assert len(every.splitlines()) == 11
+    assert [json.loads(line)["detailType"] for line in charged.splitlines()] == ["OrderCharged"]
+    assert exhausted.splitlines()[-1].startswith("10 events:")
+    assert "OrderNeedsAttention" in exhausted.splitlines()[-3]
+    assert len(log(saga).events()) == 11, "read without deleting: every event is still on the queue"
 
 
 def test_the_relay_on_its_sample_event_publishes_a_charge_and_a_decline(saga: Saga) -> None:

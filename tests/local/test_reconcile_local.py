@@ -17,7 +17,7 @@ from payment_saga.reconcile import ReconcileOutcome
 from saga_local.aws.embedded import EmbeddedStack
 from saga_local.aws.stack import LOCAL_API_KEY, REGION
 from saga_local.aws.template import load_template
-from saga_local.commands.sweep import deployed_stack, reconcile_deployed, reconcile_stack, render
+from saga_local.commands.sweep import deployed_stack, not_due, reconcile_deployed, reconcile_stack, render
 from saga_local.stripe_emulator import ProviderEmulator
 
 if TYPE_CHECKING:
@@ -210,3 +210,24 @@ def test_reconcile_of_a_deployed_stack_refuses_a_secret_in_another_account(aws: 
 
     with pytest.raises(LookupError, match="another account"):
         reconcile_deployed(name, apply=True, region=REGION)
+
+
+def test_a_reconcile_with_nothing_due_says_which_claims_wait_and_until_when(stack: EmbeddedStack) -> None:
+    # The charge lands but every answer is a 500: the claim stays open, its lease 15 minutes to go.
+    stack.provider.inject("fail_after_apply_replayed", order_id=ORDER.order_id)
+    stack.driver.send(ORDER.to_message())
+    stack.driver.pump()
+    now = time.time()
+    store = ClaimsStore(stack.stack.table_name, client=stack.client("dynamodb"), clock=lambda: now)
+
+    report = reconcile_stack(stack, apply=False, now=now)
+    waiting = not_due(store, now)
+    text = render(report, waiting=waiting)
+
+    assert report.decisions == []
+    assert [claim.order_id for claim in waiting] == [ORDER.order_id]
+    assert "none: no claim's lease has ended yet" in text
+    (line,) = [line for line in text.splitlines() if ORDER.order_id in line]
+    assert "open, lease ends" in line
+    assert 0 < float(line.split("(in ")[1].split(" s)")[0].replace(",", "")) <= LEASE
+    assert not_due(store, now + LEASE + 1) == []  # once the lease ended, it is the sweep's to decide

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from saga_local.runtime.faults import Fault
+from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD
 from saga_local.trace import OUTCOME_COLORS, load_definition, render_html, render_text, trace_steps
 from tests.helpers import order
 
@@ -245,6 +246,21 @@ def test_decline_trace_shows_the_catch_routing_to_release_claim(saga: Saga) -> N
     assert {e["data-target"] for e in page.edges if e["data-kind"] == "catch"} == catch_targets
     assert page.badges.get(CHARGE) == ["caught"]
     assert "PaymentDeclined" in "".join(page.text)  # header error
+
+
+def test_a_saved_card_sent_without_its_customer_ends_saying_the_provider_refused_it(saga: Saga) -> None:
+    # Stripe answers HTTP 400: it was called, it created nothing, and its reason ends the message.
+    traced = run(saga, order("ORDER-TR-SAVED", paymentMethod=SAVED_PAYMENT_METHOD), "saved-card")
+
+    text = render_text(traced.description, traced.history, traced.definition, show_io=False)
+
+    failed = next(line for line in text.splitlines() if "attempt 1 failed: ChargeNotAttempted" in line)
+    assert "HTTP 400" in failed
+    assert "belongs to the Customer" in failed
+    assert failed.rstrip().endswith("on the PaymentIntent.")  # the provider's reason, whole
+    assert "before the provider was called" not in text
+    assert "refused the request itself" in text.rstrip().splitlines()[-1]
+    assert saga.charges("ORDER-TR-SAVED") == 0
 
 
 def test_retried_step_trace_counts_attempts_and_names_the_errors(saga: Saga) -> None:

@@ -1,0 +1,270 @@
+"""The figures the README and docs/ quote, generated from the commands that count them.
+
+A figure typed by hand drifts: the README once said 5 transitions per order under a sentence saying
+3, and $134 per million orders where ``saga cost`` printed $85. Each figure now sits in a marked
+block, ``<!-- figures:NAME -->...<!-- /figures:NAME -->``, whose text this module renders from
+``saga cost --json`` (usage counted in a local run, priced with commands/prices.json) and from
+``template.yaml`` (the stack's outputs). ``make docs-figures`` rewrites the blocks; ``--check``
+(and tests/local/test_docs_figures.py) fails when one has drifted.
+
+Lambda durations and log sizes move a little between runs (a timestamp, a duration's digits), so
+:func:`same_figures` compares the numbers of a block within :data:`TOLERANCE` and everything else
+exactly: a count that changes (3 transitions to 4) or a price that moves by more than that fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from saga_local.aws.template import ROOT, load_template
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+#: Relative difference allowed between a number in the docs and the one measured now.
+TOLERANCE = 0.03
+#: The files whose blocks this module writes.
+DOCUMENTS = ("README.md", "docs/outcome-events.md", "docs/performance.md")
+_BLOCK = re.compile(r"<!-- figures:(?P<name>[a-z-]+) -->(?P<body>.*?)<!-- /figures:(?P=name) -->", re.DOTALL)
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+#: Bytes per GB as saga cost counts logs (saga_local.commands.cost_measure.GB).
+_GB = 1024**3
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What the blocks are rendered from: ``saga cost --json`` and the template's Outputs."""
+
+    cost: dict[str, Any]
+    outputs: dict[str, dict[str, Any]]
+
+    def usage(self, row: str) -> dict[str, float]:
+        return dict(self.cost[row]["usage"])
+
+    def usd(self, row: str, line: str = "total") -> float:
+        return float(self.cost[row]["usd_per_million"][line])
+
+    @property
+    def mix_row(self) -> str:
+        return next(name for name in self.cost if name.startswith("mix "))
+
+
+def measure() -> Figures:
+    """Run ``saga cost --json`` (a few seconds: a local stack, in-process) and read the template."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "saga_local.cli", "cost", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    return Figures(cost=json.loads(completed.stdout), outputs=dict(load_template()["Outputs"]))
+
+
+def _word(n: float) -> str:
+    return _WORDS[int(n)] if float(n).is_integer() and 0 <= n < len(_WORDS) else f"{n:g}"
+
+
+def _dollars(usd: float) -> str:
+    return f"${usd:,.0f}"
+
+
+def _few_dollars(usd: float) -> str:
+    """A small total in words: it is mostly Lambda duration, which moves with the machine's load."""
+    return "a few dollars (under $10)" if usd < 10 else f"about {_dollars(usd)}"
+
+
+def _kb(gb: float) -> str:
+    return f"{gb * _GB / 1024:.1f} KB"
+
+
+def transitions_sentence(figures: Figures) -> str:
+    happy, duplicate = figures.usage("happy"), figures.usage("duplicate")
+    sentence = (
+        f"{_word(happy['state_transitions'])} state transitions for a charged order,"
+        f" {_word(duplicate['state_transitions'])} for a duplicate"
+    )
+    return sentence[0].upper() + sentence[1:]
+
+
+def per_order_table(figures: Figures) -> str:
+    happy, duplicate = figures.usage("happy"), figures.usage("duplicate")
+
+    def logs(usage: dict[str, float]) -> str:
+        return _kb(usage["state_machine_log_gb"] + usage["lambda_log_gb"])
+
+    rows = [
+        "| Per order (counted by `saga cost --json`) | happy path | a duplicate delivery |",
+        "|---|---|---|",
+        f"| state transitions | {happy['state_transitions']:g} | {duplicate['state_transitions']:g} |",
+        "| Lambda invocations (the start function, the steps, the outcome relay) |"
+        f" {happy['lambda_invocations']:g} | {duplicate['lambda_invocations']:g} |",
+        "| DynamoDB writes / strongly consistent reads |"
+        f" {happy['dynamodb_wru']:g} / {happy['dynamodb_rru']:g} |"
+        f" {duplicate['dynamodb_wru']:g} / {duplicate['dynamodb_rru']:g} |",
+        f"| CloudWatch Logs (state machine and functions) | {logs(happy)} | {logs(duplicate)} |",
+        f"| EventBridge events | {happy['eventbridge_events']:g} | {duplicate['eventbridge_events']:g} |",
+        f"| cost per million (us-east-1 list prices) | {_dollars(figures.usd('happy'))} |"
+        f" {_dollars(figures.usd('duplicate'))} |",
+    ]
+    return "\n".join(rows)
+
+
+def cost_sentence(figures: Figures) -> str:
+    happy = figures.usd("happy")
+    share = figures.mix_row.removeprefix("mix ")
+    standard = figures.usd("happy", "step_functions_standard") / happy
+    state_machine_logs = _kb(figures.usage("happy")["state_machine_log_gb"])
+    return (
+        f"about **{_dollars(happy)} per million orders** on the happy path"
+        f" ({_dollars(figures.usd('duplicate'))} for a duplicate delivery,"
+        f" {_dollars(figures.usd(figures.mix_row))} when {share} of orders arrive twice),"
+        f" {standard:.0%} of it Step Functions Standard transitions, the rest mostly CloudWatch Logs"
+        f" (the state machine logs at `Level: ALL`: about {state_machine_logs}"
+        f" an order) and X-Ray; a single Lambda guarded by Powertools' idempotency utility costs"
+        f" {_few_dollars(figures.usd('1 Lambda'))} for the same work"
+    )
+
+
+def outputs_list(figures: Figures) -> str:
+    lines = []
+    for key, output in figures.outputs.items():
+        description = " ".join(str(output.get("Description", "")).split())
+        condition = f" (only with {output['Condition']})" if "Condition" in output else ""
+        lines.append(f"* `{key}`{condition}: {description}")
+    return "\n".join(lines)
+
+
+def transition_price(figures: Figures) -> str:
+    happy = figures.usage("happy")
+    per_transition = figures.usd("happy", "step_functions_standard") / happy["state_transitions"]
+    return (
+        f"{happy['state_transitions']:g} -> {happy['state_transitions'] + 1:g}: +{_dollars(per_transition)}"
+    )
+
+
+def happy_duplicate_transitions(figures: Figures) -> str:
+    happy, duplicate = figures.usage("happy"), figures.usage("duplicate")
+    return (
+        f"stays at {happy['state_transitions']:g} transitions and a duplicate at"
+        f" {duplicate['state_transitions']:g}"
+    )
+
+
+def happy_total(figures: Figures) -> str:
+    return f"{_dollars(figures.usd('happy'))} for the whole happy path"
+
+
+def quota_rate(figures: Figures) -> str:
+    """Orders per second that the us-east-1 transition quota (5,000/s) allows."""
+    happy = figures.usage("happy")["state_transitions"]
+    duplicate = figures.usage("duplicate")["state_transitions"]
+    return (
+        f"**about {5000 / happy:,.0f} orders/s** at {happy:g} per order"
+        f" ({5000 / duplicate:,.0f} duplicates/s at {duplicate:g})"
+    )
+
+
+def step_functions_per_order(figures: Figures) -> str:
+    happy, duplicate = figures.usage("happy"), figures.usage("duplicate")
+    return (
+        f"1 `StartExecution`, {happy['state_transitions']:g} state transitions | a duplicate is 1"
+        f" `StartExecution` and {duplicate['state_transitions']:g} transitions"
+    )
+
+
+#: Block name -> what renders it.
+RENDERERS: dict[str, Callable[[Figures], str]] = {
+    "transitions": transitions_sentence,
+    "per-order": per_order_table,
+    "cost": cost_sentence,
+    "outputs": outputs_list,
+    "transition-price": transition_price,
+    "happy-duplicate-transitions": happy_duplicate_transitions,
+    "happy-total": happy_total,
+    "quota-rate": quota_rate,
+    "step-functions-per-order": step_functions_per_order,
+}
+
+
+def _body(rendered: str, old: str) -> str:
+    """Rendered text laid out as the block was: on lines of its own, or inline."""
+    return f"\n{rendered}\n" if old.startswith("\n") else rendered
+
+
+def rewrite(text: str, figures: Figures) -> str:
+    """``text`` with every marked block rendered afresh."""
+
+    def render(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in RENDERERS:
+            raise KeyError(f"no renderer for the block figures:{name}")
+        body = _body(RENDERERS[name](figures), match["body"])
+        if same_figures(match["body"], body):
+            body = match["body"]  # within a run's noise: no churn in the docs
+        return f"<!-- figures:{name} -->{body}<!-- /figures:{name} -->"
+
+    return _BLOCK.sub(render, text)
+
+
+def blocks(text: str) -> dict[str, str]:
+    """The marked blocks of ``text``, by name."""
+    return {m["name"]: m["body"] for m in _BLOCK.finditer(text)}
+
+
+def same_figures(documented: str, measured: str, *, tolerance: float = TOLERANCE) -> bool:
+    """The same words, and each number within ``tolerance`` of the one measured."""
+    if _NUMBER.split(documented) != _NUMBER.split(measured):
+        return False
+    found, wanted = _NUMBER.findall(documented), _NUMBER.findall(measured)
+    for a, b in zip(found, wanted, strict=True):
+        x, y = float(a.replace(",", "")), float(b.replace(",", ""))
+        if abs(x - y) > tolerance * max(abs(x), abs(y)):
+            return False
+    return True
+
+
+def drifted(figures: Figures, root: Path = ROOT) -> list[str]:
+    """'file: block' for every block whose figures no longer match the measurement."""
+    found = []
+    for name in DOCUMENTS:
+        text = (root / name).read_text(encoding="utf-8")
+        fresh = blocks(rewrite(text, figures))
+        for block, body in blocks(text).items():
+            if not same_figures(body, fresh[block]):
+                found.append(f"{name}: figures:{block}")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``--check``: exit 1 naming the drifted blocks; default: rewrite them in place."""
+    parser = argparse.ArgumentParser(prog="python -m saga_local.commands.figures", description=__doc__)
+    parser.add_argument("--check", action="store_true", help="only say which blocks have drifted")
+    args = parser.parse_args(argv)
+    figures = measure()
+    if args.check:
+        stale = drifted(figures)
+        for line in stale:
+            print(f"drifted: {line} (make docs-figures rewrites it)", file=sys.stderr)
+        return 1 if stale else 0
+    for name in DOCUMENTS:
+        path = ROOT / name
+        text = path.read_text(encoding="utf-8")
+        updated = rewrite(text, figures)
+        if updated != text:
+            path.write_text(updated, encoding="utf-8")
+            print(f"rewrote the figures of {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
