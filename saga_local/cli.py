@@ -679,7 +679,13 @@ def cmd_fault(args: argparse.Namespace) -> int:
     if running.gone(state):
         raise SystemExit(_gone_message("fault", state))
     try:
-        said = fault.apply(str(state["provider"]), args.kind, order_id=args.order_id, times=args.times)
+        said = fault.apply(
+            str(state["provider"]),
+            args.kind,
+            token=str(state.get("providerAdminToken", "")),
+            order_id=args.order_id,
+            times=args.times,
+        )
     except fault.FaultError as exc:
         raise SystemExit(f"saga fault: {exc}") from None
     Out()(said)

@@ -23,6 +23,7 @@ import urllib.request
 from typing import Any
 
 from saga_local.stripe_emulator import ENDPOINTS
+from saga_local.stripe_emulator.emulator import ADMIN_TOKEN_HEADER
 
 KINDS = ("outage", "lost-answer", "clear")
 
@@ -31,12 +32,12 @@ class FaultError(Exception):
     """The emulator could not be reached, or refused the fault, in words."""
 
 
-def _call(provider: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+def _call(provider: str, token: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
     request = urllib.request.Request(  # noqa: S310 - the local emulator's loopback URL
         f"{provider}/_emulator{path}",
         data=json.dumps(body or {}).encode(),
         method=method,
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", ADMIN_TOKEN_HEADER: token},
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
@@ -49,25 +50,33 @@ def _call(provider: str, method: str, path: str, body: dict[str, Any] | None = N
         raise FaultError(f"nothing answers at {provider} (is `saga up` still running?): {exc}") from None
 
 
-def apply(provider: str, kind: str, *, order_id: str | None = None, times: int = 1) -> str:
-    """Put the fault on the emulator at ``provider``; what it will do, in one line."""
+def apply(provider: str, kind: str, *, token: str, order_id: str | None = None, times: int = 1) -> str:
+    """Put the fault on the emulator at ``provider`` (``token``: its admin token, from the stack
+    file `saga up` writes); what it will do, in one line."""
     if kind == "outage":
         for endpoint in sorted(ENDPOINTS):
             _call(
                 provider,
+                token,
                 "POST",
                 "/failure-rates",
                 {"kind": "fail_before_apply", "probability": 1.0, "endpoint": endpoint},
             )
         return "provider outage: every request fails (HTTP 500, nothing applied) until `saga fault clear`"
     if kind == "lost-answer":
-        _call(provider, "POST", "/faults", {"kind": "fail_after_apply", "orderId": order_id, "times": times})
+        _call(
+            provider,
+            token,
+            "POST",
+            "/faults",
+            {"kind": "fail_after_apply", "orderId": order_id, "times": times},
+        )
         which = f"of {order_id}" if order_id else "of any order"
         return (
             f"the next {times} charge(s) {which} will be applied and their answer lost (HTTP 500 after the"
             " commit); the retry replays the charge under the same key"
         )
     if kind == "clear":
-        _call(provider, "DELETE", "/faults")
+        _call(provider, token, "DELETE", "/faults")
         return "provider faults cleared: every request is answered normally"
     raise FaultError(f"no fault kind {kind!r}; the kinds: {', '.join(KINDS)}")

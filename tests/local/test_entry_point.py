@@ -500,7 +500,9 @@ def test_the_duplicate_charge_runbook_s_curl_lines_find_and_refund_a_charge_as_w
 def test_a_provider_fault_on_the_running_stack_is_rehearsed_as_the_runbook_tells_it(running: Running) -> None:
     def charges(order_id: str) -> int:
         url = f"{running.state['provider']}/_emulator/charges?orderId={order_id}"
-        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - the local emulator
+        token = {"X-Emulator-Token": running.state["providerAdminToken"]}
+        request = urllib.request.Request(url, headers=token)  # noqa: S310 - the local emulator
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - the local emulator
             return len(json.loads(response.read())["data"])
 
     assert "answer lost" in ok(saga(running.state_dir, "fault", "lost-answer", "--order-id", "ORDER-EP-LOST"))
