@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -345,3 +346,53 @@ def handle_event(store: ClaimsStore, event: PaymentIntentEvent) -> WebhookDecisi
     raise ClaimLost(
         f"order {event.order_id}: the claim kept changing while event {event.event_id} was applied"
     )
+
+
+# -- the signature -------------------------------------------------------------------------------
+
+#: Stripe's own default tolerance (``stripe.Webhook.DEFAULT_TOLERANCE``): a signed request older than
+#: this is refused, so a captured request cannot be replayed later. Stripe signs every retry anew.
+DEFAULT_TOLERANCE_SECONDS = 300
+
+
+def signing_secrets_from_string(raw: str) -> tuple[str, ...]:
+    """The endpoint's signing secrets in a secret's string: ``whsec_...`` alone, or JSON
+    ``{"signingSecrets": ["whsec_new", "whsec_old"]}`` while a rotation has two valid at once.
+
+    Error messages never quote a secret.
+    """
+    text = raw.strip()
+    if not text:
+        raise ValueError("the webhook signing secret is empty")
+    if not text.startswith("{"):
+        return (text,)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ValueError("the webhook signing secret looks like JSON but does not parse") from None
+    listed = data.get("signingSecrets") if isinstance(data, dict) else None
+    if (
+        not isinstance(listed, list)
+        or not listed
+        or not all(isinstance(s, str) and s.strip() for s in listed)
+    ):
+        raise ValueError('the webhook signing secret is JSON without a "signingSecrets" list of strings')
+    return tuple(s.strip() for s in listed)
+
+
+def signature_valid(payload: str, header: str | None, secrets: tuple[str, ...], *, tolerance: int) -> bool:
+    """Whether ``header`` (``Stripe-Signature``) signs ``payload`` with one of ``secrets``, recently.
+
+    The Stripe SDK's own verification (``WebhookSignature.verify_header``: HMAC-SHA256 of
+    ``<t>.<payload>``, compared in constant time, ``t`` within ``tolerance`` seconds of now), tried
+    with each secret: during a rotation either secret may be the one Stripe signed with.
+    """
+    import stripe  # only the receiver verifies: the consumer and the rest never load the SDK
+
+    for secret in secrets:
+        try:
+            stripe.WebhookSignature.verify_header(payload, header, secret, tolerance=tolerance)
+        except stripe.SignatureVerificationError:
+            continue
+        return True
+    return False
