@@ -6,10 +6,16 @@ the webhook alone resolves the claim an execution could not."""
 from __future__ import annotations
 
 import json
+import threading
 import time
+from typing import TYPE_CHECKING, Any
 
+from handlers import runtime as handler_runtime
 from saga_local.runtime.faults import Fault
 from tests.helpers import Saga, order, signed_webhook_request, webhook_event_source, webhook_signing_secret
+
+if TYPE_CHECKING:
+    import pytest
 
 
 def deliver(saga: Saga, order_id: str, kind: str) -> None:
@@ -72,3 +78,35 @@ def test_a_decline_whose_release_never_ran_is_released_by_its_failed_webhook(sag
     again = saga.driver.wait(saga.driver.start(declined, name="redelivered"))
     assert again.outcome == "DUPLICATE"  # the declined payment attempt never reaches the provider again
     assert saga.charges("ORDER-D") == 0
+
+
+def test_a_webhook_that_completes_the_claim_before_the_charges_retry_ends_the_order_charged(
+    saga: Saga, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The charge lands and its answer is lost; Stripe's webhook beats the step's retry. The retry finds
+    the claim completed with its own PaymentIntent: charged once, and no reconciliation to page."""
+    saga.faults.add(Fault("ChargePaymentFunction", "after:provider.charge", "die", times=1))
+    store = handler_runtime.claims_store()
+    real_check_held = store.check_held
+    delivered: list[str] = []
+
+    def webhook_first(order_id: str, **kwargs: Any) -> Any:
+        if saga.provider.charges_for(order_id) and not delivered:
+            delivered.append(order_id)
+            # Stripe, the receiver and the consumer are not this invocation: another thread, as on AWS.
+            stripe_side = threading.Thread(target=deliver, args=(saga, order_id, "succeeded"))
+            stripe_side.start()
+            stripe_side.join()
+        return real_check_held(order_id, **kwargs)
+
+    monkeypatch.setattr(store, "check_held", webhook_first)
+    result = saga.driver.wait(saga.driver.start(order(), name="webhook-first"))
+
+    assert delivered == ["ORDER-003"]
+    assert result.outcome == "CHARGED", result
+    assert result.path == ["Claim Order", "Charge Payment", "Mark Complete"]
+    (landed,) = saga.provider.charges_for("ORDER-003")
+    claim = saga.driver.claim("ORDER-003")
+    assert claim is not None
+    assert (claim["status"], claim["chargeId"]) == ("COMPLETED", landed.charge_id)
+    assert finals(saga, "ORDER-003") == ["OrderCharged"]
