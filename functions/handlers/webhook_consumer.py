@@ -53,16 +53,17 @@ def record_decision(decision: WebhookDecision, event_type: str) -> None:
         "reason": decision.reason,
         "applied": decision.applied,
     }
-    count("WebhookApplied", Outcome=decision.outcome.value)
     name = _ALARMED.get(decision.outcome)
     if name is None:
         log_event(f"webhook_{decision.outcome.value}", **fields)
+        count("WebhookApplied", Outcome=decision.outcome.value)
         return
     # As the sweeper logs them: chargeId is the charge the claim records, the others are to refund.
     fields["chargeId"] = decision.claim_charge_id
     if decision.outcome is WebhookOutcome.DUPLICATE_CHARGE:
         fields["duplicateChargeIds"] = [decision.payment_intent_id]
     logger.error(name, extra={"event": name, **fields})
+    count("WebhookApplied", Outcome=decision.outcome.value)
     if decision.outcome is WebhookOutcome.DUPLICATE_CHARGE:
         count("DuplicateCharge")
     elif decision.outcome is WebhookOutcome.CHARGE_ON_RELEASED:
