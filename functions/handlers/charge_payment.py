@@ -41,7 +41,10 @@ def _provider() -> StripeProvider:
 def _completed_for_this_attempt(order_id: str, *, token: str, attempt: int) -> Claim | None:
     """The claim, if it is COMPLETED under this execution's token at this attempt (a strongly
     consistent read, only after ``check_held`` refused): the one charge of the attempt is recorded."""
-    claim = claims_store().get(order_id)
+    try:
+        claim = claims_store().get(order_id)
+    except Exception:  # noqa: BLE001 - a read that fails proves nothing: refuse, as check_held did
+        return None
     if (
         claim is not None
         and claim.status is ClaimStatus.COMPLETED
