@@ -6,12 +6,14 @@ the seed-000 order message; ``FakeClock`` moves time by hand so leases expire wi
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import boto3
 
 from payment_saga.payments import StripeProvider
 from saga_local.aws.driver import Driver
+from saga_local.aws.event_source import SqsEventSource
 from saga_local.aws.moto_adapter import EngineHooks
 from saga_local.aws.stack import REGION, Stack
 from saga_local.runtime.faults import FaultPlan
@@ -108,3 +110,41 @@ def failed_receives(sqs: Any, url: str, body: str, copies: int) -> None:
         park_visible()  # its last failed receive
     for handle in parked:
         sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=0)
+
+
+def webhook_signing_secret(stack: Stack) -> str:
+    """The signing secret the local stack made for its webhook endpoint, read as the receiver reads it."""
+    arn = stack.resolver.parameters["WebhookSigningSecretArn"]
+    secret: str = boto3.client("secretsmanager", region_name=REGION).get_secret_value(SecretId=arn)[
+        "SecretString"
+    ]
+    return secret
+
+
+def signed_webhook_request(payload: str, secret: str, *, timestamp: int | None = None) -> bytes:
+    """The function URL request (payload format 2.0) Stripe's delivery of ``payload`` makes, signed by
+    the real ``stripe`` SDK with ``secret``."""
+    import stripe
+
+    header = stripe.WebhookSignature.generate_signature_header(payload, secret, timestamp=timestamp)
+    request = {
+        "version": "2.0",
+        "requestContext": {"http": {"method": "POST", "path": "/"}},
+        "headers": {"content-type": "application/json", "stripe-signature": header},
+        "body": payload,
+        "isBase64Encoded": False,
+    }
+    return json.dumps(request).encode()
+
+
+def webhook_event_source(saga: Saga) -> SqsEventSource:
+    """The webhook queue's event source, polling with the consumer's role as Lambda's mapping does."""
+    sqs = boto3.client("sqs", region_name=REGION)
+    iam = saga.stack.iam
+    return SqsEventSource(
+        iam.act_as(sqs, "WebhookConsumerFunction") if iam is not None else sqs,
+        boto3.client("lambda", region_name=REGION),
+        saga.stack.resolver.refs["WebhookQueue"],
+        saga.stack.resolver.attrs[("WebhookQueue", "Arn")],
+        saga.stack.function_name("WebhookConsumerFunction"),
+    )

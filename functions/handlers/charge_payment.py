@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import stripe  # noqa: F401
 
 from handlers.runtime import claims_store, count, log_event, logger, metrics, provider, tracer
+from payment_saga.claims import ClaimStatus
 from payment_saga.errors import ChargeNotAttempted, ClaimLost, PaymentDeclined, PaymentOutcomeUnknown
 from payment_saga.orders import order_from_message
 from payment_saga.payments import idempotency_key
@@ -21,6 +22,7 @@ from payment_saga.proof import first_request_of_attempt
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from payment_saga.claims import Claim
     from payment_saga.payments import StripeProvider
 
 
@@ -34,6 +36,24 @@ def _provider() -> StripeProvider:
         return provider()
     except Exception as exc:  # any failure here is before the provider was called
         raise ChargeNotAttempted(f"payment provider unavailable: {type(exc).__name__}") from exc
+
+
+def _completed_for_this_attempt(order_id: str, *, token: str, attempt: int) -> Claim | None:
+    """The claim, if it is COMPLETED under this execution's token at this attempt (a strongly
+    consistent read, only after ``check_held`` refused): the one charge of the attempt is recorded."""
+    try:
+        claim = claims_store().get(order_id)
+    except Exception:  # noqa: BLE001 - a read that fails proves nothing: refuse, as check_held did
+        return None
+    if (
+        claim is not None
+        and claim.status is ClaimStatus.COMPLETED
+        and claim.claim_token == token
+        and claim.attempt == attempt
+        and claim.charge_id is not None
+    ):
+        return claim
+    return None
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -55,6 +75,20 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             order.order_id, token=token, attempt=attempt, margin_seconds=LEASE_MARGIN_SECONDS
         )
     except ClaimLost as exc:
+        done = _completed_for_this_attempt(order.order_id, token=token, attempt=attempt)
+        if done is not None:
+            # A retry after a lost answer, and Stripe's webhook (or the sweeper) already completed the
+            # claim with this attempt's PaymentIntent: the money moved, once. Hand that charge on, so
+            # Mark Complete finds its own completion and the order ends charged, not in reconciliation.
+            log_event("charge_completed_meanwhile", chargeId=done.charge_id)
+            count("ChargeCompletedMeanwhile")
+            return {
+                "chargeId": done.charge_id,
+                "status": "succeeded",
+                "amount": order.amount,
+                "currency": order.currency,
+                "replayed": True,
+            }
         logger.error("charge_refused", extra={"event": "charge_refused", "reason": str(exc)})
         count("ChargeRefused")
         raise

@@ -85,15 +85,21 @@ def _api_key() -> str:
     key = os.environ.get("PAYMENT_API_KEY")
     if key:
         return key
-    arn = env("PAYMENT_API_KEY_SECRET_ARN")
-    # Read in the region the ARN names (arn:PARTITION:secretsmanager:REGION:ACCOUNT:secret:NAME), which
-    # may not be the function's own: a client of the function's region answers ResourceNotFound.
-    # Read once per container (provider() is cached), so the client is not kept.
+    # Read once per container (provider() is cached).
+    return stripe_secret_from_string(secret_string(env("PAYMENT_API_KEY_SECRET_ARN")))
+
+
+def secret_string(arn: str) -> str:
+    """The ``SecretString`` of the Secrets Manager secret ``arn``, read in the region the ARN names.
+
+    (arn:PARTITION:secretsmanager:REGION:ACCOUNT:secret:NAME), which may not be the function's own: a
+    client of the function's region answers ResourceNotFound. Callers read it rarely (once per
+    container), so the client is not kept.
+    """
     parts = arn.split(":")
     region = parts[3] if len(parts) > 3 and parts[3] else None  # a bare name: the function's region
     secrets: SecretsManagerClient = boto3.client("secretsmanager", region_name=region, config=_BOTO_CONFIG)
-    raw = secrets.get_secret_value(SecretId=arn)["SecretString"]
-    return stripe_secret_from_string(raw)
+    return secrets.get_secret_value(SecretId=arn)["SecretString"]
 
 
 def reset() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import secrets
 import zipfile
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,6 +120,13 @@ def provision(
             Name=f"{stack_name}/payment-api-key", SecretString=json.dumps({"apiKey": LOCAL_API_KEY})
         )
         resolver.parameters["PaymentApiKeySecretArn"] = secret["ARN"]
+    if "WebhookSigningSecretArn" not in resolver.parameters:
+        # Made up for this stack, never written down: whoever signs a local delivery reads it from the
+        # secret, as the receiver does (tests: tests/helpers.py webhook_signing_secret).
+        secret = clients("secretsmanager").create_secret(
+            Name=f"{stack_name}/webhook-signing-secret", SecretString=f"whsec_{secrets.token_hex(24)}"
+        )
+        resolver.parameters["WebhookSigningSecretArn"] = secret["ARN"]
     # As CloudFormation would: the emulator's http URL reaches the functions through
     # extra_environment, never through PaymentApiBase (Stripe's host only).
     validate_parameters(template, resolver.parameters)
@@ -320,3 +328,9 @@ def _create_functions(
         )
         resolver.refs[logical_id] = name
         resolver.attrs[(logical_id, "Arn")] = response["FunctionArn"]
+        if spec.function_url:
+            # The name AWS gives a function URL (SAM's <LogicalId>Url resource). Nothing listens on it
+            # locally: the local stack invokes the receiver directly with the request a URL would pass.
+            resolver.attrs[(f"{logical_id}Url", "FunctionUrl")] = (
+                f"https://{name}.lambda-url.{REGION}.on.aws/"
+            )

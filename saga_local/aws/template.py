@@ -173,6 +173,8 @@ class FunctionSpec:
     environment: dict[str, Any]
     events: dict[str, Any]
     code_uri: str
+    #: Whether the function has a function URL (``FunctionUrlConfig``).
+    function_url: bool = False
 
 
 def parameter_defaults(template: dict[str, Any]) -> dict[str, str]:
@@ -223,6 +225,7 @@ def functions(template: dict[str, Any]) -> dict[str, FunctionSpec]:
             environment=env,
             events=props.get("Events", {}),
             code_uri=props.get("CodeUri", glob.get("CodeUri", ".")),
+            function_url="FunctionUrlConfig" in props,
         )
     return specs
 

@@ -182,6 +182,13 @@ def step_functions_per_order(figures: Figures) -> str:
     )
 
 
+def stack_per_month(figures: Figures) -> str:
+    """What one stack costs a month by existing (its alarms, dashboard, key, metrics, backups)."""
+    per_month = figures.cost["per_month"]
+    existing = sum(usd for line, usd in per_month.items() if line not in {"scheduler", "secret"})
+    return f"about {_dollars(existing)} a month"
+
+
 #: Block name -> what renders it.
 RENDERERS: dict[str, Callable[[Figures], str]] = {
     "transitions": transitions_sentence,
@@ -193,6 +200,7 @@ RENDERERS: dict[str, Callable[[Figures], str]] = {
     "happy-total": happy_total,
     "quota-rate": quota_rate,
     "step-functions-per-order": step_functions_per_order,
+    "stack-per-month": stack_per_month,
 }
 
 

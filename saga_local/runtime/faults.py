@@ -152,6 +152,10 @@ CALLS: dict[str, tuple[str, ...]] = {
     # GetItem: the read after a fenced write lost.
     "SweeperFunction": ("dynamodb.Query", "dynamodb.UpdateItem", "dynamodb.GetItem"),
     "OutcomeRelayFunction": ("eventbridge.PutEvents", "sqs.SendMessage"),
+    # The signing secret (read once per container, and again after a rotation), then the queue.
+    "WebhookReceiverFunction": ("secrets-manager.GetSecretValue", "sqs.SendMessage"),
+    # The claim as it is now, then the one conditional write.
+    "WebhookConsumerFunction": ("dynamodb.GetItem", "dynamodb.UpdateItem"),
 }
 
 

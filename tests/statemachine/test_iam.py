@@ -24,7 +24,7 @@ from saga_local.aws.embedded import EmbeddedStack
 from saga_local.aws.iam import Role, Statement
 from saga_local.aws.stack import LOCAL_API_KEY, REGION
 from saga_local.runtime.faults import Fault
-from tests.helpers import Saga, order
+from tests.helpers import Saga, order, signed_webhook_request, webhook_event_source, webhook_signing_secret
 
 if TYPE_CHECKING:
     from saga_local.aws.iam import Authorizer
@@ -198,6 +198,40 @@ def _exercise_every_path(saga: Saga, monkeypatch: pytest.MonkeyPatch) -> None:
         )
     assert [d.outcome for d in report.decisions] == [ReconcileOutcome.CHARGE_ON_RELEASED], report
     driver.relay()
+    _webhook(saga)
+
+
+def _webhook(saga: Saga) -> None:
+    """A charge whose execution never learned of it, then Stripe's webhook: the receiver reads its signing
+    secret and queues the event; the consumer's event source polls the webhook queue (a batch slower than
+    half the visibility timeout: ChangeMessageVisibility) and the consumer reads and completes the claim."""
+    message = order("IAM-HOOK")
+    store = ClaimsStore(saga.stack.table_name, client=boto3.client("dynamodb", region_name=REGION))
+    store.claim(order_from_message(message), token="hook-execution")
+    with saga.runtime.outside_invocation():
+        charge = StripeProvider(LOCAL_API_KEY, api_base=saga.provider.url).charge(
+            order_from_message(message), attempt=1, idempotency_key=idempotency_key("IAM-HOOK", 1)
+        )
+    intent = {
+        "id": charge.charge_id,
+        "object": "payment_intent",
+        "status": "succeeded",
+        "amount": charge.amount,
+        "currency": charge.currency.lower(),
+        "metadata": {"orderId": "IAM-HOOK", "attempt": "1"},
+    }
+    event = {"id": "evt_iam", "type": "payment_intent.succeeded", "created": 1, "data": {"object": intent}}
+    payload = json.dumps(event)
+    receiver = saga.stack.function_name("WebhookReceiverFunction")
+    answer = saga.runtime.invoke(
+        receiver, signed_webhook_request(payload, webhook_signing_secret(saga.stack))
+    )
+    assert json.loads(answer.payload)["statusCode"] == 200, answer.payload
+    saga.faults.add(Fault("WebhookConsumerFunction", "start", "delay", seconds=1.5, times=1))
+    assert webhook_event_source(saga).poll_once() == 1
+    claim = store.get("IAM-HOOK")
+    assert claim is not None
+    assert claim.charge_id == charge.charge_id
 
 
 def test_every_grant_is_a_call_the_code_makes(saga: Saga, monkeypatch: pytest.MonkeyPatch) -> None:

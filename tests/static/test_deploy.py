@@ -122,9 +122,9 @@ def test_the_orders_queue_concurrency_is_a_parameter_sized_for_a_small_account(t
         event["Properties"]
         for properties in template.functions.values()
         for event in (properties.get("Events") or {}).values()
-        if event["Type"] == "SQS"
+        if event["Type"] == "SQS" and event["Properties"]["Queue"] == {"Fn::GetAtt": ["OrdersQueue", "Arn"]}
     ]
-    assert sources
+    assert len(sources) == 1
     for source in sources:
         reference = source["ScalingConfig"]["MaximumConcurrency"]
         parameter = template.parameters[reference["Ref"]]

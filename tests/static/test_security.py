@@ -348,13 +348,27 @@ def test_the_key_is_read_from_the_secret_only_by_the_functions_that_call_the_pro
     assert parameter in template.parameters
     assert template.parameters[parameter]["AllowedPattern"].startswith("^arn:aws[a-z-]*:secretsmanager:")
     assert "Default" not in template.parameters[parameter], "a default would be someone's secret"
-    # And no other function may touch Secrets Manager, in its template policies or its deployed role.
+    # And no other function may touch Secrets Manager, in its template policies or its deployed role,
+    # but the webhook receiver, which reads the endpoint's signing secret (and only that).
+    receiver = template.function_by_handler("handlers.webhook_receiver.handler")
+    signing = template.functions[receiver]
+    assert [
+        (statement["Action"], statement["Resource"])
+        for policy in signing.get("Policies") or []
+        for statement in policy.get("Statement", [])
+        if "secretsmanager" in json.dumps(statement)
+    ] == [("secretsmanager:GetSecretValue", {"Ref": "WebhookSigningSecretArn"})]
+    assert "Default" not in template.parameters["WebhookSigningSecretArn"], (
+        "a default would be someone's secret"
+    )
     for name, properties in template.functions.items():
-        if name not in readers:
+        if name == receiver:
+            assert "PAYMENT_API_KEY_SECRET_ARN" not in json.dumps(properties.get("Environment") or {}), name
+        elif name not in readers:
             assert "secretsmanager" not in json.dumps(properties.get("Policies") or []), name
             assert "PAYMENT_API_KEY_SECRET_ARN" not in json.dumps(properties.get("Environment") or {}), name
     for name, statements in identity_policies(deployed).items():
-        if name not in {f"{reader}Role" for reader in readers}:
+        if name not in {f"{reader}Role" for reader in (*readers, receiver)}:
             assert "secretsmanager" not in json.dumps([statement for _, statement in statements]), name
 
 
@@ -383,7 +397,7 @@ def test_the_orders_queue_caps_the_message_size(template: Template) -> None:
         template.referenced_resource(event["Properties"]["Queue"])
         for properties in template.functions.values()
         for event in (properties.get("Events") or {}).values()
-        if event["Type"] == "SQS"
+        if event["Type"] == "SQS" and event["Properties"]["Queue"] == {"Fn::GetAtt": ["OrdersQueue", "Arn"]}
     ]
     assert sources, "no function reads an orders queue"
     for queue in sources:
@@ -431,6 +445,8 @@ def test_checkov_skips_stay_on_the_resources_reviewed_for_them(template: Templat
         "OrdersDeadLetterQueue",
         "OutcomeRelayFailureQueue",
         "OutcomeArchiveQueue",
+        "WebhookQueue",
+        "WebhookDeadLetterQueue",
         "ClaimsTable",
         "PaymentSagaStateMachineLogGroup",
         *template.functions,

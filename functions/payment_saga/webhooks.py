@@ -1,0 +1,398 @@
+"""What a verified Stripe PaymentIntent event does to a claim: the webhook's rules, beside the sweeper's.
+
+Stripe pushes every change of a PaymentIntent to the webhook endpoint: at least once, in no
+guaranteed order, retried for up to three days. The receiver verifies the signature and queues the
+event; this module decides what it means for the order's claim and makes the one conditional write
+that follows. It charges nothing and asks the provider nothing: the verified event is the provider's
+own statement about one PaymentIntent, and the claim row is the saga's about the attempt.
+
+The event names the order and the attempt in the metadata the Charge step writes on every
+PaymentIntent (``metadata[orderId]``, ``metadata[attempt]``), so the claim it concerns is one
+strongly consistent read of the base table away (no index: the charge path's rule, invariant 3, is
+kept here too, although nothing here can charge).
+
+=============================================  ===========================  ==========================
+The event (the PaymentIntent's snapshot)       The claim                    Decision (write)
+=============================================  ===========================  ==========================
+``succeeded``, the claim's attempt             CLAIMED                      COMPLETE: ``complete``
+                                                                            fenced on the holder's
+                                                                            token, with this PI
+``succeeded``, the claim's attempt             COMPLETED with this PI       LEAVE (a duplicate or a
+                                                                            late event)
+``succeeded``, the claim's attempt             COMPLETED with another PI    DUPLICATE_CHARGE: no
+                                                                            write, alarm, refund one
+``succeeded``, the claim's attempt or an       RELEASED, or moved on to a   CHARGE_ON_RELEASED:
+earlier one                                    later attempt                ``complete_released``,
+                                                                            alarm
+``payment_failed`` / ``canceled``, the         CLAIMED, no charge recorded  RELEASE_DECLINED:
+claim's attempt, the PI failed for good                                     ``release`` fenced on the
+                                                                            holder's token
+``payment_failed`` / ``canceled``              anything else                LEAVE (a succeeded PI of
+                                                                            the attempt, or a release,
+                                                                            already decided)
+``processing``, ``requires_action``, any       any                          LEAVE: in flight, not
+status that is not final                                                    proof of anything
+no ``orderId``/``attempt`` metadata, no        -                            IGNORE: not a PaymentIntent
+claim, an attempt the claim never reached                                   of this saga's, or gone
+amount or currency other than the claim's      -                            MISMATCH: no write, logged
+                                                                            for a person
+=============================================  ===========================  ==========================
+
+Why each is safe:
+
+* **Complete.** A verified ``succeeded`` PaymentIntent of the claim's attempt is the proof the
+  sweeper looks for, delivered instead of searched. The write is Mark Complete's own, fenced on the
+  holder's token: the execution's later Mark Complete (same token, same PaymentIntent: the attempt's
+  idempotency key replays that very PaymentIntent) finds it done and succeeds; a takeover since
+  (another token) makes the write lose, and the event is decided again on the new row. The lease is
+  not checked: the money moved.
+* **Release as declined.** A PaymentIntent in ``requires_payment_method`` after its confirm, or
+  ``canceled``, charged nothing and never will without another confirm, which only the Charge step
+  could send and never does. It is the proof a decline is for the Charge step (invariant 6). The
+  release is Release Claim's own write, fenced on the holder's token and payment attempt: the
+  execution's own Release Claim (same token, same reason) is re-entrant on it, and the payment
+  attempt joins ``declinedAttempts``, so no redelivery of it reaches the provider again. Only while
+  no charge is recorded for the attempt: a ``succeeded`` PaymentIntent decided first wins.
+* **Reordered, duplicated, late.** Every rule reads the claim as it is now and moves it only forward
+  (CLAIMED to COMPLETED or RELEASED), never back: a ``processing`` after ``succeeded`` is LEAVE, a
+  second delivery of any event meets the row its first one wrote and is LEAVE, a ``payment_failed``
+  after the claim completed is LEAVE.
+* **Two charges.** A second succeeded PaymentIntent for one attempt (the provider applied two creates
+  of the attempt) and a succeeded PaymentIntent for an attempt whose claim was released are the
+  sweeper's two alarms (``DuplicateCharge``, ``ChargeOnReleasedClaim``), raised here as soon as the
+  provider says so. A charge on a released claim also completes it (``complete_released``) so that
+  no later attempt charges the order again.
+* **Not ours.** Without the saga's metadata, or without a claim (another system's PaymentIntent on
+  the same account, a claim long expired), an event changes nothing. The same for an attempt the
+  claim has not reached: nothing this saga sent can carry it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from payment_saga.claims import ClaimStatus, ReleaseReason
+from payment_saga.errors import ClaimLost
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from payment_saga.claims import Claim, ClaimsStore
+
+#: The event types the endpoint is subscribed to and the consumer acts on (docs/webhooks.md lists
+#: them for the Stripe dashboard). Any other type is answered 200 by the receiver and dropped.
+PAYMENT_INTENT_EVENTS = frozenset(
+    {
+        "payment_intent.succeeded",
+        "payment_intent.payment_failed",
+        "payment_intent.canceled",
+        "payment_intent.processing",
+        "payment_intent.requires_action",
+    }
+)
+#: The event types whose PaymentIntent, failed for good, proves that nothing was charged.
+_FAILURE_EVENTS = frozenset({"payment_intent.payment_failed", "payment_intent.canceled"})
+#: Statuses in which a PaymentIntent has not charged and cannot without a further confirm of ours.
+FAILED_STATUSES = frozenset({"requires_payment_method", "canceled"})
+#: A row that changed between the read and the write is read and decided again, at most this often.
+MAX_ROUNDS = 3
+
+
+class WebhookOutcome(enum.StrEnum):
+    """What one PaymentIntent event did (or would do) to its order's claim."""
+
+    COMPLETED = "completed"  # the claim is COMPLETED with the event's PaymentIntent
+    RELEASED = "released"  # the claim is RELEASED as DECLINED
+    LEFT = "left"  # nothing to do: in flight, a duplicate, late, or decided already
+    IGNORED = "ignored"  # not this saga's PaymentIntent, or no claim to act on
+    MISMATCH = "mismatch"  # names the order but not its amount or currency: a person looks
+    DUPLICATE_CHARGE = "duplicate_charge"  # a second succeeded PaymentIntent for one attempt: refund one
+    CHARGE_ON_RELEASED = "charge_on_released"  # charged, but the attempt's claim was released: alarm
+
+
+@dataclass(frozen=True)
+class PaymentIntentEvent:
+    """The parts of a verified Stripe ``payment_intent.*`` event that the rules read.
+
+    ``order_id`` and ``attempt`` come from the metadata the Charge step writes (None when absent or
+    malformed: not this saga's). ``created`` is the event's time (Unix seconds, Stripe's clock).
+    """
+
+    event_id: str
+    type: str
+    payment_intent_id: str
+    status: str
+    amount: int
+    currency: str
+    created: int
+    order_id: str | None
+    attempt: int | None
+    livemode: bool = False
+
+
+class MalformedEvent(ValueError):
+    """The event's JSON has not the shape of a Stripe PaymentIntent event."""
+
+
+def parse_event(event: Mapping[str, Any]) -> PaymentIntentEvent:
+    """A Stripe event object (``{"id", "type", "created", "data": {"object": PaymentIntent}}``).
+
+    Raises :class:`MalformedEvent` when a field the rules need is missing or of the wrong type. The
+    metadata is read leniently: an absent or non-numeric ``attempt`` is an event for a PaymentIntent
+    this saga did not create, not a malformed event.
+    """
+    try:
+        intent = event["data"]["object"]
+        metadata = intent.get("metadata") or {}
+        parsed = PaymentIntentEvent(
+            event_id=_text(event["id"]),
+            type=_text(event["type"]),
+            payment_intent_id=_text(intent["id"]),
+            status=_text(intent["status"]),
+            amount=_integer(intent["amount"]),
+            currency=_text(intent["currency"]).upper(),
+            created=_integer(event["created"]),
+            order_id=_optional_text(metadata.get("orderId")),
+            attempt=_attempt(metadata.get("attempt")),
+            livemode=event.get("livemode") is True,
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise MalformedEvent(f"not a PaymentIntent event: {type(exc).__name__} {exc}") from None
+    if intent.get("object", "payment_intent") != "payment_intent":
+        raise MalformedEvent(f"event {parsed.event_id} does not carry a PaymentIntent")
+    return parsed
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"expected a non-empty string, got {type(value).__name__}")
+    return value
+
+
+def _optional_text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _attempt(value: Any) -> int | None:
+    # The Charge step writes str(attempt), attempt >= 1.
+    if isinstance(value, str) and value.isdigit() and value == str(int(value)) and int(value) >= 1:
+        return int(value)
+    return None
+
+
+@dataclass(frozen=True)
+class WebhookDecision:
+    """What one event does to its claim, and (when ``applied``) what was written."""
+
+    outcome: WebhookOutcome
+    reason: str
+    event_id: str
+    payment_intent_id: str
+    order_id: str | None
+    attempt: int | None
+    #: The claim as the decision saw it; the write is fenced on it.
+    seen: Claim | None = None
+    #: The charge the claim holds (the order's) next to a DUPLICATE_CHARGE or CHARGE_ON_RELEASED.
+    claim_charge_id: str | None = None
+    applied: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome.value,
+            "reason": self.reason,
+            "eventId": self.event_id,
+            "paymentIntentId": self.payment_intent_id,
+            "orderId": self.order_id,
+            "attempt": self.attempt,
+            "claimChargeId": self.claim_charge_id,
+            "applied": self.applied,
+        }
+
+
+def decide(event: PaymentIntentEvent, claim: Claim | None) -> WebhookDecision:
+    """The decision for ``event`` given its order's claim as it is now (pure; see the module table)."""
+
+    def decided(outcome: WebhookOutcome, reason: str, **extra: Any) -> WebhookDecision:
+        return WebhookDecision(
+            outcome=outcome,
+            reason=reason,
+            event_id=event.event_id,
+            payment_intent_id=event.payment_intent_id,
+            order_id=event.order_id,
+            attempt=event.attempt,
+            seen=claim,
+            **extra,
+        )
+
+    pi = event.payment_intent_id
+    if event.type not in PAYMENT_INTENT_EVENTS:
+        return decided(WebhookOutcome.IGNORED, f"{event.type} is not an event the saga acts on")
+    if event.order_id is None or event.attempt is None:
+        return decided(WebhookOutcome.IGNORED, f"{pi} carries no saga orderId and attempt: not ours")
+    if claim is None:
+        return decided(WebhookOutcome.IGNORED, f"no claim for order {event.order_id}: not ours, or expired")
+    if event.attempt > claim.attempt:
+        return decided(
+            WebhookOutcome.IGNORED,
+            f"{pi} names attempt {event.attempt}, the claim is at attempt {claim.attempt}: nothing of ours",
+        )
+    amount, currency, _ = claim.fingerprint.split("|", 2)
+    if (event.amount, event.currency) != (int(amount), currency):
+        return decided(
+            WebhookOutcome.MISMATCH,
+            f"{pi} is for {event.amount} {event.currency}, order {event.order_id} for {amount} {currency}",
+        )
+    current_attempt = event.attempt == claim.attempt
+    if event.status == "succeeded":
+        return _succeeded(event, claim, current_attempt, decided)
+    if event.type in _FAILURE_EVENTS and event.status in FAILED_STATUSES:
+        if current_attempt and claim.status is ClaimStatus.CLAIMED and claim.charge_id is None:
+            return decided(
+                WebhookOutcome.RELEASED, f"{pi} of attempt {event.attempt} is {event.status}: nothing charged"
+            )
+        return decided(
+            WebhookOutcome.LEFT,
+            f"{pi} is {event.status}; the claim is {claim.status.value} at attempt {claim.attempt}:"
+            " decided already",
+        )
+    return decided(WebhookOutcome.LEFT, f"{pi} is {event.status}: not final, the claim stays as it is")
+
+
+def _succeeded(
+    event: PaymentIntentEvent,
+    claim: Claim,
+    current_attempt: bool,
+    decided: Callable[..., WebhookDecision],
+) -> WebhookDecision:
+    pi = event.payment_intent_id
+    if claim.status is ClaimStatus.COMPLETED and claim.charge_id == pi:
+        return decided(WebhookOutcome.LEFT, f"the claim is completed with {pi} already")
+    if current_attempt and claim.status is ClaimStatus.CLAIMED:
+        return decided(WebhookOutcome.COMPLETED, f"{pi} of attempt {event.attempt} succeeded")
+    if current_attempt and claim.status is ClaimStatus.COMPLETED:
+        return decided(
+            WebhookOutcome.DUPLICATE_CHARGE,
+            f"{pi} of attempt {event.attempt} succeeded, and the claim is completed with {claim.charge_id}:"
+            " two charges for one attempt, refund one",
+            claim_charge_id=claim.charge_id,
+        )
+    # RELEASED at this attempt, or the order moved on to a later attempt: the release said nothing
+    # was charged under this attempt, and the provider says otherwise.
+    return decided(
+        WebhookOutcome.CHARGE_ON_RELEASED,
+        f"{pi} of attempt {event.attempt} succeeded, but the claim is {claim.status.value} at attempt"
+        f" {claim.attempt}: check for a second charge and refund it",
+        claim_charge_id=claim.charge_id,
+    )
+
+
+def apply(store: ClaimsStore, decision: WebhookDecision) -> WebhookDecision:
+    """Make the conditional write ``decision`` leads to; returns it with ``applied`` set.
+
+    Raises:
+        ClaimLost: the row changed since the decision read it (the caller decides again).
+    """
+    seen = decision.seen
+    if decision.outcome is WebhookOutcome.COMPLETED:
+        assert seen is not None
+        store.complete(seen.order_id, token=seen.claim_token, charge_id=decision.payment_intent_id)
+    elif decision.outcome is WebhookOutcome.RELEASED:
+        assert seen is not None
+        store.release(
+            seen.order_id,
+            token=seen.claim_token,
+            reason=ReleaseReason.DECLINED,
+            payment_attempt=seen.payment_attempt,
+        )
+    elif decision.outcome is WebhookOutcome.CHARGE_ON_RELEASED:
+        assert seen is not None
+        assert decision.attempt is not None
+        try:
+            store.complete_released(
+                seen.order_id, attempt=decision.attempt, charge_id=decision.payment_intent_id
+            )
+        except ClaimLost:
+            # Completed with another charge since (or gone): two charges, and nothing to write.
+            # The alarm stands all the same; deciding again would only say so again.
+            return decision
+    else:
+        return decision
+    return dataclasses.replace(decision, applied=True)
+
+
+def handle_event(store: ClaimsStore, event: PaymentIntentEvent) -> WebhookDecision:
+    """Read the event's claim (strongly consistent), decide, write; decide again if the row moved.
+
+    Idempotent: a second delivery meets what the first wrote and is LEFT. Raises :class:`ClaimLost`
+    when the row kept changing for :data:`MAX_ROUNDS` reads (the queue delivers the event again).
+    """
+    for _ in range(MAX_ROUNDS):
+        claim = store.get(event.order_id) if event.order_id else None
+        decision = decide(event, claim)
+        try:
+            return apply(store, decision)
+        except ClaimLost:
+            continue
+    raise ClaimLost(
+        f"order {event.order_id}: the claim kept changing while event {event.event_id} was applied"
+    )
+
+
+# -- the signature -------------------------------------------------------------------------------
+
+#: Stripe's own default tolerance (``stripe.Webhook.DEFAULT_TOLERANCE``): a signed request older than
+#: this is refused, so a captured request cannot be replayed later. Stripe signs every retry anew.
+DEFAULT_TOLERANCE_SECONDS = 300
+
+
+def signing_secrets_from_string(raw: str) -> tuple[str, ...]:
+    """The endpoint's signing secrets in a secret's string: ``whsec_...`` alone, or JSON
+    ``{"signingSecrets": ["whsec_new", "whsec_old"]}`` while a rotation has two valid at once.
+
+    Error messages never quote a secret.
+    """
+    text = raw.strip()
+    if not text:
+        raise ValueError("the webhook signing secret is empty")
+    if not text.startswith("{"):
+        return (text,)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ValueError("the webhook signing secret looks like JSON but does not parse") from None
+    listed = data.get("signingSecrets") if isinstance(data, dict) else None
+    if (
+        not isinstance(listed, list)
+        or not listed
+        or not all(isinstance(s, str) and s.strip() for s in listed)
+    ):
+        raise ValueError('the webhook signing secret is JSON without a "signingSecrets" list of strings')
+    return tuple(s.strip() for s in listed)
+
+
+def signature_valid(payload: str, header: str | None, secrets: tuple[str, ...], *, tolerance: int) -> bool:
+    """Whether ``header`` (``Stripe-Signature``) signs ``payload`` with one of ``secrets``, recently.
+
+    The Stripe SDK's own verification (``WebhookSignature.verify_header``: HMAC-SHA256 of
+    ``<t>.<payload>``, compared in constant time, ``t`` within ``tolerance`` seconds of now), tried
+    with each secret: during a rotation either secret may be the one Stripe signed with.
+    """
+    import stripe  # only the receiver verifies: the consumer and the rest never load the SDK
+
+    for secret in secrets:
+        try:
+            stripe.WebhookSignature.verify_header(payload, header, secret, tolerance=tolerance)
+        except stripe.SignatureVerificationError:
+            continue
+        return True
+    return False

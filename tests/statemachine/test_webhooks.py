@@ -1,0 +1,112 @@
+"""Stripe's webhooks through the local stack: the real ASL, the real handlers (the receiver invoked as a
+function URL invokes it, the consumer polled from the webhook queue with its role), the Stripe
+emulator's own PaymentIntents, signatures by the real ``stripe`` SDK. No sweeper runs in these tests:
+the webhook alone resolves the claim an execution could not."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from handlers import runtime as handler_runtime
+from saga_local.runtime.faults import Fault
+from tests.helpers import Saga, order, signed_webhook_request, webhook_event_source, webhook_signing_secret
+
+if TYPE_CHECKING:
+    import pytest
+
+
+def deliver(saga: Saga, order_id: str, kind: str) -> None:
+    """Stripe's ``payment_intent.<kind>`` event for the order's PaymentIntent, delivered and applied."""
+    (intent,) = saga.provider.payment_intents(order_id)
+    event = {
+        "id": f"evt_{kind}_{order_id}",
+        "object": "event",
+        "type": f"payment_intent.{kind}",
+        "created": int(time.time()),
+        "livemode": False,
+        "data": {"object": intent},
+    }
+    request = signed_webhook_request(json.dumps(event), webhook_signing_secret(saga.stack))
+    with saga.runtime.outside_invocation():
+        answer = saga.runtime.invoke(saga.stack.function_name("WebhookReceiverFunction"), request)
+        assert json.loads(answer.payload)["statusCode"] == 200, answer.payload
+        assert webhook_event_source(saga).poll_once() == 1
+
+
+def finals(saga: Saga, order_id: str) -> list[str]:
+    saga.driver.relay()
+    log = saga.driver.outcome_log
+    assert log is not None
+    return [e.detail_type for e in log.collect() if e.order_id == order_id and e.final]
+
+
+def test_a_charge_whose_mark_complete_never_answered_is_completed_by_its_webhook_without_the_sweeper(
+    saga: Saga,
+) -> None:
+    saga.faults.add(Fault("MarkCompleteFunction", "start", "die", times=100))
+    result = saga.driver.wait(saga.driver.start(order(), name="lost-answer"))
+    assert result.error == "NeedsReconciliation"
+    assert saga.driver.claim("ORDER-003")["status"] == "CLAIMED"  # type: ignore[index]
+
+    deliver(saga, "ORDER-003", "succeeded")
+
+    (landed,) = saga.provider.charges_for("ORDER-003")
+    claim = saga.driver.claim("ORDER-003")
+    assert claim is not None
+    assert (claim["status"], claim["chargeId"]) == ("COMPLETED", landed.charge_id)
+    assert finals(saga, "ORDER-003") == ["OrderCharged"]
+    duplicate = saga.driver.wait(saga.driver.start(order(), name="duplicate"))
+    assert duplicate.outcome == "DUPLICATE"
+    assert saga.charges("ORDER-003") == 1
+
+
+def test_a_decline_whose_release_never_ran_is_released_by_its_failed_webhook(saga: Saga) -> None:
+    declined = order("ORDER-D", paymentMethod="pm_card_chargeDeclined")
+    saga.faults.add(Fault("ReleaseClaimFunction", "start", "die", times=100))
+    result = saga.driver.wait(saga.driver.start(declined, name="release-fails"))
+    assert result.error == "ReleaseFailed"
+
+    deliver(saga, "ORDER-D", "payment_failed")
+
+    claim = saga.driver.claim("ORDER-D")
+    assert claim is not None
+    assert (claim["status"], claim["releaseReason"]) == ("RELEASED", "DECLINED")
+    assert finals(saga, "ORDER-D") == ["OrderDeclined"]
+    again = saga.driver.wait(saga.driver.start(declined, name="redelivered"))
+    assert again.outcome == "DUPLICATE"  # the declined payment attempt never reaches the provider again
+    assert saga.charges("ORDER-D") == 0
+
+
+def test_a_webhook_that_completes_the_claim_before_the_charges_retry_ends_the_order_charged(
+    saga: Saga, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The charge lands and its answer is lost; Stripe's webhook beats the step's retry. The retry finds
+    the claim completed with its own PaymentIntent: charged once, and no reconciliation to page."""
+    saga.faults.add(Fault("ChargePaymentFunction", "after:provider.charge", "die", times=1))
+    store = handler_runtime.claims_store()
+    real_check_held = store.check_held
+    delivered: list[str] = []
+
+    def webhook_first(order_id: str, **kwargs: Any) -> Any:
+        if saga.provider.charges_for(order_id) and not delivered:
+            delivered.append(order_id)
+            # Stripe, the receiver and the consumer are not this invocation: another thread, as on AWS.
+            stripe_side = threading.Thread(target=deliver, args=(saga, order_id, "succeeded"))
+            stripe_side.start()
+            stripe_side.join()
+        return real_check_held(order_id, **kwargs)
+
+    monkeypatch.setattr(store, "check_held", webhook_first)
+    result = saga.driver.wait(saga.driver.start(order(), name="webhook-first"))
+
+    assert delivered == ["ORDER-003"]
+    assert result.outcome == "CHARGED", result
+    assert result.path == ["Claim Order", "Charge Payment", "Mark Complete"]
+    (landed,) = saga.provider.charges_for("ORDER-003")
+    claim = saga.driver.claim("ORDER-003")
+    assert claim is not None
+    assert (claim["status"], claim["chargeId"]) == ("COMPLETED", landed.charge_id)
+    assert finals(saga, "ORDER-003") == ["OrderCharged"]
