@@ -218,6 +218,18 @@ def test_the_verdict_fails_when_an_order_has_no_final_outcome_event(small: Small
     assert "FAIL  each order exactly one final outcome event" in render(broken)
 
 
+def test_an_order_lost_only_before_the_sweep_is_no_problem_in_the_report(small: SmallRun) -> None:
+    # Before the sweep an order whose re-send still waits on the queue counts as lost; it is charged
+    # later. The report's problems are what is wrong at the end: the report after the sweep.
+    transient = "ORDER-X: lost (no claim; 1 execution(s) ended ClaimRetriedLater, 0 charges)"
+    before = dataclasses.replace(small.report.before, problems=[transient])
+    report = dataclasses.replace(small.report, before=before)
+    assert transient not in render(report)
+
+    stuck = dataclasses.replace(small.report.after, problems=[transient])
+    assert transient in render(dataclasses.replace(small.report, after=stuck))
+
+
 def test_the_verdict_fails_when_an_order_has_two_charge_events(small: SmallRun) -> None:
     charged = next(e for e in small.events if e.detail_type == "OrderCharged")
     again = dataclasses.replace(charged, detail={**charged.detail, "eventId": charged.event_id + "-again"})
