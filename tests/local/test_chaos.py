@@ -49,7 +49,7 @@ SMALL = ChaosConfig(
     outage_start_seconds=1.0,
     outage_seconds=3.0,
     throttle_start_seconds=0.5,
-    throttle_seconds=1.5,
+    throttle_seconds=4.0,  # long enough for a Claim and its retries to all meet it on a slow machine
 )
 
 
