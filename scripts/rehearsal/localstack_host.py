@@ -2,7 +2,7 @@
 
 The rehearsal (`make deploy-rehearsal`, tests/rehearsal/) sends the real `sam deploy` to LocalStack's
 CloudFormation engine. LocalStack's runtime, started on the host without Docker and without the
-internet, needs exactly three changes, all made here and nowhere else:
+internet, needs exactly four changes, all made here and nowhere else:
 
 1. DynamoDB. LocalStack forwards every DynamoDB (and DynamoDB Streams) request to DynamoDB Local, a
    Java program it downloads on first use. Here the same forwarder points at a moto server (the
@@ -13,6 +13,12 @@ internet, needs exactly three changes, all made here and nowhere else:
    invokes one, so that preparation is skipped: the function is Active at once.
 3. The gateway. LocalStack's Twisted server listens on every interface whatever `GATEWAY_LISTEN`
    says (it passes the port, not the host). Here it listens on 127.0.0.1 only.
+4. A `!GetAtt` of a resource only SAM's transform creates (the state machine's generated role, which
+   the orders queue's and the bus's policies name). Before applying the transform, LocalStack's
+   CloudFormation engine resolves what it can and leaves the rest for after it, by catching
+   RuntimeError; a resource it cannot find yet raises its ValidationError instead, and the deploy
+   fails on "Unresolved resource dependencies" although the transform creates it. Here that lookup
+   is left for after the transform too, as AWS's engine does.
 
 Each change replaces one LocalStack function whose source is pinned below by its hash, for the one
 LocalStack version pinned below: `--check` (run by tests/rehearsal/test_localstack_contract.py)
@@ -51,6 +57,10 @@ PATCHED_SOURCES = {
     ),
     "localstack.runtime.server.twisted:TwistedRuntimeServer.register": (
         "6c7de9c19515369f5b9502e7c9ab698457ed7d0843374df39692c5de97c7df6c"
+    ),
+    "localstack.services.cloudformation.engine.v2.change_set_model_transform:"
+    "ChangeSetModelTransform.visit_node_intrinsic_function_fn_get_att": (
+        "cffa1d1d7e7d1d7090d2c34cf37631e13f4ad1a2376401bba87eed68f6319d8f"
     ),
 }
 
@@ -125,16 +135,29 @@ def _register_on_loopback(
         endpoints.TCP4ServerEndpoint(reactor, port, interface=LOOPBACK).listen(protocol_factory)
 
 
+def _get_att_after_the_transform(self: Any, node_intrinsic_function: Any) -> Any:
+    """ChangeSetModelTransform.visit_node_intrinsic_function_fn_get_att, leaving a resource the
+    transform has yet to create (ValidationError, not only RuntimeError) for after it."""
+    from localstack.services.cloudformation.engine.v2.change_set_model_preproc import ChangeSetModelPreproc
+    from localstack.services.cloudformation.engine.validations import ValidationError
+
+    try:
+        return ChangeSetModelPreproc.visit_node_intrinsic_function_fn_get_att(self, node_intrinsic_function)
+    except (RuntimeError, ValidationError):
+        return self.visit(node_intrinsic_function.arguments)
+
+
 def apply() -> None:
-    """Replace the three functions (after checking the contract: a mismatch refuses to start)."""
+    """Replace the four functions (after checking the contract: a mismatch refuses to start)."""
     state = contract()
     if not state["ok"]:
         raise SystemExit("LocalStack does not match the pinned contract:\n" + json.dumps(state, indent=2))
-    dynamodb, lambda_, gateway = PATCHED_SOURCES
+    dynamodb, lambda_, gateway, get_att = PATCHED_SOURCES
     replacements = {
         dynamodb: _moto_server_thread,
         lambda_: classmethod(_prepare_version_without_download),
         gateway: _register_on_loopback,
+        get_att: _get_att_after_the_transform,
     }
     for target, replacement in replacements.items():
         owner, attribute, _ = _resolve(target)

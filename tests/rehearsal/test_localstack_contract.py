@@ -1,7 +1,8 @@
 """The LocalStack internals scripts/rehearsal/localstack_host.py replaces, pinned to one version.
 
-The launcher replaces three LocalStack functions (DynamoDB Local's start, the Lambda runtime's
-preparation, the gateway's listening sockets). It refuses to start when LocalStack is not the version
+The launcher replaces four LocalStack functions (DynamoDB Local's start, the Lambda runtime's
+preparation, the gateway's listening sockets, the engine's lookup of a resource only SAM's transform
+creates). It refuses to start when LocalStack is not the version
 it was written against or when any of those functions changed; these tests say so first, and which
 one, so that an upgrade of `localstack-core` is a reviewed change of the launcher, not a rehearsal that
 quietly downloads Java, pulls images or listens on every interface.
@@ -47,7 +48,7 @@ def test_localstack_is_the_version_the_launcher_and_the_makefile_pin() -> None:
 def test_every_function_the_launcher_replaces_is_the_one_it_was_written_against() -> None:
     sources = check()["sources"]
     assert isinstance(sources, dict)
-    assert len(sources) == 3
+    assert len(sources) == 4
     changed = {target: found for target, found in sources.items() if found["installed"] != found["pinned"]}
     assert not changed, f"LocalStack changed what the launcher patches: {changed}"
 
