@@ -34,7 +34,8 @@ LOCALSTACK_HOST = ROOT / "scripts" / "rehearsal" / "localstack_host.py"
 SAM = ROOT / ".venv-sam" / "bin" / "sam"
 BUILT_TEMPLATE = ROOT / ".aws-sam" / "build-check" / "template.yaml"
 #: The outputs the README promises a deployed stack has ("The stack's outputs: `A`, `B` (what it is), ...").
-README_OUTPUTS = re.compile(r"The stack's outputs: (.+?`)\.\s", re.DOTALL)
+#: The README's list of the stack's outputs (generated from the template: saga_local/commands/figures.py).
+README_OUTPUTS = re.compile(r"<!-- figures:outputs -->(.*?)<!-- /figures:outputs -->", re.DOTALL)
 FIRST_REGION = "us-east-1"
 SECOND_REGION = "eu-west-1"
 #: Bounds, not timings: LocalStack is up in a few seconds and a deploy takes about 40 s here.
@@ -52,7 +53,8 @@ def free_port() -> int:
 def readme_outputs() -> list[str]:
     found = README_OUTPUTS.search((ROOT / "README.md").read_text(encoding="utf-8"))
     assert found, "README.md no longer lists the stack's outputs"
-    return re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", found.group(1)))
+    # Every output a default deploy has: not those of a condition the defaults leave off.
+    return re.findall(r"^\* `(\w+)`:", found.group(1), flags=re.MULTILINE)
 
 
 @dataclass
@@ -94,6 +96,16 @@ class LocalStack:
             self.secrets[FIRST_REGION] = created["ARN"]
         return self.secrets[FIRST_REGION]
 
+    def webhook_secret_arn(self) -> str:
+        """The webhook endpoint's signing secret (a placeholder: nothing is delivered), first region only."""
+        key = f"{FIRST_REGION}/webhook"
+        if key not in self.secrets:
+            created = self.client("secretsmanager").create_secret(
+                Name="payment-saga/stripe-webhook", SecretString="whsec_rehearsal"
+            )
+            self.secrets[key] = created["ARN"]
+        return self.secrets[key]
+
     def artifacts_bucket(self, region: str) -> str:
         name = f"rehearsal-artifacts-{region}"
         s3 = self.client("s3", region)
@@ -121,7 +133,11 @@ class LocalStack:
 
     def deploy(self, stack: str, region: str = FIRST_REGION, **parameters: str) -> dict[str, Any]:
         """`sam deploy` of the built template, as a user's first deploy; the stack as described after it."""
-        overrides = {"PaymentApiKeySecretArn": self.secret_arn(), **parameters}
+        overrides = {
+            "PaymentApiKeySecretArn": self.secret_arn(),
+            "WebhookSigningSecretArn": self.webhook_secret_arn(),
+            **parameters,
+        }
         self.sam(
             "deploy",
             "--template-file",
