@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from saga_local.aws.template import ROOT
 from saga_local.commands import running
-from saga_local.commands.arguments import Parser, count, duration, port, seconds, share
+from saga_local.commands.arguments import Parser, count, duration, html_file, port, seconds, share
 from saga_local.commands.output import Out, handlers_quiet
 from saga_local.paths import STATE_DIR
 
@@ -520,6 +520,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         )
         # The stack stops with this command: what did not succeed is kept for `saga trace NAME`.
         recorded = simulate.record_unhappy(stack)
+    if args.html:
+        simulate.write_html_report(args.html, report.to_dict(), recorded, kind="simulate")
     if args.json:
         print(json.dumps({**report.to_dict(), "recorded": recorded.to_dict()}, indent=2))
     else:
@@ -985,6 +987,13 @@ def _add_simulate(sub: Any) -> None:
         help="inprocess (default) is several times faster; workers run each function in processes",
     )
     sim.add_argument("--json", action="store_true", help="print the report as JSON")
+    sim.add_argument(
+        "--html",
+        type=html_file,
+        metavar="PATH",
+        help="also write the report as a page, with a trace page per execution that did not succeed"
+        " in PATH's name + -traces/",
+    )
     sim.set_defaults(func=cmd_simulate)
 
 

@@ -4,13 +4,16 @@
 * a batch slower than the (compressed) visibility timeout is not delivered twice, nor dead-lettered;
 * every lost order comes with its reason;
 * retired executions leave moto, keep their names and still count in the report;
-* a lost order names the execution to trace, and the run records it for ``saga trace``.
+* a lost order names the execution to trace, and the run records it for ``saga trace``;
+* ``--html``: the report page names the run's counts and links a trace page for each execution
+  that did not succeed.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from html.parser import HTMLParser
 from typing import TYPE_CHECKING
 
 import pytest
@@ -158,3 +161,87 @@ def test_a_lost_order_names_the_execution_to_trace_and_the_run_records_it(tmp_pa
     kept = archive.load(name, tmp_path)  # what `saga trace NAME` reads once the stack is gone
     assert kept is not None
     assert kept.description["status"] == "FAILED"
+
+
+class ReportPage(HTMLParser):
+    """What the report page says: its figures and endings (by their data attributes), its links."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.figures: dict[str, str] = {}
+        self.endings: dict[str, str] = {}
+        self.money: dict[str, list[str]] = {}
+        self.links: dict[str, str] = {}
+        self._row: tuple[dict[str, str], str] | None = None
+        self._cells: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {k: v or "" for k, v in attrs}
+        if tag == "tr":
+            self._row, self._cells = (values, ""), []
+        elif tag == "td" and self._row is not None:
+            self._cells.append("")
+        elif tag == "a":
+            self.links[values["data-execution"]] = values["href"]
+
+    def handle_data(self, data: str) -> None:
+        if self._row is not None and self._cells:
+            self._cells[-1] += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag != "tr" or self._row is None:
+            return
+        attrs, _ = self._row
+        if "data-figure" in attrs:
+            self.figures[attrs["data-figure"]] = self._cells[1]
+        elif "data-ending" in attrs:
+            self.endings[attrs["data-ending"]] = self._cells[1]
+        elif "data-currency" in attrs:
+            self.money[attrs["data-currency"]] = self._cells[1:6]
+        self._row = None
+
+
+def test_the_html_report_names_the_run_s_counts_and_links_each_unhappy_execution_s_trace(
+    tmp_path: Path,
+) -> None:
+    # Its own stack, as saga simulate runs one: the module's may point at a stack a test above started.
+    environment = dict(os.environ)
+    try:
+        with (
+            output.handlers_quiet(),
+            EmbeddedStack(runtime="inprocess", visibility_timeout=30, quiet=True) as running,
+        ):
+            report = simulate.run(
+                running, orders=8, copies=2, concurrency=2, decline_rate=0.5, seed=9, prefix="PAGE"
+            )
+            recorded = simulate.record_unhappy(running, directory=tmp_path)
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
+    assert report.declined > 0, "no declined order: nothing for the page to link"
+
+    written = simulate.write_html_report(tmp_path / "run.html", report.to_dict(), recorded, kind="simulate")
+
+    page = ReportPage()
+    page.feed(written.read_text(encoding="utf-8"))
+    assert page.figures["orders"] == "8"
+    assert page.figures["deliveries"] == str(report.deliveries) == "16"
+    assert page.figures["charges"] == str(report.charges)
+    assert page.figures["declined"] == str(report.declined)
+    assert page.figures["duplicates stopped at the claim"] == str(report.duplicates_suppressed["claim"])
+    assert page.endings == {name: str(n) for name, n in report.order_endings.items()}
+    for entry in report.money:
+        assert page.money[entry.currency] == [
+            output.money(amount, entry.currency)
+            for amount in (entry.ordered, entry.billed, entry.declined, entry.not_billed, entry.billed_twice)
+        ]
+    # Every execution that did not succeed, linked to its own trace page, written beside the report.
+    names = {name for names in recorded.by_error.values() for name in names}
+    assert set(recorded.by_error) >= {"PaymentDeclined"}
+    assert set(page.links) == names
+    for name, href in page.links.items():
+        trace_page = (written.parent / href).resolve()
+        assert trace_page.parent == (tmp_path / "run-traces").resolve()
+        text = trace_page.read_text(encoding="utf-8")
+        assert f"<title>{name} · " in text
+        assert "pm_card_chargeDeclined" not in text  # redacted, as saga trace --html is without --io
