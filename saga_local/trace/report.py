@@ -286,8 +286,8 @@ def _faults(report: Mapping[str, Any], kind: Kind) -> list[str]:
     if kind == "chaos":
         extra = [
             ("by function", _counts(report.get("faultsByFunction") or {})),
-            ("provider outage", _dict_line(report.get("outage") or {})),
-            ("Lambda throttled", _dict_line(report.get("lambdaThrottle") or {})),
+            ("provider outage", _window(report.get("outage") or {}, "callsFailed", "calls failed")),
+            ("Lambda throttled", _window(report.get("lambdaThrottle") or {}, "throttles", "throttles")),
             ("redeliveries", _counts(report.get("redeliveries") or {})),
             ("late writes", _counts(report.get("lateWrites") or {})),
             ("sweep", _counts(report.get("sweepCounts") or {})),
@@ -315,7 +315,7 @@ def _problems(report: Mapping[str, Any], final: Mapping[str, Any], kind: Kind) -
         return []
     parts = ['<section id="problems"><h2>Problems</h2>']
     if reasons:
-        parts.append('<table class="figures"><tbody>')
+        parts.append('<table class="reasons"><tbody>')
         parts.extend(
             f'<tr><td>lost: {escape(reason)}</td><td class="num">{int(n)}</td></tr>'
             for reason, n in sorted(reasons.items())
@@ -361,5 +361,12 @@ def _counts(counts: Mapping[str, Any]) -> str:
     return ", ".join(f"{name} {n}" for name, n in sorted(counts.items())) or "none"
 
 
-def _dict_line(values: Mapping[str, Any]) -> str:
-    return ", ".join(f"{name} {value}" for name, value in values.items()) or "none"
+def _window(window: Mapping[str, Any], counted: str, noun: str) -> str:
+    """An outage or a throttle (``Outage.to_dict``, ``LambdaThrottle.to_dict``) in words."""
+    if not window.get("seconds"):
+        return "none"
+    what = f"{', '.join(window['functions'])}: " if window.get("functions") else ""
+    planned = f"{what}{window['seconds']} s from {window.get('startAfterSeconds', 0)} s into the run"
+    if window.get("began") is None:
+        return f"{planned}; did not begin (the run ended first)"
+    return f"{planned}; began at {window['began']} s, {window.get(counted, 0)} {noun}"

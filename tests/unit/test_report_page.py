@@ -146,6 +146,14 @@ def test_a_chaos_report_shows_each_check_and_the_broken_one_fails_the_promise() 
         "faultsByKind": {"die": 4, "lost answer": 2},
         "faultsPlanned": 9,
         "checks": {"no order charged twice": True, "no order lost": False},
+        "outage": {"startAfterSeconds": 60.0, "seconds": 2.0, "began": None, "ended": None, "callsFailed": 0},
+        "lambdaThrottle": {
+            "functions": ["ClaimOrderFunction", "ReleaseClaimFunction"],
+            "startAfterSeconds": 0.5,
+            "seconds": 4.0,
+            "began": 0.6,
+            "throttles": 17,
+        },
         "recorded": {"byError": {}, "leftOut": 0},
     }
     parsed = tags(render_report(report, kind="chaos", traces={}))
@@ -158,7 +166,11 @@ def test_a_chaos_report_shows_each_check_and_the_broken_one_fails_the_promise() 
         "die",
         "lost answer",
     }
-    assert "PROMISE BROKEN" in "".join(parsed.text)
+    text = "".join(parsed.text)
+    assert "PROMISE BROKEN" in text
+    assert "2.0 s from 60.0 s into the run; did not begin (the run ended first)" in text
+    throttled = "ClaimOrderFunction, ReleaseClaimFunction: 4.0 s from 0.5 s into the run"
+    assert f"{throttled}; began at 0.6 s, 17 throttles" in text
 
 
 def test_an_execution_whose_record_is_gone_is_named_without_a_link(tmp_path: Path) -> None:
