@@ -154,11 +154,14 @@ def _graph_panel(definition: dict[str, Any], steps: list[Step], status: str) -> 
     # The graph pans and zooms inside its own box (static/trace.js), so the page never scrolls sideways.
     parts.append(
         '<div id="graph-view" tabindex="0" aria-label="graph: drag or arrow keys to pan,'
-        ' the wheel or + and - to zoom, 0 to fit">'
+        ' + and - or the wheel to zoom, 0 to fit">'
     )
     parts.append(svg(definition, steps, status))
     parts.append("</div>")
-    parts.append('<p class="hint muted">drag or arrow keys to pan · wheel or + / - to zoom · 0 fits</p>')
+    parts.append(
+        '<p class="hint muted">drag or arrow keys to pan · + / - or, once the graph is clicked, the wheel'
+        " (Ctrl + wheel anywhere) to zoom · 0 fits</p>"
+    )
     parts.append("</section>")
     return parts
 

@@ -591,6 +591,7 @@ def test_at_900_px_the_page_fits_a_state_filters_the_events_and_the_graph_zooms(
     zoom = probe["zoom"]
     assert scale_of(zoom["initial"]) == 1
     assert scale_of(zoom["button"]) > 1
+    assert zoom["unfocusedWheel"] == zoom["button"]  # the page scrolls past an unfocused graph
     assert scale_of(zoom["wheel"]) > scale_of(zoom["button"])
     assert zoom["arrow"] != zoom["wheel"]  # panned
     assert scale_of(zoom["arrow"]) == scale_of(zoom["wheel"])

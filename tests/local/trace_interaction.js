@@ -42,10 +42,17 @@
   document.getElementById("zoom-in").click();
   out.zoom.button = group.getAttribute("transform");
   var box = view.getBoundingClientRect();
-  view.dispatchEvent(new WheelEvent("wheel", {
-    deltaY: -100, clientX: box.left + box.width / 3, clientY: box.top + box.height / 3,
-    bubbles: true, cancelable: true
-  }));
+  function wheel() {
+    view.dispatchEvent(new WheelEvent("wheel", {
+      deltaY: -100, clientX: box.left + box.width / 3, clientY: box.top + box.height / 3,
+      bubbles: true, cancelable: true
+    }));
+  }
+  document.getElementById("zoom-in").blur();
+  wheel();  // scrolling the page past the graph
+  out.zoom.unfocusedWheel = group.getAttribute("transform");
+  view.focus();  // the reader clicks into the graph
+  wheel();
   out.zoom.wheel = group.getAttribute("transform");
   out.widthsZoomed = widths();
   view.dispatchEvent(new KeyboardEvent("keydown", {key: "ArrowLeft", bubbles: true, cancelable: true}));

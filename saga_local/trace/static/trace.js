@@ -2,8 +2,8 @@
 // Selecting a state (click or Enter on a node, or click an event row) highlights its node, opens its
 // step and shows only its event rows; "show all events" (or Escape) brings every row back. The state
 // the execution ended in starts highlighted, with every event shown (nothing is hidden before the
-// reader asks). The graph zooms and pans inside its own box: the buttons,
-// the wheel, dragging, and the keyboard (+ and - zoom, arrows pan, 0 fits) on the focused graph.
+// reader asks). The graph zooms and pans inside its own box: the buttons, the wheel (on the focused
+// graph, or with Ctrl), dragging, and the keyboard (+ and - zoom, arrows pan, 0 fits).
 (function () {
   "use strict";
   var body = document.body;
@@ -115,10 +115,14 @@
   document.getElementById("zoom-in").addEventListener("click", function () { zoomBy(STEP, centre()); });
   document.getElementById("zoom-out").addEventListener("click", function () { zoomBy(1 / STEP, centre()); });
   document.getElementById("zoom-fit").addEventListener("click", fit);
+  // The wheel zooms once the graph has the focus (a click in it, or Tab), or with Ctrl (a trackpad's
+  // pinch): a reader scrolling the page past the graph must not be caught zooming it.
   view.addEventListener("wheel", function (event) {
+    if (!(event.ctrlKey || event.metaKey || view.contains(document.activeElement))) { return; }
     event.preventDefault();
     zoomBy(event.deltaY < 0 ? STEP : 1 / STEP, toGraph(event.clientX, event.clientY));
   }, {passive: false});
+  view.addEventListener("pointerdown", function () { view.focus({preventScroll: true}); });
   view.addEventListener("keydown", function (event) {
     var moves = {ArrowLeft: [PAN, 0], ArrowRight: [-PAN, 0], ArrowUp: [0, PAN], ArrowDown: [0, -PAN]};
     if (event.key === "+" || event.key === "=") { zoomBy(STEP, centre()); }
