@@ -954,13 +954,14 @@ def main(argv: list[str] | None = None) -> int:
         report = run_chaos(stack, config, progress=progress)
         # The stack stops with this command: what did not succeed is kept for `saga trace NAME`.
         recorded = simulate.record_unhappy(stack)
-    if args.html:
-        simulate.write_html_report(args.html, report.to_dict(), recorded, kind="chaos")
     if args.json:
         print(json.dumps({**report.to_dict(), "recorded": recorded.to_dict()}, indent=2))
     else:
         sys.stderr.write("\n")
         print("\n".join([render(report), *simulate.render_recorded(recorded)]))
+    # After the report is printed: a page that cannot be written costs the page, not the run.
+    if args.html:
+        simulate.write_html_report(args.html, report.to_dict(), recorded, kind="chaos")
     return 0 if report.promise_kept else 1
 
 

@@ -458,7 +458,7 @@ def write_html_report(path: str | Path, report: dict[str, Any], recorded: Record
     """``--html PATH``: the report (``report`` is its ``to_dict()``) as a page at ``path``, with a trace
     page for each recorded execution in ``<PATH's name>-traces/`` beside it
     (:func:`saga_local.trace.report.write_report`). A file that cannot be written ends the command
-    with one line (SystemExit), as ``saga trace --html`` does: the run's text report says the rest."""
+    with one line (SystemExit), as ``saga trace --html`` does; call it once the report is printed."""
     from pathlib import Path
 
     from saga_local.aws import archive
