@@ -11,8 +11,12 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
+import re
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import TYPE_CHECKING
 
@@ -26,6 +30,7 @@ from saga_local.aws.embedded import EmbeddedStack
 from saga_local.commands import output, simulate
 from saga_local.runtime.faults import START_FUNCTION, Fault, FaultPlan
 from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD
+from tests.local.test_trace import CHROMIUM, chromium
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -201,10 +206,19 @@ class ReportPage(HTMLParser):
         self._row = None
 
 
-def test_the_html_report_names_the_run_s_counts_and_links_each_unhappy_execution_s_trace(
-    tmp_path: Path,
-) -> None:
+@dataclass(frozen=True)
+class PageRun:
+    """A small simulate run with declines, written as ``saga simulate --html run.html`` writes it."""
+
+    report: simulate.Report
+    recorded: simulate.Recorded
+    page: Path
+
+
+@pytest.fixture(scope="module")
+def page_run(tmp_path_factory: pytest.TempPathFactory) -> PageRun:
     # Its own stack, as saga simulate runs one: the module's may point at a stack a test above started.
+    folder = tmp_path_factory.mktemp("page-run")
     environment = dict(os.environ)
     try:
         with (
@@ -214,14 +228,19 @@ def test_the_html_report_names_the_run_s_counts_and_links_each_unhappy_execution
             report = simulate.run(
                 running, orders=8, copies=2, concurrency=2, decline_rate=0.5, seed=9, prefix="PAGE"
             )
-            recorded = simulate.record_unhappy(running, directory=tmp_path)
+            recorded = simulate.record_unhappy(running, directory=folder)
     finally:
         os.environ.clear()
         os.environ.update(environment)
     assert report.declined > 0, "no declined order: nothing for the page to link"
+    written = simulate.write_html_report(folder / "run.html", report.to_dict(), recorded, kind="simulate")
+    return PageRun(report, recorded, written)
 
-    written = simulate.write_html_report(tmp_path / "run.html", report.to_dict(), recorded, kind="simulate")
 
+def test_the_html_report_names_the_run_s_counts_and_links_each_unhappy_execution_s_trace(
+    page_run: PageRun,
+) -> None:
+    report, recorded, written = page_run.report, page_run.recorded, page_run.page
     page = ReportPage()
     page.feed(written.read_text(encoding="utf-8"))
     assert page.figures["orders"] == "8"
@@ -241,7 +260,38 @@ def test_the_html_report_names_the_run_s_counts_and_links_each_unhappy_execution
     assert set(page.links) == names
     for name, href in page.links.items():
         trace_page = (written.parent / href).resolve()
-        assert trace_page.parent == (tmp_path / "run-traces").resolve()
+        assert trace_page.parent == (written.parent / "run-traces").resolve()
         text = trace_page.read_text(encoding="utf-8")
         assert f"<title>{name} · " in text
         assert "pm_card_chargeDeclined" not in text  # redacted, as saga trace --html is without --io
+
+
+#: Writes the window's width and the page's into <body data-widths>.
+FIT_PROBE = (
+    "var root = document.documentElement;"
+    " document.body.setAttribute('data-widths', root.clientWidth + ' ' + root.scrollWidth);"
+)
+
+
+@pytest.mark.chromium
+@pytest.mark.skipif(not CHROMIUM.exists(), reason=f"needs Debian's chromium at {CHROMIUM}")
+def test_the_html_report_fits_a_900_px_window_in_chromium(page_run: PageRun, tmp_path: Path) -> None:
+    # The page runs no script: this copy allows one probe, by its hash, to measure what was laid out.
+    digest = base64.b64encode(hashlib.sha256(FIT_PROBE.encode("utf-8")).digest()).decode("ascii")
+    page_html = page_run.page.read_text(encoding="utf-8")
+    page_html = page_html.replace(
+        "default-src &#x27;none&#x27;;",
+        f"default-src &#x27;none&#x27;; script-src &#x27;sha256-{digest}&#x27;;",
+        1,
+    )
+    probed = tmp_path / "run.html"
+    probed.write_text(
+        page_html.replace("</body>", f"<script>{FIT_PROBE}</script></body>", 1), encoding="utf-8"
+    )
+
+    dom = chromium(tmp_path / "profile", "--dump-dom", probed.as_uri(), width=900).stdout
+    found = re.search(r'data-widths="(\d+) (\d+)"', dom)
+    assert found, "the probe did not run"
+    viewport, page_width = int(found.group(1)), int(found.group(2))
+    assert viewport == 900
+    assert page_width <= viewport, "the report scrolls sideways"
