@@ -22,6 +22,7 @@
       viewport: document.documentElement.clientWidth,
       page: document.documentElement.scrollWidth,
       graphRight: graph.right,
+      graphWidth: graph.width,
       tableRight: table.right
     };
   }
