@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from saga_local.aws.template import ROOT
 from saga_local.commands import running
-from saga_local.commands.arguments import Parser, count, duration, port, seconds, share
+from saga_local.commands.arguments import Parser, count, duration, html_file, port, seconds, share
 from saga_local.commands.output import Out, handlers_quiet
 from saga_local.paths import STATE_DIR
 
@@ -525,6 +525,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     else:
         sys.stderr.write("\n")
         Out()("\n".join([simulate.render(report), *simulate.render_recorded(recorded)]))
+    # After the report is printed: a page that cannot be written costs the page, not the run.
+    if args.html:
+        simulate.write_html_report(args.html, report.to_dict(), recorded, kind="simulate")
     return 0 if report.promise_kept else 1
 
 
@@ -985,6 +988,13 @@ def _add_simulate(sub: Any) -> None:
         help="inprocess (default) is several times faster; workers run each function in processes",
     )
     sim.add_argument("--json", action="store_true", help="print the report as JSON")
+    sim.add_argument(
+        "--html",
+        type=html_file,
+        metavar="PATH",
+        help="also write the report as a page, with a trace page per execution that did not succeed"
+        " in PATH's name + -traces/",
+    )
     sim.set_defaults(func=cmd_simulate)
 
 

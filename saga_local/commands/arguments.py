@@ -10,7 +10,9 @@ the line a person reads is the line that says what was wrong.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
@@ -66,6 +68,20 @@ def seconds(text: str) -> float:
     if not value >= 0.0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"must be zero or more seconds, not {text}")
     return value
+
+
+def html_file(text: str) -> str:
+    """A page to write (``--html PATH``): its folder must exist and be writable, checked before a run
+    that may take minutes, so that its report is not lost at the end."""
+    path = Path(text)
+    folder = path.parent
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder: name the page, e.g. {path / 'report.html'}")
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {text}: no folder {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text}: the folder {folder} is not writable")
+    return text
 
 
 def port(text: str) -> int:

@@ -77,7 +77,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from saga_local.aws.moto_adapter import deliver_delayed_messages
 from saga_local.commands import simulate
-from saga_local.commands.arguments import Parser, count, seconds
+from saga_local.commands.arguments import Parser, count, html_file, seconds
 from saga_local.commands.events import OutcomeTally, tally
 from saga_local.runtime.faults import (
     LANDS_AFTER,
@@ -914,6 +914,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long both are throttled on every invocation (0: never)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--html",
+        type=html_file,
+        metavar="PATH",
+        help="also write the report as a page, with a trace page per execution that did not succeed"
+        " in PATH's name + -traces/",
+    )
     parser.add_argument("--log-file", help="where the functions' JSON logs go (default: discarded)")
     return parser
 
@@ -952,6 +959,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stderr.write("\n")
         print("\n".join([render(report), *simulate.render_recorded(recorded)]))
+    # After the report is printed: a page that cannot be written costs the page, not the run.
+    if args.html:
+        simulate.write_html_report(args.html, report.to_dict(), recorded, kind="chaos")
     return 0 if report.promise_kept else 1
 
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from saga_local.aws.driver import ExecutionSummary
     from saga_local.aws.embedded import EmbeddedStack
+    from saga_local.trace.report import Kind
 
 DECLINING_CARD = "pm_card_chargeDeclined"
 #: Digits after the decimal point where a currency's minor unit is not a hundredth (ISO 4217).
@@ -426,6 +427,8 @@ class Recorded:
     by_error: dict[str, list[str]] = field(default_factory=dict)
     #: Executions that did not succeed but were not recorded (past ``limit``).
     left_out: int = 0
+    #: Where they were recorded (None: the archive's default, ``.saga/executions``).
+    directory: Path | None = None
 
     @property
     def total(self) -> int:
@@ -440,7 +443,7 @@ def record_unhappy(stack: EmbeddedStack, *, limit: int = 1000, directory: Path |
     first), under ``directory`` (default: ``.saga/executions``); call it before the stack stops."""
     from saga_local.aws import archive
 
-    found = Recorded()
+    found = Recorded(directory=directory)
     arns = {e.name: e for e in stack.driver.executions() if e.status != "SUCCEEDED"}
     for summary in sorted(arns.values(), key=lambda e: e.start_date)[:limit]:
         # Execution ARNs are the state machine's, renamed (as `saga trace` builds them).
@@ -449,6 +452,31 @@ def record_unhappy(stack: EmbeddedStack, *, limit: int = 1000, directory: Path |
         found.by_error.setdefault(summary.error or summary.status, []).append(summary.name)
     found.left_out = max(len(arns) - limit, 0)
     return found
+
+
+def write_html_report(path: str | Path, report: dict[str, Any], recorded: Recorded, *, kind: Kind) -> Path:
+    """``--html PATH``: the report (``report`` is its ``to_dict()``) as a page at ``path``, with a trace
+    page for each recorded execution in ``<PATH's name>-traces/`` beside it
+    (:func:`saga_local.trace.report.write_report`). A file that cannot be written ends the command
+    with one line (SystemExit), as ``saga trace --html`` does; call it once the report is printed."""
+    from pathlib import Path
+
+    from saga_local.aws import archive
+    from saga_local.trace.report import traces_folder, write_report
+
+    def load(name: str) -> archive.RecordedExecution | None:
+        return archive.load(name, recorded.directory)
+
+    data = {**report, "recorded": recorded.to_dict()}
+    try:
+        written = write_report(Path(path), data, kind=kind, load=load)
+    except OSError as exc:
+        raise SystemExit(f"saga {kind}: cannot write {exc.filename or path}: {exc.strerror}") from None
+    # On stderr, with the progress bar: stdout stays the report (and valid JSON under --json).
+    pages = f", a trace page per execution that did not succeed in {traces_folder(written)}"
+    pages = pages if recorded.total else ""
+    sys.stderr.write(f"\nwrote {written}{pages}\n")
+    return written
 
 
 def render_recorded(recorded: Recorded) -> list[str]:

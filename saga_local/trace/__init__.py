@@ -10,7 +10,11 @@ was attempted, which errors were retried or caught and where a Catch sent them. 
 * :mod:`.layout`: pure geometry, a layered top-down layout of that graph and a spot for each edge label;
 * :mod:`.svg` and :mod:`.html`: :func:`render_html` writes one self-contained page (the stylesheet and
   script in ``static/``, inlined; nothing fetched) with the graph, the path taken highlighted, each
-  state coloured by outcome, beside the event table.
+  state coloured by outcome, beside the event table; the graph zooms and pans in its own box and
+  selecting a state shows only its events;
+* :mod:`.report`: ``saga simulate --html`` and ``saga chaos --html``, a run's report as one page
+  (from the plain dicts ``--json`` prints) linking the trace page of every execution that did not
+  succeed.
 
 Everything shown comes from the history or the definition, and execution inputs and error causes
 are attacker-influenced: every string is escaped for HTML, and control and bidi-override

@@ -140,12 +140,28 @@ def _header(description: dict[str, Any], history: list[dict[str, Any]], steps: l
 
 def _graph_panel(definition: dict[str, Any], steps: list[Step], status: str) -> list[str]:
     """The legend and the graph."""
-    parts = ['<section id="graph-panel"><h2>Graph</h2><div class="legend">']
+    parts = [
+        '<section id="graph-panel"><h2>Graph<span class="tools">'
+        '<button id="zoom-in" type="button" title="zoom in (+)" aria-label="zoom in">+</button>'
+        '<button id="zoom-out" type="button" title="zoom out (-)" aria-label="zoom out">&#8722;</button>'
+        '<button id="zoom-fit" type="button" title="fit the whole graph (0)">fit</button></span></h2>',
+        '<div class="legend">',
+    ]
     for outcome in ("succeeded", "caught", "failed", "running", "not-entered"):
         shown = "caught / retried" if outcome == "caught" else outcome.replace("-", " ")
         parts.append(f'<i class="outcome-{outcome}"></i>{shown}')
     parts.append("</div>")
+    # The graph pans and zooms inside its own box (static/trace.js), so the page never scrolls sideways.
+    parts.append(
+        '<div id="graph-view" tabindex="0" aria-label="graph: drag or arrow keys to pan,'
+        ' + and - or the wheel to zoom, 0 to fit">'
+    )
     parts.append(svg(definition, steps, status))
+    parts.append("</div>")
+    parts.append(
+        '<p class="hint muted">drag or arrow keys to pan · + / - or, once the graph is clicked, the wheel'
+        " (Ctrl + wheel anywhere) to zoom · 0 fits</p>"
+    )
     parts.append("</section>")
     return parts
 
@@ -185,10 +201,14 @@ def _step(number: int, step: Step) -> list[str]:
 
 
 def _events_table(history: list[dict[str, Any]], steps: list[Step], started: datetime | None) -> list[str]:
-    """Every event, in order, with the state it belongs to (rows are selected with their state)."""
+    """Every event, in order, with the state it belongs to.
+
+    Selecting a state shows only its rows (static/trace.js); "show all events" brings the rest back.
+    """
     parts = [
-        '<section id="events-panel"><h2>Events <span class="muted">showing <span id="selection">all'
-        ' events</span></span><button id="clear" type="button">clear</button></h2><div id="events-wrap">',
+        f'<section id="events-panel"><h2>Events <span class="muted" id="selection">all {len(history)}'
+        ' events</span><button id="show-all" type="button" hidden>show all events</button></h2>'
+        '<div id="events-wrap">',
         '<table id="events"><thead><tr><th class="id">ID</th><th class="time">Time</th>'
         '<th class="type">Type</th><th class="state">State</th><th>Details</th></tr></thead><tbody>',
     ]

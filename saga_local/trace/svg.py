@@ -54,6 +54,8 @@ def svg(definition: dict[str, Any], steps: list[Step], status: str) -> str:
             '<path d="M0,0 L10,5 L0,10 z"/></marker>'
         )
     parts.append("</defs>")
+    # Zoom and pan (static/trace.js) set this group's transform; the graph's own coordinates never change.
+    parts.append('<g id="graph-zoom" transform="translate(0 0) scale(1)">')
     # Untaken edges first so the path is drawn over them.
     for i in sorted(range(len(edges)), key=lambda i: i in taken):
         if edges[i].points:
@@ -66,7 +68,7 @@ def svg(definition: dict[str, Any], steps: list[Step], status: str) -> str:
     for name, state in states.items():
         kind = str(state.get("Type", "?")) if isinstance(state, dict) else "?"
         parts.append(_node(name, kind, outcomes.get(name), by_name.get(name, []), placed))
-    parts.append("</svg>")
+    parts.append("</g></svg>")
     return "\n".join(parts)
 
 

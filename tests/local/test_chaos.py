@@ -10,6 +10,7 @@ sweeper's grace; then the outcome events are counted against the orders.
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import random
 import re
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from saga_local.aws.embedded import EmbeddedStack
+from saga_local.commands import output
 from saga_local.commands.chaos import (
     SEARCH_GRACE_SECONDS,
     ChaosConfig,
@@ -30,6 +32,7 @@ from saga_local.commands.chaos import (
 from saga_local.commands.events import OutcomeEvent, final_outcomes, tally
 from saga_local.commands.simulate import LOST_ENDINGS, make_orders, money, order_ending
 from saga_local.stripe_emulator import LedgerEntry
+from saga_local.trace.report import render_report
 
 if TYPE_CHECKING:
     from saga_local.commands.chaos import ChaosReport
@@ -132,6 +135,25 @@ def test_the_report_is_words_and_figures_with_money_and_what_the_sweeper_did(sma
     for resolved in small_run.sweep:
         assert f"  {resolved.order_id}  attempt {resolved.attempt}  {resolved.outcome}" in text
     assert "declined attempts sent to the provider again  0" in text
+
+
+def test_the_report_page_shows_each_check_the_faults_fired_and_the_money_after_the_sweep(
+    small_run: ChaosReport,
+) -> None:
+    page = render_report(
+        {**small_run.to_dict(), "recorded": {"byError": {}, "leftOut": 0}}, kind="chaos", traces={}
+    )
+
+    checks = re.findall(r'<tr class="(ok|fail)" data-check="([^"]+)">', page)
+    assert {check: state == "ok" for state, check in checks} == {
+        html.escape(check, quote=True): ok for check, ok in small_run.checks.items()
+    }
+    fired = dict(re.findall(r'<tr data-fault="([^"]+)"><td>[^<]*</td><td class="num">(\d+)</td>', page))
+    assert fired == {html.escape(kind, quote=True): str(n) for kind, n in small_run.faults_by_kind.items()}
+    for entry in small_run.after.money:
+        assert f'<td class="num">{output.money(entry.billed, entry.currency)}</td>' in page
+    verdict = "PROMISE KEPT" if small_run.promise_kept else "PROMISE BROKEN"
+    assert f"<title>saga chaos · {verdict}</title>" in page
 
 
 def test_the_outage_leaves_orders_for_the_sweeper_and_the_relay_charges_them_later(

@@ -4,13 +4,20 @@
 * a batch slower than the (compressed) visibility timeout is not delivered twice, nor dead-lettered;
 * every lost order comes with its reason;
 * retired executions leave moto, keep their names and still count in the report;
-* a lost order names the execution to trace, and the run records it for ``saga trace``.
+* a lost order names the execution to trace, and the run records it for ``saga trace``;
+* ``--html``: the report page names the run's counts and links a trace page for each execution
+  that did not succeed.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
+import re
+from dataclasses import dataclass
+from html.parser import HTMLParser
 from typing import TYPE_CHECKING
 
 import pytest
@@ -23,6 +30,7 @@ from saga_local.aws.embedded import EmbeddedStack
 from saga_local.commands import output, simulate
 from saga_local.runtime.faults import START_FUNCTION, Fault, FaultPlan
 from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD
+from tests.local.test_trace import CHROMIUM, chromium
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -158,3 +166,132 @@ def test_a_lost_order_names_the_execution_to_trace_and_the_run_records_it(tmp_pa
     kept = archive.load(name, tmp_path)  # what `saga trace NAME` reads once the stack is gone
     assert kept is not None
     assert kept.description["status"] == "FAILED"
+
+
+class ReportPage(HTMLParser):
+    """What the report page says: its figures and endings (by their data attributes), its links."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.figures: dict[str, str] = {}
+        self.endings: dict[str, str] = {}
+        self.money: dict[str, list[str]] = {}
+        self.links: dict[str, str] = {}
+        self._row: tuple[dict[str, str], str] | None = None
+        self._cells: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = {k: v or "" for k, v in attrs}
+        if tag == "tr":
+            self._row, self._cells = (values, ""), []
+        elif tag == "td" and self._row is not None:
+            self._cells.append("")
+        elif tag == "a":
+            self.links[values["data-execution"]] = values["href"]
+
+    def handle_data(self, data: str) -> None:
+        if self._row is not None and self._cells:
+            self._cells[-1] += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag != "tr" or self._row is None:
+            return
+        attrs, _ = self._row
+        if "data-figure" in attrs:
+            self.figures[attrs["data-figure"]] = self._cells[1]
+        elif "data-ending" in attrs:
+            self.endings[attrs["data-ending"]] = self._cells[1]
+        elif "data-currency" in attrs:
+            self.money[attrs["data-currency"]] = self._cells[1:6]
+        self._row = None
+
+
+@dataclass(frozen=True)
+class PageRun:
+    """A small simulate run with declines, written as ``saga simulate --html run.html`` writes it."""
+
+    report: simulate.Report
+    recorded: simulate.Recorded
+    page: Path
+
+
+@pytest.fixture(scope="module")
+def page_run(tmp_path_factory: pytest.TempPathFactory) -> PageRun:
+    # Its own stack, as saga simulate runs one: the module's may point at a stack a test above started.
+    folder = tmp_path_factory.mktemp("page-run")
+    environment = dict(os.environ)
+    try:
+        with (
+            output.handlers_quiet(),
+            EmbeddedStack(runtime="inprocess", visibility_timeout=30, quiet=True) as running,
+        ):
+            report = simulate.run(
+                running, orders=8, copies=2, concurrency=2, decline_rate=0.5, seed=9, prefix="PAGE"
+            )
+            recorded = simulate.record_unhappy(running, directory=folder)
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
+    assert report.declined > 0, "no declined order: nothing for the page to link"
+    written = simulate.write_html_report(folder / "run.html", report.to_dict(), recorded, kind="simulate")
+    return PageRun(report, recorded, written)
+
+
+def test_the_html_report_names_the_run_s_counts_and_links_each_unhappy_execution_s_trace(
+    page_run: PageRun,
+) -> None:
+    report, recorded, written = page_run.report, page_run.recorded, page_run.page
+    page = ReportPage()
+    page.feed(written.read_text(encoding="utf-8"))
+    assert page.figures["orders"] == "8"
+    assert page.figures["deliveries"] == str(report.deliveries) == "16"
+    assert page.figures["charges"] == str(report.charges)
+    assert page.figures["declined"] == str(report.declined)
+    assert page.figures["duplicates stopped at the claim"] == str(report.duplicates_suppressed["claim"])
+    assert page.endings == {name: str(n) for name, n in report.order_endings.items()}
+    for entry in report.money:
+        assert page.money[entry.currency] == [
+            output.money(amount, entry.currency)
+            for amount in (entry.ordered, entry.billed, entry.declined, entry.not_billed, entry.billed_twice)
+        ]
+    # Every execution that did not succeed, linked to its own trace page, written beside the report.
+    names = {name for names in recorded.by_error.values() for name in names}
+    assert set(recorded.by_error) >= {"PaymentDeclined"}
+    assert set(page.links) == names
+    for name, href in page.links.items():
+        trace_page = (written.parent / href).resolve()
+        assert trace_page.parent == (written.parent / "run-traces").resolve()
+        text = trace_page.read_text(encoding="utf-8")
+        assert f"<title>{name} · " in text
+        assert "pm_card_chargeDeclined" not in text  # redacted, as saga trace --html is without --io
+
+
+#: Writes the window's width and the page's into <body data-widths>.
+FIT_PROBE = (
+    "var root = document.documentElement;"
+    " document.body.setAttribute('data-widths', root.clientWidth + ' ' + root.scrollWidth);"
+)
+
+
+@pytest.mark.chromium
+@pytest.mark.skipif(not CHROMIUM.exists(), reason=f"needs Debian's chromium at {CHROMIUM}")
+def test_the_html_report_fits_a_900_px_window_in_chromium(page_run: PageRun, tmp_path: Path) -> None:
+    # The page runs no script: this copy allows one probe, by its hash, to measure what was laid out.
+    digest = base64.b64encode(hashlib.sha256(FIT_PROBE.encode("utf-8")).digest()).decode("ascii")
+    page_html = page_run.page.read_text(encoding="utf-8")
+    page_html = page_html.replace(
+        "default-src &#x27;none&#x27;;",
+        f"default-src &#x27;none&#x27;; script-src &#x27;sha256-{digest}&#x27;;",
+        1,
+    )
+    probed = tmp_path / "run.html"
+    probed.write_text(
+        page_html.replace("</body>", f"<script>{FIT_PROBE}</script></body>", 1), encoding="utf-8"
+    )
+
+    dom = chromium(tmp_path / "profile", "--dump-dom", probed.as_uri(), width=900).stdout
+    found = re.search(r'data-widths="(\d+) (\d+)"', dom)
+    assert found, "the probe did not run"
+    viewport, page_width = int(found.group(1)), int(found.group(2))
+    assert viewport == 900
+    assert page_width <= viewport, "the report scrolls sideways"

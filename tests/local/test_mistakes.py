@@ -86,6 +86,12 @@ MISTAKES: dict[str, Mistake] = {
         "cannot write /nonexistent/x.html",
         "recorded",
     ),
+    "simulate a report into a folder that does not exist": Mistake(
+        ["simulate", "--html", "/nonexistent/report.html"], "cannot write /nonexistent/report.html"
+    ),
+    "chaos a report into a folder that does not exist": Mistake(
+        ["chaos", "--html", "/nonexistent/report.html"], "cannot write /nonexistent/report.html"
+    ),
     # bad JSON
     "send bad JSON": Mistake(["send", "bad.json"], "bad.json is not valid JSON"),
     "send JSON that is not an order": Mistake(["send", "list.json"], "holds no order"),

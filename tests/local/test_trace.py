@@ -334,7 +334,7 @@ def test_hostile_input_is_inert_in_the_page_and_the_terminal(saga: Saga) -> None
 # -- the page in a real browser ------------------------------------------------------------------
 
 
-def chromium(profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def chromium(profile: Path, *args: str, width: int = 1400) -> subprocess.CompletedProcess[str]:
     return subprocess.run(  # noqa: S603 - a fixed binary and our own arguments
         [
             str(CHROMIUM),
@@ -348,7 +348,7 @@ def chromium(profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
             "--disable-dev-shm-usage",
             "--hide-scrollbars",
             f"--user-data-dir={profile}",
-            "--window-size=1400,1000",
+            f"--window-size={width},1000",
             *args,
         ],
         capture_output=True,
@@ -412,11 +412,13 @@ def test_decline_page_renders_in_chromium_with_the_path_coloured(saga: Saga, tmp
         assert attrs["data-taken"] == ("true" if name in entered else "false"), name
     assert len({attrs["data-fill"] for attrs in dom.nodes.values()}) == 4  # green, amber, red, grey
     assert (CHARGE, catcher(traced.definition, CHARGE, "PaymentDeclined")["Next"], "catch") in dom.taken()
-    # The script selected the state the execution ended in: its event rows and step are shown.
+    # The script selected the state the execution ended in: its event rows are highlighted and its
+    # step is open, and no event is hidden before the reader picks a state.
     assert dom.body.get("data-selected") == last
     selected = [r for r in dom.rows if "sel" in r.get("class", "").split()]
     assert selected
     assert {r["data-state"] for r in selected} == {last}
+    assert [r["data-event-id"] for r in dom.rows if "hidden" in r] == []
     assert [s["data-state"] for s in dom.steps if "open" in s] == [last]
 
     png = read_png(screenshot)
@@ -431,9 +433,9 @@ GEOMETRY_JS = Path(__file__).with_name("trace_geometry.js")
 INSET = 1.0
 
 
-def with_geometry_probe(page_html: str) -> str:
+def with_geometry_probe(page_html: str, probe_file: Path = GEOMETRY_JS) -> str:
     """The page, plus the probe script (allowed by adding its hash to the page's own CSP)."""
-    probe = GEOMETRY_JS.read_text(encoding="utf-8")
+    probe = probe_file.read_text(encoding="utf-8")
     digest = base64.b64encode(hashlib.sha256(probe.encode("utf-8")).digest()).decode("ascii")
     # In the meta tag's attribute the quotes are escaped: script-src &#x27;sha256-...&#x27;
     csp = re.search(r"script-src (&#x27;|')sha256-[^&']+(&#x27;|')", page_html)
@@ -531,6 +533,72 @@ def test_labels_fit_their_boxes_and_keep_off_nodes_labels_and_the_path(saga: Sag
         problems[name] = layout_problems(geometry)
     assert problems == {name: [] for name in traces}
     assert bold, "no label on the path (bold): the spill check never saw one"
+
+
+# -- the page at 900 px, used as a reader would ----------------------------------------------------
+
+INTERACTION_JS = Path(__file__).with_name("trace_interaction.js")
+
+
+def scale_of(transform: str) -> float:
+    found = re.fullmatch(r"translate\(\S+ \S+\) scale\((\S+)\)", transform)
+    assert found, transform
+    return float(found.group(1))
+
+
+@pytest.mark.chromium
+@pytest.mark.skipif(
+    not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None,
+    reason="needs Debian's chromium at /usr/bin/chromium (apt-get install -y chromium)",
+)
+def test_at_900_px_the_page_fits_a_state_filters_the_events_and_the_graph_zooms(
+    saga: Saga, tmp_path: Path
+) -> None:
+    """On a laptop's half screen: no sideways scroll; picking a state shows only its events and
+    "show all events" brings them back; the buttons, the wheel and the keys move the graph."""
+    # As long as an execution name can be (80): the header's name and ARN must wrap, not widen the page.
+    name = "ORDER-NARROW-000001_attempt-0_requeued-7391e7edaa954f6fbc1748e2f7a7275d-01234567"
+    assert len(name) == 80
+    traced = run(saga, order("ORDER-NARROW", paymentMethod="pm_card_chargeDeclined", note=HOSTILE), name)
+    page_html = render_html(traced.description, traced.history, traced.definition)
+    page_file = tmp_path / "narrow.html"
+    page_file.write_text(with_geometry_probe(page_html, INTERACTION_JS), encoding="utf-8")
+    dom = parse(chromium(tmp_path / "profile-narrow", "--dump-dom", page_file.as_uri(), width=900).stdout)
+    assert dom.body.get("data-rendered") == "true", "the page's own script did not finish"
+    assert "data-pwned" not in dom.body
+    probe: dict[str, Any] = json.loads(dom.body["data-probe"])
+
+    for widths in (probe["widths"], probe["widthsZoomed"]):
+        assert widths["viewport"] == 900
+        assert widths["page"] <= widths["viewport"], "the page scrolls sideways"
+        assert widths["graphRight"] <= widths["viewport"]
+        assert widths["tableRight"] <= widths["viewport"]
+        # One column: the graph gets the page's width, not the ~440 px left beside the table.
+        assert widths["graphWidth"] >= 0.85 * widths["viewport"]
+
+    rows_of: dict[str, int] = {}
+    for row in parse(page_html).rows:
+        rows_of[row.get("data-state", "")] = rows_of.get(row.get("data-state", ""), 0) + 1
+    total = sum(rows_of.values())
+    assert len(probe["initialRows"]) == total  # nothing hidden before a state is picked
+    entered = {step.name for step in trace_steps(traced.history, traced.definition)}
+    assert {s["state"] for s in probe["selections"]} == entered
+    for selection in probe["selections"]:
+        state = selection["state"]
+        assert selection["rows"] == [state] * rows_of[state], state  # only its rows, every one of them
+        assert selection["label"] == f"{state}: {rows_of[state]} of {total} events"
+        assert selection["showAll"]
+    assert len(probe["afterShowAll"]["rows"]) == total
+    assert not probe["afterShowAll"]["showAll"]
+
+    zoom = probe["zoom"]
+    assert scale_of(zoom["initial"]) == 1
+    assert scale_of(zoom["button"]) > 1
+    assert zoom["unfocusedWheel"] == zoom["button"]  # the page scrolls past an unfocused graph
+    assert scale_of(zoom["wheel"]) > scale_of(zoom["button"])
+    assert zoom["arrow"] != zoom["wheel"]  # panned
+    assert scale_of(zoom["arrow"]) == scale_of(zoom["wheel"])
+    assert zoom["fit"] == zoom["initial"]
 
 
 def test_the_overlap_check_catches_what_it_is_meant_to_catch() -> None:

@@ -56,3 +56,16 @@ def test_the_policy_allows_exactly_the_inlined_style_and_script_and_nothing_else
     static = resources.files("saga_local.trace").joinpath("static")
     assert static.joinpath("trace.js").read_text(encoding="utf-8") in script
     assert static.joinpath("trace.css").read_text(encoding="utf-8") in style
+
+
+def test_zoom_and_filter_add_nothing_the_policy_would_have_to_allow_inline() -> None:
+    """The zoom buttons and the filter live in trace.js: no inline handler or style attribute,
+    which a policy without 'unsafe-inline' would block (and which would tempt someone to add it)."""
+    page = render_html({"name": "ORDER-1", "status": "SUCCEEDED"}, HISTORY, DEFINITION)
+
+    (policy,) = re.findall(r'http-equiv="Content-Security-Policy" content="([^"]*)"', page)
+    assert "unsafe-inline" not in policy
+    assert "unsafe-eval" not in policy
+    assert re.findall(r"<[^>]*\s(on\w+|style)=", page) == []
+    for control in ('id="zoom-in"', 'id="zoom-out"', 'id="zoom-fit"', 'id="show-all"', 'id="graph-zoom"'):
+        assert control in page
