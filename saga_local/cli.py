@@ -7,7 +7,7 @@ saga trace EXECUTION [--html]  an execution state by state, or as a graph page (
 saga executions [--status S]   the executions, newest first (--order-id, --since), as the console lists
 saga events [--order-id ID]    the outcome events published (charged, declined, re-queued...)
 saga logs [FUNCTION...]        the functions' log events (--order-id, --filter, --tail), as `sam logs`
-saga fault KIND                break the running stack's provider (outage, lost-answer; clear)
+saga fault KIND                break the running stack's provider or a function (outage, throttle...)
 saga invoke FUNCTION -e EVENT  one function on one event, as `sam local invoke` runs it (no Docker)
 saga simulate --orders N ...   many orders, duplicates and concurrency; a report
 saga chaos --orders N ...      the same with random faults everywhere, then the sweeper
@@ -162,6 +162,8 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path) -> int:
             "providerAdminToken": stack.provider.admin_token,
             "samEnvVars": str(sam_env),
             "pid": os.getpid(),
+            # Where `saga fault` hands the functions' faults to this process (and its token).
+            "faultControl": stack.fault_control(),
         }
         scheduled = stack.schedule_sources(compress=visibility / _template_visibility_timeout())
         for source in scheduled:
@@ -668,9 +670,13 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_fault(args: argparse.Namespace) -> int:
-    """A provider fault on the running `saga up` (commands/fault.py)."""
+    """A fault of the provider or of a function on the running `saga up` (commands/fault.py)."""
     from saga_local.commands import fault
 
+    try:
+        spec = fault.check(args)
+    except fault.FaultError as exc:
+        raise SystemExit(f"saga fault: {exc}") from None
     state = running.read_state(STATE_FILE)
     if state is None:
         raise SystemExit(
@@ -679,13 +685,7 @@ def cmd_fault(args: argparse.Namespace) -> int:
     if running.gone(state):
         raise SystemExit(_gone_message("fault", state))
     try:
-        said = fault.apply(
-            str(state["provider"]),
-            args.kind,
-            token=str(state.get("providerAdminToken", "")),
-            order_id=args.order_id,
-            times=args.times,
-        )
+        said = fault.run(state, args, spec)
     except fault.FaultError as exc:
         raise SystemExit(f"saga fault: {exc}") from None
     Out()(said)
@@ -936,17 +936,32 @@ def _add_logs(sub: Any) -> None:
 
 
 def _add_fault(sub: Any) -> None:
-    from saga_local.commands.fault import KINDS
+    from saga_local.commands.fault import KINDS, THROTTLE_SECONDS
 
     ft = sub.add_parser(
         "fault",
-        help="break the running `saga up`'s provider (outage, lost-answer; clear): rehearse the runbook",
+        help="break the running `saga up`'s provider or a function (outage, throttle...; clear): rehearse"
+        " the runbook",
     )
     ft.add_argument(
-        "kind", choices=KINDS, help="outage: every call fails; lost-answer: a charge's answer is lost"
+        "kind",
+        choices=KINDS,
+        help="outage: every provider call fails; lost-answer: a charge's answer is lost; throttle: a function"
+        " refused; crash: it dies; late-write: it dies with its write sent; clear: every fault removed",
     )
-    ft.add_argument("--order-id", help="lost-answer: only this order's charge (default: the next of any)")
-    ft.add_argument("--times", type=count(), default=1, help="lost-answer: this many charges")
+    ft.add_argument(
+        "--function", help="throttle, crash, late-write: the function's logical id (ClaimOrderFunction)"
+    )
+    ft.add_argument("--seconds", type=seconds, default=THROTTLE_SECONDS, help="throttle: for this long")
+    ft.add_argument(
+        "--point",
+        help="crash: where it dies (start, before:<call>, after:<call>, end; default: start);"
+        " late-write: which write (default: its first)",
+    )
+    ft.add_argument("--order-id", help="only this order's invocations or charge (default: any order's)")
+    ft.add_argument(
+        "--times", type=count(), default=1, help="lost-answer, crash, late-write: this many times"
+    )
     ft.set_defaults(func=cmd_fault)
 
 

@@ -213,6 +213,15 @@ class EmbeddedStack:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def fault_control(self) -> dict[str, str]:
+        """Start the loopback route that takes faults for the functions from other processes
+        (``saga fault throttle|crash|late-write``), until the stack stops; its URL and token."""
+        from saga_local.runtime.control import FaultControl
+
+        control = FaultControl(self.faults).start()
+        self._exit.callback(control.stop)
+        return {"url": control.url, "token": control.token}
+
     def schedule_sources(self, *, compress: float) -> list[ScheduleSource]:
         """The template's schedules, each firing every ``compress`` times its rate (see :meth:`serve`)."""
         specs = {spec.logical_id: spec for spec, _ in self.stack.functions.values()}

@@ -497,13 +497,18 @@ def test_the_duplicate_charge_runbook_s_curl_lines_find_and_refund_a_charge_as_w
     assert again["id"] == refunded["id"], "one Idempotency-Key, one refund"
 
 
+def provider_charges(running: Running, order_id: str) -> int:
+    """How many times the emulator of `saga up` charged ``order_id`` (its admin route, with the token)."""
+    url = f"{running.state['provider']}/_emulator/charges?orderId={order_id}"
+    token = {"X-Emulator-Token": running.state["providerAdminToken"]}
+    request = urllib.request.Request(url, headers=token)  # noqa: S310 - the local emulator
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - the local emulator
+        return len(json.loads(response.read())["data"])
+
+
 def test_a_provider_fault_on_the_running_stack_is_rehearsed_as_the_runbook_tells_it(running: Running) -> None:
     def charges(order_id: str) -> int:
-        url = f"{running.state['provider']}/_emulator/charges?orderId={order_id}"
-        token = {"X-Emulator-Token": running.state["providerAdminToken"]}
-        request = urllib.request.Request(url, headers=token)  # noqa: S310 - the local emulator
-        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - the local emulator
-            return len(json.loads(response.read())["data"])
+        return provider_charges(running, order_id)
 
     assert "answer lost" in ok(saga(running.state_dir, "fault", "lost-answer", "--order-id", "ORDER-EP-LOST"))
     lost = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-LOST", "--wait"))
@@ -519,6 +524,48 @@ def test_a_provider_fault_on_the_running_stack_is_rehearsed_as_the_runbook_tells
     assert "NeedsReconciliation" in down  # the outcome is unknown: the claim is kept for the sweeper
     assert charges("ORDER-EP-OUTAGE") == 0
     assert "CHARGED pi_" in back
+
+
+def test_a_throttled_claim_order_on_the_running_stack_fails_the_claim_and_charges_nothing(
+    running: Running,
+) -> None:
+    throttle = ("fault", "throttle", "--function", "ClaimOrderFunction", "--seconds", "60")
+    assert "TooManyRequestsException" in ok(saga(running.state_dir, *throttle))
+    try:
+        throttled = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-THROTTLED", "--wait"))
+        charged_while_throttled = provider_charges(running, "ORDER-EP-THROTTLED")
+    finally:
+        assert "function faults cleared" in ok(saga(running.state_dir, "fault", "clear"))
+    back = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-UNTHROTTLED", "--wait"))
+
+    # The state machine retried Lambda.TooManyRequestsException until its attempts were spent, then
+    # released the claim as never charged (the relay re-queues the order).
+    assert "Claim Failed" in throttled, throttled
+    assert charged_while_throttled == 0
+    assert "CHARGED pi_" in back
+
+
+def test_a_charge_payment_that_crashes_after_the_charge_leaves_the_claim_for_the_sweeper_charged_once(
+    running: Running,
+) -> None:
+    # One crash more than the Charge step's retries of a dead Lambda (States.ALL, 3).
+    crash = ("fault", "crash", "--function", "ChargePaymentFunction", "--point", "after:provider.charge")
+    said = ok(saga(running.state_dir, *crash, "--order-id", "ORDER-EP-CRASH", "--times", "4"))
+    crashed = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-CRASH", "--wait"))
+
+    assert "Runtime.ExitError" in said
+    assert "Needs Reconciliation" in crashed, crashed  # the charge landed; nothing said so
+    assert provider_charges(running, "ORDER-EP-CRASH") == 1, "each retry replayed the one charge"
+
+
+def test_a_claim_order_whose_write_lands_late_still_charges_the_order_once(running: Running) -> None:
+    late = ("fault", "late-write", "--function", "ClaimOrderFunction", "--order-id", "ORDER-EP-LATE")
+    said = ok(saga(running.state_dir, *late))
+    sent = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-LATE", "--wait"))
+
+    assert "lands after" in said
+    assert "CHARGED pi_" in sent
+    assert provider_charges(running, "ORDER-EP-LATE") == 1
 
 
 def test_every_saga_line_of_the_runbook_runs_against_the_local_stack_as_pasted(running: Running) -> None:

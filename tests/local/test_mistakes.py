@@ -120,6 +120,30 @@ MISTAKES: dict[str, Mistake] = {
     "fault with no stack": Mistake(["fault", "outage"], "no local stack is running"),
     "fault of an unknown kind": Mistake(["fault", "meteor"], "invalid choice: 'meteor'"),
     "fault when the stack went away": Mistake(["fault", "clear"], "has gone", "gone"),
+    "throttle with no stack": Mistake(
+        ["fault", "throttle", "--function", "ClaimOrderFunction"], "no local stack is running"
+    ),
+    "throttle when the stack went away": Mistake(
+        ["fault", "throttle", "--function", "ClaimOrderFunction"], "has gone", "gone"
+    ),
+    "crash of an unknown function": Mistake(
+        ["fault", "crash", "--function", "NopeFunction"], "no function 'NopeFunction' in template.yaml"
+    ),
+    "throttle of no function": Mistake(["fault", "throttle"], "throttle needs --function NAME"),
+    "throttle for negative seconds": Mistake(
+        ["fault", "throttle", "--function", "ClaimOrderFunction", "--seconds", "-5"], "zero or more seconds"
+    ),
+    "throttle for no time": Mistake(
+        ["fault", "throttle", "--function", "ClaimOrderFunction", "--seconds", "0"], "more than 0 seconds"
+    ),
+    "crash at a point the function never reaches": Mistake(
+        ["fault", "crash", "--function", "ClaimOrderFunction", "--point", "after:sqs.SendMessage"],
+        "never reaches point 'after:sqs.SendMessage'",
+    ),
+    "late write at a read": Mistake(
+        ["fault", "late-write", "--function", "SweeperFunction", "--point", "after:dynamodb.Query"],
+        "late_write needs a write",
+    ),
     "demo an unknown runtime": Mistake(["demo", "--runtime", "docker"], "invalid choice: 'docker'"),
     "an unknown option": Mistake(["events", "--since-forever"], "unrecognized arguments: --since-forever"),
     "invoke against an env-vars file whose stack went away": Mistake(
