@@ -132,16 +132,22 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Run the embedded stack until Ctrl-C; refuse while another `saga up` runs from this state directory."""
+    from saga_local.commands import stripe_mode
+
     out = Out()
     log_dir = STATE_DIR / "logs"
     try:
+        payment_api = stripe_mode.payment_api(args.stripe_test)
+    except stripe_mode.StripeKeyError as exc:
+        raise SystemExit(f"saga up: {exc}") from None
+    try:
         with running.exclusive(LOCK_FILE, STATE_FILE):
-            return _serve_up(args, out, log_dir)
+            return _serve_up(args, out, log_dir, payment_api)
     except running.AlreadyRunning as exc:
         raise SystemExit(f"saga up: {exc}") from None
 
 
-def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path) -> int:
+def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path, payment_api: tuple[str, str] | None) -> int:
     from saga_local.aws.embedded import EmbeddedStack
     from saga_local.aws.stack import REGION
     from saga_local.commands.activity import Activity
@@ -150,14 +156,20 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path) -> int:
 
     visibility = 30
     with EmbeddedStack(
-        port=args.port, runtime=args.runtime, log_dir=log_dir, visibility_timeout=visibility
+        port=args.port,
+        runtime=args.runtime,
+        log_dir=log_dir,
+        visibility_timeout=visibility,
+        payment_api=payment_api,
     ) as stack:
         sam_env = write_sam_env_file(stack.stack, stack.endpoint)
         state = {
             "endpoint": stack.endpoint,
             "region": REGION,
             "outputs": stack.stack.outputs,
-            "provider": stack.provider.url,
+            "provider": stack.provider_url,
+            # Test mode: the key is not written here; `saga reconcile` reads it from the environment.
+            "stripeTestMode": payment_api is not None,
             # The emulator's /_emulator/* routes need it: this file is the local tooling's way in.
             "providerAdminToken": stack.provider.admin_token,
             "samEnvVars": str(sam_env),
@@ -214,7 +226,13 @@ def _relative(path: Path) -> str:
 
 
 def up_banner(
-    endpoint: str, outputs: dict[str, str], provider: str, log_dir: Path, sam_env: Path
+    endpoint: str,
+    outputs: dict[str, str],
+    provider: str,
+    log_dir: Path,
+    sam_env: Path,
+    *,
+    test_mode: bool = False,
 ) -> list[str]:
     """What `saga up` prints: the resources, then commands that work as printed.
 
@@ -228,7 +246,7 @@ def up_banner(
     lines = [f"Embedded stack running on {endpoint}  (Ctrl-C stops it)"]
     lines += [f"  {key:28} {value}" for key, value in sorted(outputs.items())]
     lines += [
-        f"  {'Provider (Stripe emulator)':28} {provider}",
+        f"  {'Provider (Stripe test mode)' if test_mode else 'Provider (Stripe emulator)':28} {provider}",
         f"  {'Function logs (JSON)':28} {log_dir}/",
         f"  {'SAM env-vars file':28} {_relative(sam_env)}",
         "",
@@ -537,7 +555,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     from payment_saga.claims import ClaimsStore
     from payment_saga.payments import StripeProvider
     from payment_saga.reconcile import reconcile
-    from saga_local.aws.stack import LOCAL_API_KEY
+    from saga_local.commands import stripe_mode
     from saga_local.commands.sweep import not_due, reconcile_deployed, render
 
     waiting = None
@@ -551,7 +569,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         store = ClaimsStore(
             target.outputs["ClaimsTableName"], client=target.clients("dynamodb"), clock=lambda: now
         )
-        provider = StripeProvider(LOCAL_API_KEY, api_base=state["provider"])
+        provider = StripeProvider(stripe_mode.provider_key(state), api_base=state["provider"])
         report = reconcile(store, provider, now=now, apply=args.apply, search_grace_seconds=args.grace)
         waiting = not_due(store, now)  # why nothing more is due: the leases still running
     Out()(render(report, waiting=waiting))
@@ -827,6 +845,12 @@ def _add_demo(sub: Any) -> None:
 def _add_up(sub: Any) -> None:
     up = sub.add_parser("up", help="start the embedded local stack and keep it running")
     up.add_argument("--port", type=port, default=0, help="moto's port (0: a free one)")
+    up.add_argument(
+        "--stripe-test",
+        action="store_true",
+        help="call Stripe's test mode (https://api.stripe.com) with the sk_test_/rk_test_ key in"
+        " STRIPE_API_KEY instead of the emulator (docs/stripe-test-mode.md)",
+    )
     up.add_argument(
         "--runtime",
         choices=["workers", "inprocess"],

@@ -215,6 +215,13 @@ def run(state: dict[str, Any], args: argparse.Namespace, spec: dict[str, Any] | 
         if not control:
             raise FaultError("this `saga up` takes no function faults (it predates them): restart it")
         return apply_to_functions(control, spec)
+    if state.get("stripeTestMode"):
+        if args.kind != "clear":
+            raise FaultError(
+                f"{args.kind} is a fault of the Stripe emulator, and this `saga up` runs on Stripe's test"
+                " mode (--stripe-test): the functions' faults (throttle, crash, late-write) still work"
+            )
+        return clear_functions(control) if control else "no function faults to clear"
     said = apply(
         str(state["provider"]),
         args.kind,

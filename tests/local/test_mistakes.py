@@ -120,6 +120,12 @@ MISTAKES: dict[str, Mistake] = {
     "fault with no stack": Mistake(["fault", "outage"], "no local stack is running"),
     "fault of an unknown kind": Mistake(["fault", "meteor"], "invalid choice: 'meteor'"),
     "fault when the stack went away": Mistake(["fault", "clear"], "has gone", "gone"),
+    "an emulator fault on Stripe's test mode": Mistake(
+        ["fault", "outage"], "this `saga up` runs on Stripe's test mode", "test-mode"
+    ),
+    "up on Stripe's test mode without a key": Mistake(
+        ["up", "--stripe-test"], "--stripe-test needs your Stripe test key in STRIPE_API_KEY"
+    ),
     "throttle with no stack": Mistake(
         ["fault", "throttle", "--function", "ClaimOrderFunction"], "no local stack is running"
     ),
@@ -201,8 +207,9 @@ def gone(state_dir: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def up_running(state_dir: Path) -> Iterator[str]:
-    """A live `saga up` as the others see it: its lock held, its port open, its description written."""
+def up_running(state_dir: Path, *, stripe_test_mode: bool = False) -> Iterator[str]:
+    """A live `saga up` as the others see it: its lock held, its port open, its description written
+    (``stripe_test_mode``: as `saga up --stripe-test` writes it)."""
     with socket.socket() as listener, open(state_dir / "up.lock", "w", encoding="utf-8") as lock:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -210,7 +217,8 @@ def up_running(state_dir: Path) -> Iterator[str]:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         lock.write(str(os.getpid()))
         lock.flush()
-        (state_dir / "stack.json").write_text(json.dumps({"endpoint": endpoint, "pid": os.getpid()}))
+        state = {"endpoint": endpoint, "pid": os.getpid(), "stripeTestMode": stripe_test_mode}
+        (state_dir / "stack.json").write_text(json.dumps(state))
         yield endpoint
 
 
@@ -246,6 +254,8 @@ def test_a_mistake_is_answered_in_one_line_with_a_non_zero_exit(
             setup.enter_context(gone(state_dir))
         elif mistake.setup == "running":
             setup.enter_context(up_running(state_dir))
+        elif mistake.setup == "test-mode":
+            setup.enter_context(up_running(state_dir, stripe_test_mode=True))
         elif mistake.setup == "recorded":
             name = request.getfixturevalue("recorded")
             args = [name if arg == "{recorded}" else arg for arg in args]
