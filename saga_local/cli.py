@@ -1094,7 +1094,7 @@ def _add_cost(sub: Any) -> None:
         default=0.01,
         help="share of Charge Payment invocations that start cold and read the secret",
     )
-    costs.add_argument("--wide", action="store_true", help="full column names and each line's unit price")
+    costs.add_argument("--wide", action="store_true", help="also each line's unit price, in full")
     costs.add_argument("--json", action="store_true", help="print the usage and prices as JSON")
     costs.set_defaults(func=cmd_cost)
 

@@ -133,6 +133,17 @@ def test_cost_fits_100_columns_and_prices_every_line(tmp_path: Path) -> None:
     assert "EventBridge Scheduler" in out
 
 
+def test_cost_wide_fits_100_columns_with_each_line_s_share_and_full_unit_price(tmp_path: Path) -> None:
+    out = ok(saga(tmp_path, "cost", "--wide"))
+
+    assert max(len(line) for line in out.splitlines()) <= 100
+    header = next(line for line in out.splitlines() if line.split()[:2] == ["happy", "share"])
+    assert header.split() == ["happy", "share", "duplicate", "mix", "10%", "1", "Lambda"]
+    total = next(line for line in out.splitlines() if line.startswith("Total"))
+    assert total.split()[2] == "100%"
+    assert "Step Functions Standard (transitions): $0.025 per 1,000 state transitions" in out
+
+
 def test_cost_json_prices_what_the_stack_costs_by_existing_per_month(tmp_path: Path) -> None:
     document = json.loads(ok(saga(tmp_path, "cost", "--json")))
 
