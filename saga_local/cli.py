@@ -556,11 +556,12 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     from payment_saga.payments import StripeProvider
     from payment_saga.reconcile import reconcile
     from saga_local.commands import stripe_mode
-    from saga_local.commands.sweep import not_due, reconcile_deployed, render
+    from saga_local.commands.sweep import not_due, not_due_deployed, reconcile_deployed, render
 
     waiting = None
     if args.stack:
         report = reconcile_deployed(args.stack, apply=args.apply, region=args.region)
+        waiting = not_due_deployed(args.stack, region=args.region, now=report.now)
     else:
         target = resolve_target(args)
         state = json.loads(STATE_FILE.read_text())
