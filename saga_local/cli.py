@@ -872,17 +872,31 @@ def _add_up(sub: Any) -> None:
 def _add_send(sub: Any) -> None:
     send = sub.add_parser("send", help="send an order to the orders queue")
     send.add_argument(
-        "file", nargs="?", default=str(ROOT / "events" / "order.json"), help="an order JSON file"
+        "file",
+        nargs="?",
+        default=str(ROOT / "events" / "order.json"),
+        help="an order JSON file (default: the project's events/order.json)",
     )
     send.add_argument("--copies", type=count(), default=1, help="send it this many times (new MessageIds)")
     send.add_argument("--order-id", help="the order's orderId (default: the file's)")
-    send.add_argument("--amount", type=int, help="minor units: 15000 = 150.00")
-    send.add_argument("--currency", help="ISO 4217 code, e.g. BRL, USD, JPY")
-    send.add_argument("--customer-id", help="the order's customerId")
-    send.add_argument("--payment-method", help="e.g. pm_card_visa, pm_card_chargeDeclined")
-    send.add_argument("--payment-attempt", help="a customer's deliberate retry of a declined order")
-    send.add_argument("--provider-customer-id", help="the Stripe Customer (cus_...) a saved card belongs to")
-    send.add_argument("--body", help="send this raw body instead (e.g. a malformed message)")
+    send.add_argument("--amount", type=int, help="minor units: 15000 = 150.00 (default: the file's)")
+    send.add_argument("--currency", help="ISO 4217 code, e.g. BRL, USD, JPY (default: the file's)")
+    send.add_argument("--customer-id", help="the order's customerId (default: the file's)")
+    send.add_argument(
+        "--payment-method", help="e.g. pm_card_visa, pm_card_chargeDeclined (default: the file's)"
+    )
+    send.add_argument(
+        "--payment-attempt",
+        help="a customer's deliberate retry of a declined order (default: the file's, else none)",
+    )
+    send.add_argument(
+        "--provider-customer-id",
+        help="the Stripe Customer (cus_...) a saved card belongs to (default: the file's)",
+    )
+    send.add_argument(
+        "--body",
+        help="send this raw body instead (e.g. a malformed message; default: the order built from FILE)",
+    )
     send.add_argument(
         "--wait", action="store_true", help="wait for each execution to end and print its path and outcome"
     )
@@ -903,7 +917,9 @@ def _add_trace(sub: Any) -> None:
         action="store_true",
         help="show each state's input and output, payment method and customers unredacted",
     )
-    trace.add_argument("--html", metavar="FILE", help="write a self-contained page with the graph")
+    trace.add_argument(
+        "--html", metavar="FILE", help="write a self-contained page with the graph (default: text only)"
+    )
     add_target_arguments(trace)
     trace.set_defaults(func=cmd_trace)
 
@@ -918,9 +934,17 @@ def _add_executions(sub: Any) -> None:
         " neither, those `saga demo`, `saga simulate` and `saga chaos` recorded), newest first: start,"
         " status, duration, error, name (what `saga trace` takes).",
     )
-    ex.add_argument("--status", choices=STATUSES, help="only executions with this status")
-    ex.add_argument("--order-id", help="only this order's executions (their names start with its id)")
-    ex.add_argument("--since", type=duration, default=None, help="only those started this recently (10m, 2h)")
+    ex.add_argument("--status", choices=STATUSES, help="only executions with this status (default: any)")
+    ex.add_argument(
+        "--order-id",
+        help="only this order's executions (their names start with its id; default: every order's)",
+    )
+    ex.add_argument(
+        "--since",
+        type=duration,
+        default=None,
+        help="only those started this recently (10m, 2h; default: any time)",
+    )
     ex.add_argument("--limit", type=count(), default=50, help="at most this many")
     add_target_arguments(ex)
     ex.set_defaults(func=cmd_executions)
@@ -928,7 +952,7 @@ def _add_executions(sub: Any) -> None:
 
 def _add_events(sub: Any) -> None:
     events = sub.add_parser("events", help="the outcome events published (charged, declined, re-queued...)")
-    events.add_argument("--order-id", help="only this order's events")
+    events.add_argument("--order-id", help="only this order's events (default: every order's)")
     events.add_argument("--json", action="store_true", help="one JSON object per event (its detail)")
     add_target_arguments(events)
     events.set_defaults(func=cmd_events)
@@ -945,8 +969,10 @@ def _add_logs(sub: Any) -> None:
     lg.add_argument(
         "function", nargs="*", help="function logical ids (ClaimOrderFunction, or ClaimOrder; default: all)"
     )
-    lg.add_argument("--order-id", help="only the events about this order")
-    lg.add_argument("--filter", help="only the lines that contain this text (case-insensitive)")
+    lg.add_argument("--order-id", help="only the events about this order (default: every order's)")
+    lg.add_argument(
+        "--filter", help="only the lines that contain this text (case-insensitive; default: every line)"
+    )
     lg.add_argument("--tail", action="store_true", help="keep printing new lines until Ctrl-C")
     lg.add_argument(
         "--since",
@@ -975,7 +1001,9 @@ def _add_fault(sub: Any) -> None:
         " refused; crash: it dies; late-write: it dies with its write sent; clear: every fault removed",
     )
     ft.add_argument(
-        "--function", help="throttle, crash, late-write: the function's logical id (ClaimOrderFunction)"
+        "--function",
+        help="throttle, crash, late-write (needed there): the function's logical id, e.g. ClaimOrderFunction"
+        " (default: none)",
     )
     ft.add_argument("--seconds", type=seconds, default=THROTTLE_SECONDS, help="throttle: for this long")
     ft.add_argument(

@@ -79,6 +79,23 @@ def test_every_subcommand_answers_help(command: str, tmp_path: Path) -> None:
     assert f"usage: saga {command}" in out
 
 
+def test_every_option_of_every_subcommand_has_a_help_line_that_shows_its_default() -> None:
+    (action,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    unexplained = []
+    for name, parser in sorted(action.choices.items()):
+        formatter = parser._get_formatter()
+        for option in parser._actions:
+            if isinstance(option, argparse._HelpAction) or option.help == argparse.SUPPRESS:
+                continue
+            shown = formatter._expand_help(option) if option.help else ""
+            flag = isinstance(option, argparse._StoreTrueAction | argparse._StoreFalseAction)
+            optional = bool(option.option_strings) and not option.required
+            if not shown.strip() or (optional and not flag and "default" not in shown):
+                unexplained.append(f"saga {name} {'/'.join(option.option_strings) or option.dest}: {shown!r}")
+
+    assert unexplained == []
+
+
 def test_chaos_takes_its_options_and_keeps_the_promise(tmp_path: Path) -> None:
     out = ok(
         saga(
