@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from saga_local.aws.template import ROOT
 from saga_local.commands import running
 from saga_local.commands.arguments import Parser, count, duration, port, seconds, share
-from saga_local.commands.output import Out, handlers_quiet
+from saga_local.commands.output import Out, handlers_quiet, plural
 from saga_local.paths import STATE_DIR
 
 if TYPE_CHECKING:
@@ -299,7 +299,7 @@ def cmd_send(args: argparse.Namespace) -> int:
     for _ in range(args.copies):
         message_id = sqs.send_message(QueueUrl=queue_url, MessageBody=body)["MessageId"]
         names.append(message_id)
-    out(f"sent {args.copies} message(s) to {target.where}")
+    out(f"sent {plural(args.copies, 'message')} to {target.where}")
     from saga_local.commands.redrive import rejection_reason
 
     rejection = rejection_reason(body)

@@ -31,6 +31,7 @@ import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
+from saga_local.commands.output import plural
 from saga_local.runtime.control import TOKEN_HEADER
 from saga_local.runtime.faults import CALLS, LANDS_AFTER, WRITE_CALLS, Fault
 from saga_local.stripe_emulator import ENDPOINTS
@@ -102,8 +103,8 @@ def apply(provider: str, kind: str, *, token: str, order_id: str | None = None, 
         )
         which = f"of {order_id}" if order_id else "of any order"
         return (
-            f"the next {times} charge(s) {which} will be applied and their answer lost (HTTP 500 after the"
-            " commit); the retry replays the charge under the same key"
+            f"the next {plural(times, 'charge')} {which} will be applied and the answer lost (HTTP 500 after"
+            " the commit); the retry replays the charge under the same key"
         )
     if kind == "clear":
         _call(provider, token, "DELETE", "/faults")
