@@ -620,6 +620,35 @@ def test_every_saga_line_of_the_runbook_runs_against_the_local_stack_as_pasted(r
         assert "Traceback" not in result.stderr, line
 
 
+def test_every_saga_line_of_the_adoption_guide_runs_against_the_local_stack_as_pasted(
+    running: Running,
+) -> None:
+    guide = (ROOT / "docs" / "adopting.md").read_text(encoding="utf-8")
+    lines = [line.split("  #")[0].strip() for line in guide.splitlines() if line.startswith("saga ")]
+    assert len(lines) >= 5
+
+    printed = []
+    for line in lines:
+        result = saga(running.state_dir, *shlex.split(line)[1:])
+        assert result.returncode == 0, (line, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr, line
+        printed.append(result.stdout)
+
+    # What the guide's comments say each line shows.
+    charged, again, conflict, malformed, _ = printed
+    assert "CHARGED pi_" in charged
+    assert "DUPLICATE" in again
+    assert "OrderConflict" in conflict
+    assert "dead-lettered: currency is required" in malformed
+    # The events line again until the archive has both (the bus copies to it a moment later).
+    events = wait_for(
+        lambda: (out := ok(saga(running.state_dir, *shlex.split(lines[-1])[1:]))) * ("OrderConflict" in out),
+        "the conflict's event in the archive",
+    )
+    assert "OrderCharged" in events
+    assert provider_charges(running, "ORDER-ADOPT-1") == 1
+
+
 def test_up_prints_each_execution_as_it_ends_and_records_it_for_saga_trace(running: Running) -> None:
     out = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-SEEN", "--wait"))
     name = re.findall(r"saga trace (ORDER-EP-SEEN-\S+)", out)[0]
