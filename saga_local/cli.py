@@ -7,7 +7,7 @@ saga trace EXECUTION [--html]  an execution state by state, or as a graph page (
 saga executions [--status S]   the executions, newest first (--order-id, --since), as the console lists
 saga events [--order-id ID]    the outcome events published (charged, declined, re-queued...)
 saga logs [FUNCTION...]        the functions' log events (--order-id, --filter, --tail), as `sam logs`
-saga fault KIND                break the running stack's provider (outage, lost-answer; clear)
+saga fault KIND                break the running stack's provider or a function (outage, throttle...)
 saga invoke FUNCTION -e EVENT  one function on one event, as `sam local invoke` runs it (no Docker)
 saga simulate --orders N ...   many orders, duplicates and concurrency; a report
 saga chaos --orders N ...      the same with random faults everywhere, then the sweeper
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from saga_local.aws.template import ROOT
 from saga_local.commands import running
 from saga_local.commands.arguments import Parser, count, duration, html_file, port, seconds, share
-from saga_local.commands.output import Out, handlers_quiet
+from saga_local.commands.output import Out, handlers_quiet, plural
 from saga_local.paths import STATE_DIR
 
 if TYPE_CHECKING:
@@ -132,16 +132,22 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Run the embedded stack until Ctrl-C; refuse while another `saga up` runs from this state directory."""
+    from saga_local.commands import stripe_mode
+
     out = Out()
     log_dir = STATE_DIR / "logs"
     try:
+        payment_api = stripe_mode.payment_api(args.stripe_test)
+    except stripe_mode.StripeKeyError as exc:
+        raise SystemExit(f"saga up: {exc}") from None
+    try:
         with running.exclusive(LOCK_FILE, STATE_FILE):
-            return _serve_up(args, out, log_dir)
+            return _serve_up(args, out, log_dir, payment_api)
     except running.AlreadyRunning as exc:
         raise SystemExit(f"saga up: {exc}") from None
 
 
-def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path) -> int:
+def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path, payment_api: tuple[str, str] | None) -> int:
     from saga_local.aws.embedded import EmbeddedStack
     from saga_local.aws.stack import REGION
     from saga_local.commands.activity import Activity
@@ -150,18 +156,26 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path) -> int:
 
     visibility = 30
     with EmbeddedStack(
-        port=args.port, runtime=args.runtime, log_dir=log_dir, visibility_timeout=visibility
+        port=args.port,
+        runtime=args.runtime,
+        log_dir=log_dir,
+        visibility_timeout=visibility,
+        payment_api=payment_api,
     ) as stack:
         sam_env = write_sam_env_file(stack.stack, stack.endpoint)
         state = {
             "endpoint": stack.endpoint,
             "region": REGION,
             "outputs": stack.stack.outputs,
-            "provider": stack.provider.url,
+            "provider": stack.provider_url,
+            # Test mode: the key is not written here; `saga reconcile` reads it from the environment.
+            "stripeTestMode": payment_api is not None,
             # The emulator's /_emulator/* routes need it: this file is the local tooling's way in.
             "providerAdminToken": stack.provider.admin_token,
             "samEnvVars": str(sam_env),
             "pid": os.getpid(),
+            # Where `saga fault` hands the functions' faults to this process (and its token).
+            "faultControl": stack.fault_control(),
         }
         scheduled = stack.schedule_sources(compress=visibility / _template_visibility_timeout())
         for source in scheduled:
@@ -212,7 +226,13 @@ def _relative(path: Path) -> str:
 
 
 def up_banner(
-    endpoint: str, outputs: dict[str, str], provider: str, log_dir: Path, sam_env: Path
+    endpoint: str,
+    outputs: dict[str, str],
+    provider: str,
+    log_dir: Path,
+    sam_env: Path,
+    *,
+    test_mode: bool = False,
 ) -> list[str]:
     """What `saga up` prints: the resources, then commands that work as printed.
 
@@ -226,7 +246,7 @@ def up_banner(
     lines = [f"Embedded stack running on {endpoint}  (Ctrl-C stops it)"]
     lines += [f"  {key:28} {value}" for key, value in sorted(outputs.items())]
     lines += [
-        f"  {'Provider (Stripe emulator)':28} {provider}",
+        f"  {'Provider (Stripe test mode)' if test_mode else 'Provider (Stripe emulator)':28} {provider}",
         f"  {'Function logs (JSON)':28} {log_dir}/",
         f"  {'SAM env-vars file':28} {_relative(sam_env)}",
         "",
@@ -279,7 +299,7 @@ def cmd_send(args: argparse.Namespace) -> int:
     for _ in range(args.copies):
         message_id = sqs.send_message(QueueUrl=queue_url, MessageBody=body)["MessageId"]
         names.append(message_id)
-    out(f"sent {args.copies} message(s) to {target.where}")
+    out(f"sent {plural(args.copies, 'message')} to {target.where}")
     from saga_local.commands.redrive import rejection_reason
 
     rejection = rejection_reason(body)
@@ -538,12 +558,13 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     from payment_saga.claims import ClaimsStore
     from payment_saga.payments import StripeProvider
     from payment_saga.reconcile import reconcile
-    from saga_local.aws.stack import LOCAL_API_KEY
-    from saga_local.commands.sweep import not_due, reconcile_deployed, render
+    from saga_local.commands import stripe_mode
+    from saga_local.commands.sweep import not_due, not_due_deployed, reconcile_deployed, render
 
     waiting = None
     if args.stack:
         report = reconcile_deployed(args.stack, apply=args.apply, region=args.region)
+        waiting = not_due_deployed(args.stack, region=args.region, now=report.now)
     else:
         target = resolve_target(args)
         state = json.loads(STATE_FILE.read_text())
@@ -552,7 +573,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         store = ClaimsStore(
             target.outputs["ClaimsTableName"], client=target.clients("dynamodb"), clock=lambda: now
         )
-        provider = StripeProvider(LOCAL_API_KEY, api_base=state["provider"])
+        provider = StripeProvider(stripe_mode.provider_key(state), api_base=state["provider"])
         report = reconcile(store, provider, now=now, apply=args.apply, search_grace_seconds=args.grace)
         waiting = not_due(store, now)  # why nothing more is due: the leases still running
     Out()(render(report, waiting=waiting))
@@ -671,9 +692,13 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_fault(args: argparse.Namespace) -> int:
-    """A provider fault on the running `saga up` (commands/fault.py)."""
+    """A fault of the provider or of a function on the running `saga up` (commands/fault.py)."""
     from saga_local.commands import fault
 
+    try:
+        spec = fault.check(args)
+    except fault.FaultError as exc:
+        raise SystemExit(f"saga fault: {exc}") from None
     state = running.read_state(STATE_FILE)
     if state is None:
         raise SystemExit(
@@ -682,13 +707,7 @@ def cmd_fault(args: argparse.Namespace) -> int:
     if running.gone(state):
         raise SystemExit(_gone_message("fault", state))
     try:
-        said = fault.apply(
-            str(state["provider"]),
-            args.kind,
-            token=str(state.get("providerAdminToken", "")),
-            order_id=args.order_id,
-            times=args.times,
-        )
+        said = fault.run(state, args, spec)
     except fault.FaultError as exc:
         raise SystemExit(f"saga fault: {exc}") from None
     Out()(said)
@@ -831,6 +850,12 @@ def _add_up(sub: Any) -> None:
     up = sub.add_parser("up", help="start the embedded local stack and keep it running")
     up.add_argument("--port", type=port, default=0, help="moto's port (0: a free one)")
     up.add_argument(
+        "--stripe-test",
+        action="store_true",
+        help="call Stripe's test mode (https://api.stripe.com) with the sk_test_/rk_test_ key in"
+        " STRIPE_API_KEY instead of the emulator (docs/stripe-test-mode.md)",
+    )
+    up.add_argument(
         "--runtime",
         choices=["workers", "inprocess"],
         default="workers",
@@ -850,17 +875,31 @@ def _add_up(sub: Any) -> None:
 def _add_send(sub: Any) -> None:
     send = sub.add_parser("send", help="send an order to the orders queue")
     send.add_argument(
-        "file", nargs="?", default=str(ROOT / "events" / "order.json"), help="an order JSON file"
+        "file",
+        nargs="?",
+        default=str(ROOT / "events" / "order.json"),
+        help="an order JSON file (default: the project's events/order.json)",
     )
     send.add_argument("--copies", type=count(), default=1, help="send it this many times (new MessageIds)")
     send.add_argument("--order-id", help="the order's orderId (default: the file's)")
-    send.add_argument("--amount", type=int, help="minor units: 15000 = 150.00")
-    send.add_argument("--currency", help="ISO 4217 code, e.g. BRL, USD, JPY")
-    send.add_argument("--customer-id", help="the order's customerId")
-    send.add_argument("--payment-method", help="e.g. pm_card_visa, pm_card_chargeDeclined")
-    send.add_argument("--payment-attempt", help="a customer's deliberate retry of a declined order")
-    send.add_argument("--provider-customer-id", help="the Stripe Customer (cus_...) a saved card belongs to")
-    send.add_argument("--body", help="send this raw body instead (e.g. a malformed message)")
+    send.add_argument("--amount", type=int, help="minor units: 15000 = 150.00 (default: the file's)")
+    send.add_argument("--currency", help="ISO 4217 code, e.g. BRL, USD, JPY (default: the file's)")
+    send.add_argument("--customer-id", help="the order's customerId (default: the file's)")
+    send.add_argument(
+        "--payment-method", help="e.g. pm_card_visa, pm_card_chargeDeclined (default: the file's)"
+    )
+    send.add_argument(
+        "--payment-attempt",
+        help="a customer's deliberate retry of a declined order (default: the file's, else none)",
+    )
+    send.add_argument(
+        "--provider-customer-id",
+        help="the Stripe Customer (cus_...) a saved card belongs to (default: the file's)",
+    )
+    send.add_argument(
+        "--body",
+        help="send this raw body instead (e.g. a malformed message; default: the order built from FILE)",
+    )
     send.add_argument(
         "--wait", action="store_true", help="wait for each execution to end and print its path and outcome"
     )
@@ -881,7 +920,9 @@ def _add_trace(sub: Any) -> None:
         action="store_true",
         help="show each state's input and output, payment method and customers unredacted",
     )
-    trace.add_argument("--html", metavar="FILE", help="write a self-contained page with the graph")
+    trace.add_argument(
+        "--html", metavar="FILE", help="write a self-contained page with the graph (default: text only)"
+    )
     add_target_arguments(trace)
     trace.set_defaults(func=cmd_trace)
 
@@ -896,9 +937,17 @@ def _add_executions(sub: Any) -> None:
         " neither, those `saga demo`, `saga simulate` and `saga chaos` recorded), newest first: start,"
         " status, duration, error, name (what `saga trace` takes).",
     )
-    ex.add_argument("--status", choices=STATUSES, help="only executions with this status")
-    ex.add_argument("--order-id", help="only this order's executions (their names start with its id)")
-    ex.add_argument("--since", type=duration, default=None, help="only those started this recently (10m, 2h)")
+    ex.add_argument("--status", choices=STATUSES, help="only executions with this status (default: any)")
+    ex.add_argument(
+        "--order-id",
+        help="only this order's executions (their names start with its id; default: every order's)",
+    )
+    ex.add_argument(
+        "--since",
+        type=duration,
+        default=None,
+        help="only those started this recently (10m, 2h; default: any time)",
+    )
     ex.add_argument("--limit", type=count(), default=50, help="at most this many")
     add_target_arguments(ex)
     ex.set_defaults(func=cmd_executions)
@@ -906,7 +955,7 @@ def _add_executions(sub: Any) -> None:
 
 def _add_events(sub: Any) -> None:
     events = sub.add_parser("events", help="the outcome events published (charged, declined, re-queued...)")
-    events.add_argument("--order-id", help="only this order's events")
+    events.add_argument("--order-id", help="only this order's events (default: every order's)")
     events.add_argument("--json", action="store_true", help="one JSON object per event (its detail)")
     add_target_arguments(events)
     events.set_defaults(func=cmd_events)
@@ -923,8 +972,10 @@ def _add_logs(sub: Any) -> None:
     lg.add_argument(
         "function", nargs="*", help="function logical ids (ClaimOrderFunction, or ClaimOrder; default: all)"
     )
-    lg.add_argument("--order-id", help="only the events about this order")
-    lg.add_argument("--filter", help="only the lines that contain this text (case-insensitive)")
+    lg.add_argument("--order-id", help="only the events about this order (default: every order's)")
+    lg.add_argument(
+        "--filter", help="only the lines that contain this text (case-insensitive; default: every line)"
+    )
     lg.add_argument("--tail", action="store_true", help="keep printing new lines until Ctrl-C")
     lg.add_argument(
         "--since",
@@ -939,17 +990,34 @@ def _add_logs(sub: Any) -> None:
 
 
 def _add_fault(sub: Any) -> None:
-    from saga_local.commands.fault import KINDS
+    from saga_local.commands.fault import KINDS, THROTTLE_SECONDS
 
     ft = sub.add_parser(
         "fault",
-        help="break the running `saga up`'s provider (outage, lost-answer; clear): rehearse the runbook",
+        help="break the running `saga up`'s provider or a function (outage, throttle...; clear): rehearse"
+        " the runbook",
     )
     ft.add_argument(
-        "kind", choices=KINDS, help="outage: every call fails; lost-answer: a charge's answer is lost"
+        "kind",
+        choices=KINDS,
+        help="outage: every provider call fails; lost-answer: a charge's answer is lost; throttle: a function"
+        " refused; crash: it dies; late-write: it dies with its write sent; clear: every fault removed",
     )
-    ft.add_argument("--order-id", help="lost-answer: only this order's charge (default: the next of any)")
-    ft.add_argument("--times", type=count(), default=1, help="lost-answer: this many charges")
+    ft.add_argument(
+        "--function",
+        help="throttle, crash, late-write (needed there): the function's logical id, e.g. ClaimOrderFunction"
+        " (default: none)",
+    )
+    ft.add_argument("--seconds", type=seconds, default=THROTTLE_SECONDS, help="throttle: for this long")
+    ft.add_argument(
+        "--point",
+        help="crash: where it dies (start, before:<call>, after:<call>, end; default: start);"
+        " late-write: which write (default: its first)",
+    )
+    ft.add_argument("--order-id", help="only this order's invocations or charge (default: any order's)")
+    ft.add_argument(
+        "--times", type=count(), default=1, help="lost-answer, crash, late-write: this many times"
+    )
     ft.set_defaults(func=cmd_fault)
 
 
@@ -1065,7 +1133,7 @@ def _add_cost(sub: Any) -> None:
         default=0.01,
         help="share of Charge Payment invocations that start cold and read the secret",
     )
-    costs.add_argument("--wide", action="store_true", help="full column names and each line's unit price")
+    costs.add_argument("--wide", action="store_true", help="also each line's unit price, in full")
     costs.add_argument("--json", action="store_true", help="print the usage and prices as JSON")
     costs.set_defaults(func=cmd_cost)
 

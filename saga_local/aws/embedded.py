@@ -79,6 +79,8 @@ class EmbeddedStack:
             this process's stdout).
         quiet: ``LogLevel=WARNING``, for runs that print a report (in-process handlers still print
             their EMF metric lines: see :func:`saga_local.commands.output.handlers_quiet`).
+        payment_api: ``(base URL, key)`` of a real provider for the functions instead of the
+            emulator (``saga up --stripe-test``: Stripe's test mode). The emulator still runs, unused.
     """
 
     def __init__(
@@ -94,6 +96,7 @@ class EmbeddedStack:
         max_workers: int = 4,
         log_dir: Path | None = None,
         quiet: bool = False,
+        payment_api: tuple[str, str] | None = None,
     ) -> None:
         if runtime not in ("workers", "inprocess"):
             raise ValueError("runtime must be 'workers' or 'inprocess'")
@@ -108,6 +111,7 @@ class EmbeddedStack:
         self.max_workers = max_workers
         self.log_dir = log_dir
         self.quiet = quiet
+        self.payment_api = payment_api
         self.provider = ProviderEmulator(dedupe=provider_dedupe)
         self._server: ThreadedMotoServer | None = None
         self._exit = contextlib.ExitStack()
@@ -115,6 +119,11 @@ class EmbeddedStack:
         self.driver: Driver
         self.runtime: WorkerRuntime | InProcessRuntime
         self.hooks: EngineHooks
+
+    @property
+    def provider_url(self) -> str:
+        """The provider the functions call: the emulator's URL, or the real one of ``payment_api``."""
+        return self.payment_api[0] if self.payment_api else self.provider.url
 
     @property
     def endpoint(self) -> str:
@@ -153,9 +162,10 @@ class EmbeddedStack:
             self._exit.callback(mock.stop, remove_data=False)
         self.provider.start()
         self._exit.callback(self.provider.stop)
+        api_base, api_key = self.payment_api or (self.provider.url, LOCAL_API_KEY)
         function_environment = {
-            "PAYMENT_API_BASE": self.provider.url,
-            "PAYMENT_API_KEY": LOCAL_API_KEY,
+            "PAYMENT_API_BASE": api_base,
+            "PAYMENT_API_KEY": api_key,
             "PAYMENT_API_TIMEOUT_SECONDS": "5",
             "POWERTOOLS_TRACE_DISABLED": "true",
             "AWS_DEFAULT_REGION": REGION,
@@ -169,6 +179,13 @@ class EmbeddedStack:
             extra_environment=function_environment,
             visibility_timeout=self.visibility_timeout,
         )
+        if self.payment_api is not None:
+            # What a function reads when PAYMENT_API_KEY is unset (`saga invoke` with SAM's env-vars
+            # file): the same key, kept in moto's memory only.
+            self.client("secretsmanager").put_secret_value(
+                SecretId=self.stack.resolver.parameters["PaymentApiKeySecretArn"],
+                SecretString=json.dumps({"apiKey": api_key}),
+            )
         if self.runtime_kind == "workers":
             self.runtime = WorkerRuntime(
                 self.stack.functions,
@@ -212,6 +229,15 @@ class EmbeddedStack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def fault_control(self) -> dict[str, str]:
+        """Start the loopback route that takes faults for the functions from other processes
+        (``saga fault throttle|crash|late-write``), until the stack stops; its URL and token."""
+        from saga_local.runtime.control import FaultControl
+
+        control = FaultControl(self.faults).start()
+        self._exit.callback(control.stop)
+        return {"url": control.url, "token": control.token}
 
     def schedule_sources(self, *, compress: float) -> list[ScheduleSource]:
         """The template's schedules, each firing every ``compress`` times its rate (see :meth:`serve`)."""

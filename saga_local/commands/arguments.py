@@ -19,11 +19,26 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's help ends with its default, once: not when the help already says it in words
+    (``(default: the file's)``), and not for a flag (off unless given) or an option with no value
+    (its help says what happens without it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        # By identity: a default of 0 is a value to show (``--port``), not a flag's False.
+        if "default" in text or any(
+            action.default is nothing for nothing in (None, False, argparse.SUPPRESS)
+        ):
+            return text
+        return super()._get_help_string(action)
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser that answers a mistake in one line, and shows each option's default."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
-        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> NoReturn:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import textwrap
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -212,8 +213,10 @@ USAGE_LABELS = {
 }
 #: Usage kept in GB, shown in KB (a few KB an order reads better than 0.0000031 GB).
 _SHOWN_IN_KB = frozenset({"state_machine_log_gb", "lambda_log_gb"})
-#: The default table fits a terminal this wide; ``wide=True`` lifts the limit.
+#: The table fits a terminal this wide, with ``wide=True`` too (its unit prices are wrapped to it).
 NARROW_COLUMNS = 100
+#: The share column: "share", or up to "100%".
+_SHARE_WIDTH = 5
 
 
 def _short_quote(quoted: str) -> str:
@@ -309,50 +312,75 @@ def render_table(
     """A plain-text table: one column per design (``rows``' keys), USD per million orders by line item,
     then the per-order usage each column was computed from.
 
-    ``legend`` explains each column's short name (printed under the table; ``wide`` uses it as the
-    header instead, and adds each line's unit price). Without ``wide`` the table fits
-    :data:`NARROW_COLUMNS` columns when the names do. ``monthly``: item -> (quantity per month, how
-    it is counted), priced apart. ``notes``: the assumptions behind the figures, one line each.
-    Line items that are zero in every column are left out, except :data:`ALWAYS_SHOWN`.
+    After the first design's column, ``share`` is each line's share of that design's per-order total
+    (the first design is the one the others are compared with: the saga's happy path). ``legend``
+    explains each column's short name (printed under the table). ``wide`` adds each line's unit
+    price, in full, as a list under the table: the table keeps its width, so that ``--wide`` fits
+    an 80-100 column terminal too. The table fits :data:`NARROW_COLUMNS` columns when the names do.
+    ``monthly``: item -> (quantity per month, how it is counted), priced apart. ``notes``: the
+    assumptions behind the figures, one line each. Line items that are zero in every column are
+    left out, except :data:`ALWAYS_SHOWN`.
     """
     if not rows:
         raise ValueError("render_table: nothing to compare")
     names = list(rows)
     legend = legend or {}
-    headers = [legend.get(name, name) if wide else name for name in names]
     costs = {name: cost_per_million(usage, prices) for name, usage in rows.items()}
     shown = [item for item in LINE_ITEMS if item in ALWAYS_SHOWN or any(costs[name][item] for name in names)]
     used = [field for field in USAGE_LABELS if any(getattr(rows[name], field) for name in names)]
-    width = max(9, *(len(header) for header in headers))
+    width = max(9, *(len(name) for name in names))
     label_width = max(
         len("Total"), *(len(LINE_ITEMS[item][0]) for item in shown), *(len(USAGE_LABELS[f]) for f in used)
     )
     unit = prices["prices"]
+    first = names[0]
+    first_total = costs[first][TOTAL]
 
-    def line(label: str, cells: list[str], extra: str = "") -> str:
-        text = f"{label:<{label_width}}  " + "  ".join(f"{cell:>{width}}" for cell in cells)
-        return f"{text}  {extra}" if wide and extra else text
+    def share(amount: float) -> str:
+        if not first_total:
+            return "-"
+        ratio = amount / first_total
+        # A line that costs something is never shown as 0% of the total.
+        return "<1%" if 0 < ratio < 0.005 else f"{ratio:.0%}"
 
-    rule = "-" * (label_width + (width + 2) * len(names))
+    def line(label: str, cells: list[str], share_cell: str = "") -> str:
+        # The share sits right after the column it is a share of.
+        columns = [f"{cells[0]:>{width}}", f"{share_cell:>{_SHARE_WIDTH}}"]
+        columns += [f"{cell:>{width}}" for cell in cells[1:]]
+        return (f"{label:<{label_width}}  " + "  ".join(columns)).rstrip()
+
+    rule = "-" * (label_width + (width + 2) * len(names) + _SHARE_WIDTH + 2)
     out = [
         f"AWS cost per 1,000,000 orders, {prices['currency']}, {prices['region']}",
         f"(on-demand list prices of {prices['retrieved']}; free tiers left out)",
         "",
-        line("", headers, "unit price"),
+        line("", names, "share"),
         rule,
     ]
     for item in shown:
-        price = ", ".join(_short_quote(unit[key]["quoted"]) for _, key in LINE_ITEMS[item][1])
-        out.append(line(LINE_ITEMS[item][0], [f"{costs[name][item]:,.2f}" for name in names], price))
+        cells = [f"{costs[name][item]:,.2f}" for name in names]
+        out.append(line(LINE_ITEMS[item][0], cells, share(costs[first][item])))
     out.append(rule)
-    out.append(line("Total", [f"{costs[name][TOTAL]:,.2f}" for name in names]))
+    out.append(line("Total", [f"{costs[name][TOTAL]:,.2f}" for name in names], share(first_total)))
     out.append("")
     for field in used:
         scale = 1024 * 1024 if field in _SHOWN_IN_KB else 1
         out.append(line(USAGE_LABELS[field], [_figure(getattr(rows[name], field) * scale) for name in names]))
-    if legend and not wide:
-        out.append("")
-        out += [f"{name:>{width}}: {text}" for name, text in legend.items() if name in rows]
+    out.append("")
+    out.append(f"{'share':>{width}}: each line's share of the {first} column's total")
+    out += [f"{name:>{width}}: {text}" for name, text in legend.items() if name in rows]
+    if wide:
+        # Wrapped to the table's own width: what fits the table fits them.
+        table_width = max(len(text) for text in out)
+        out += ["", f"Unit prices ({prices['region']}, on-demand list prices of {prices['retrieved']}):"]
+        for item in shown:
+            quotes = "; ".join(unit[key]["quoted"] for _, key in LINE_ITEMS[item][1])
+            out += textwrap.wrap(
+                f"{LINE_ITEMS[item][0]}: {quotes}",
+                width=table_width,
+                initial_indent="  ",
+                subsequent_indent="      ",
+            )
     if monthly:
         amounts = monthly_costs({item: quantity for item, (quantity, _) in monthly.items()}, prices)
         out += ["", f"Per month, whatever the volume ({prices['currency']}):"]

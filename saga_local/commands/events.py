@@ -18,6 +18,7 @@ import json
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ class OutcomeEvent:
     def line(self) -> str:
         """One line for a person: when, what, which order, which attempt, how much, why."""
         d = self.detail
-        when = str(d.get("occurredAt") or self.time)
+        when = _second(str(d.get("occurredAt") or self.time))
         parts = [f"{when:<20}", f"{self.detail_type:<25}", f"{d.get('orderId') or '-':<24}"]
         if d.get("attempt") is not None:
             parts.append(f"attempt {d['attempt']}")
@@ -100,6 +101,18 @@ class OutcomeEvent:
         if d.get("reason") and self.detail_type != "OrderCharged":
             parts.append(f"- {d['reason']}")
         return "  ".join(parts)
+
+
+def _second(stamp: str) -> str:
+    """``2026-12-01T18:57:43Z`` for any ISO 8601 time: the relay writes whole seconds, the state
+    machine's ``$$.State.EnteredTime`` fractions and an offset, and one column should read as one."""
+    try:
+        moment = datetime.fromisoformat(stamp)
+    except ValueError:
+        return stamp
+    if moment.tzinfo is None:
+        return stamp
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _money(amount: int, currency: str) -> str:

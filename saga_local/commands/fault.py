@@ -1,31 +1,54 @@
-"""``saga fault``: break the provider of a running `saga up`, to rehearse the runbook as it happens.
+"""``saga fault``: break a running `saga up`, its provider or its functions, to rehearse the runbook.
 
-The Stripe emulator of `saga up` takes faults over its own ``/_emulator/`` routes (not Stripe's; see
-``saga_local.stripe_emulator.admin``). Each kind here is one the runbook answers:
+The Stripe emulator of `saga up` takes the provider's faults over its own ``/_emulator/`` routes (not
+Stripe's; see ``saga_local.stripe_emulator.admin``):
 
 * ``outage``: every request to the provider fails with a 500 before it is applied, until
   ``saga fault clear``: charges end in Needs Reconciliation (the outcome is unknown), the claim is
   kept, and the sweeper resolves it once the provider is back and the lease has run out;
 * ``lost-answer``: the next charge (of ``--order-id``, or any) is applied, then its answer is lost
   (a 500 after the commit): the retry replays it under the same idempotency key and the order is
-  charged once;
-* ``clear``: every fault and failure rate removed.
+  charged once.
 
-The functions' own faults (a throttled Claim Order, a Lambda that dies) live in the `saga up`
-process and are not reachable from here: ``saga chaos`` injects those.
+The functions run inside the `saga up` process (or its workers): their faults go to its fault
+control route (``saga_local.runtime.control``), which hands them to the runtime's fault points
+(``saga_local.runtime.faults``):
+
+* ``throttle``: every invocation of ``--function`` is refused for ``--seconds``, as Lambda refuses
+  one with ``TooManyRequestsException`` when the concurrency is used up;
+* ``crash``: the next invocation(s) of ``--function`` die at ``--point`` (``Runtime.ExitError``);
+* ``late-write``: the next invocation of ``--function`` dies with its write sent, and the write lands
+  later, once the state machine has moved on;
+
+and ``clear`` removes every fault of both.
 """
 
 from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from saga_local.commands.output import plural
+from saga_local.runtime.control import TOKEN_HEADER
+from saga_local.runtime.faults import CALLS, LANDS_AFTER, WRITE_CALLS, Fault
 from saga_local.stripe_emulator import ENDPOINTS
 from saga_local.stripe_emulator.emulator import ADMIN_TOKEN_HEADER
 
-KINDS = ("outage", "lost-answer", "clear")
+#: The provider's faults (the emulator takes them).
+PROVIDER_KINDS = ("outage", "lost-answer")
+#: The functions' faults (the fault control of `saga up` takes them).
+FUNCTION_KINDS = ("throttle", "crash", "late-write")
+KINDS = (*PROVIDER_KINDS, *FUNCTION_KINDS, "clear")
+#: How long ``throttle`` lasts unless ``--seconds`` says otherwise.
+THROTTLE_SECONDS = 60.0
+#: A fault that fires for a window of time, however many invocations come (``Fault.times``).
+_ALWAYS = 10**9
+
+if TYPE_CHECKING:
+    import argparse
 
 
 class FaultError(Exception):
@@ -33,21 +56,28 @@ class FaultError(Exception):
 
 
 def _call(provider: str, token: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    request = urllib.request.Request(  # noqa: S310 - the local emulator's loopback URL
-        f"{provider}/_emulator{path}",
+    return _request(f"{provider}/_emulator{path}", {ADMIN_TOKEN_HEADER: token}, method, body, "the emulator")
+
+
+def _request(url: str, headers: dict[str, str], method: str, body: dict[str, Any] | None, who: str) -> Any:
+    request = urllib.request.Request(  # noqa: S310 - a loopback URL of `saga up`
+        url,
         data=json.dumps(body or {}).encode(),
         method=method,
-        headers={"Content-Type": "application/json", ADMIN_TOKEN_HEADER: token},
+        headers={"Content-Type": "application/json", **headers},
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
             return json.loads(response.read() or b"{}")
     except urllib.error.HTTPError as exc:
-        raise FaultError(
-            f"the emulator at {provider} refused {method} {path}: {exc.read().decode()}"
-        ) from None
+        try:
+            error = json.loads(exc.read())["error"]
+            said = str(error.get("message", error) if isinstance(error, dict) else error)
+        except (ValueError, KeyError, TypeError):
+            said = f"HTTP {exc.code}"
+        raise FaultError(f"{who} refused {method} {urllib.parse.urlsplit(url).path}: {said}") from None
     except OSError as exc:
-        raise FaultError(f"nothing answers at {provider} (is `saga up` still running?): {exc}") from None
+        raise FaultError(f"nothing answers at {url} (is `saga up` still running?): {exc}") from None
 
 
 def apply(provider: str, kind: str, *, token: str, order_id: str | None = None, times: int = 1) -> str:
@@ -73,10 +103,133 @@ def apply(provider: str, kind: str, *, token: str, order_id: str | None = None, 
         )
         which = f"of {order_id}" if order_id else "of any order"
         return (
-            f"the next {times} charge(s) {which} will be applied and their answer lost (HTTP 500 after the"
-            " commit); the retry replays the charge under the same key"
+            f"the next {plural(times, 'charge')} {which} will be applied and the answer lost (HTTP 500 after"
+            " the commit); the retry replays the charge under the same key"
         )
     if kind == "clear":
         _call(provider, token, "DELETE", "/faults")
         return "provider faults cleared: every request is answered normally"
     raise FaultError(f"no fault kind {kind!r}; the kinds: {', '.join(KINDS)}")
+
+
+def function_fault(
+    kind: str,
+    function: str,
+    *,
+    seconds: float = THROTTLE_SECONDS,
+    point: str | None = None,
+    order_id: str | None = None,
+    times: int = 1,
+) -> dict[str, Any]:
+    """The fault control's body for a function fault of ``kind`` (:data:`FUNCTION_KINDS`), checked
+    here first so that a mistake is named before anything is sent: :class:`FaultError` in words."""
+    if function not in CALLS:
+        raise FaultError(
+            f"no function {function!r} in template.yaml; the functions: {', '.join(sorted(CALLS))}"
+        )
+    target: dict[str, Any] = {"function": function, "orderId": order_id}
+    if kind == "throttle":
+        if not seconds > 0:
+            raise FaultError(f"--seconds: a throttle lasts more than 0 seconds, not {seconds:g}")
+        spec = {**target, "point": "start", "kind": "throttle", "times": _ALWAYS, "forSeconds": seconds}
+    elif kind == "crash":
+        spec = {**target, "point": point or "start", "kind": "die", "times": times}
+    elif kind == "late-write":
+        writes = [call for call in CALLS[function] if call in WRITE_CALLS]
+        if not writes:
+            raise FaultError(f"{function} writes nothing, so no write of it can land late")
+        spec = {
+            **target,
+            "point": point or f"after:{writes[0]}",
+            "kind": "late_write",
+            "times": times,
+            "landsAfter": LANDS_AFTER.get(function),
+        }
+    else:
+        raise FaultError(f"no function fault kind {kind!r}; the kinds: {', '.join(FUNCTION_KINDS)}")
+    try:
+        Fault(**{_FIELD_NAMES[k]: v for k, v in spec.items() if k in _FIELD_NAMES})
+    except ValueError as exc:
+        raise FaultError(str(exc)) from None
+    return spec
+
+
+#: The body's names for :class:`Fault`'s fields (``forSeconds`` is the window; it has no field).
+_FIELD_NAMES = {
+    "function": "function",
+    "point": "point",
+    "kind": "kind",
+    "times": "times",
+    "orderId": "order_id",
+    "landsAfter": "lands_after",
+}
+
+
+def _control(control: dict[str, str], method: str, body: dict[str, Any] | None) -> Any:
+    headers = {TOKEN_HEADER: control["token"]}
+    return _request(f"{control['url']}/faults", headers, method, body, "the fault control of `saga up`")
+
+
+def apply_to_functions(control: dict[str, str], spec: dict[str, Any]) -> str:
+    """Hand ``spec`` (:func:`function_fault`) to the fault control of `saga up` (``control``: its URL
+    and token, from the stack file); what it will do, in one line."""
+    answer = _control(control, "POST", spec)
+    said = str(answer["fault"])
+    if spec["kind"] == "throttle":
+        which = f" for order {spec['orderId']}" if spec.get("orderId") else ""
+        return (
+            f"{spec['function']}: every invocation{which} refused (Lambda's TooManyRequestsException) for"
+            f" {spec['forSeconds']:g} s, or until `saga fault clear`"
+        )
+    if spec["kind"] == "late_write":
+        return f"{said}: the invocation dies with its write sent, and the write lands after the saga moved on"
+    return f"{said}: the invocation dies there (Runtime.ExitError), and the state machine retries it"
+
+
+def clear_functions(control: dict[str, str]) -> str:
+    """Remove every function fault of `saga up`; how many, in one line."""
+    answer = _control(control, "DELETE", None)
+    return f"function faults cleared ({answer['cleared']} removed): every invocation runs normally"
+
+
+def check(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The function fault ``saga fault`` was asked for (None for a provider's, or ``clear``), checked
+    before any stack is looked for, so that a mistake in it is what the one line names."""
+    if args.kind not in FUNCTION_KINDS:
+        return None
+    if not args.function:
+        raise FaultError(f"{args.kind} needs --function NAME; the functions: {', '.join(sorted(CALLS))}")
+    return function_fault(
+        args.kind,
+        args.function,
+        seconds=args.seconds,
+        point=args.point,
+        order_id=args.order_id,
+        times=args.times,
+    )
+
+
+def run(state: dict[str, Any], args: argparse.Namespace, spec: dict[str, Any] | None) -> str:
+    """Put the fault of ``args`` on the `saga up` that ``state`` (its stack file) describes."""
+    control = state.get("faultControl")
+    if spec is not None:
+        if not control:
+            raise FaultError("this `saga up` takes no function faults (it predates them): restart it")
+        return apply_to_functions(control, spec)
+    if state.get("stripeTestMode"):
+        if args.kind != "clear":
+            raise FaultError(
+                f"{args.kind} is a fault of the Stripe emulator, and this `saga up` runs on Stripe's test"
+                " mode (--stripe-test): the functions' faults (throttle, crash, late-write) still work"
+            )
+        return clear_functions(control) if control else "no function faults to clear"
+    said = apply(
+        str(state["provider"]),
+        args.kind,
+        token=str(state.get("providerAdminToken", "")),
+        order_id=args.order_id,
+        times=args.times,
+    )
+    if args.kind == "clear" and control:
+        said = f"{said}; {clear_functions(control)}"
+    return said

@@ -22,6 +22,12 @@ def money(amount: int, currency: str) -> str:
     return f"{whole}.{fraction:0{places}d} {currency}"
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 event``, ``2 events``: the count and its noun as a person writes them (``nouns``: an
+    irregular plural)."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
+
+
 class Out:
     """Terminal output with colour when it is a terminal."""
 

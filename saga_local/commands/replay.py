@@ -34,6 +34,7 @@ from payment_saga.outcomes import (
     UnreadableChange,
     read_change,
 )
+from saga_local.commands.output import plural
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -188,12 +189,12 @@ def render(report: ReplayReport, where: str) -> str:
         return f"The parking queue of the {where} is empty: nothing to replay."
     if report.apply:
         lines.append(
-            f"{total} parked record(s) on the {where}: {report.replayed} replayed,"
+            f"{plural(total, 'parked record')} on the {where}: {report.replayed} replayed,"
             f" {report.unreadable} still unreadable (left on the queue)."
         )
     else:
         lines.append(
-            f"{total} parked record(s) on the {where}: {report.readable} readable now,"
+            f"{plural(total, 'parked record')} on the {where}: {report.readable} readable now,"
             f" {report.unreadable} still unreadable. Dry run: nothing changed; --apply replays them."
         )
     return "\n".join(lines)

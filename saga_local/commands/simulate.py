@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from saga_local.commands.output import plural
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
@@ -484,7 +486,7 @@ def render_recorded(recorded: Recorded) -> list[str]:
     if not recorded.total:
         return ["not the happy way    none (every execution succeeded)"]
     left = f"; {recorded.left_out} more not recorded" if recorded.left_out else ""
-    lines = [f"not the happy way    {recorded.total} executions recorded for saga trace{left}"]
+    lines = [f"not the happy way    {plural(recorded.total, 'execution')} recorded for saga trace{left}"]
     for error, names in sorted(recorded.by_error.items()):
         lines.append(f"  {len(names):6d}  {error:<24}  e.g. saga trace {names[0]}")
     return lines

@@ -166,6 +166,19 @@ def reconcile_deployed(
         provider.close()
 
 
+def not_due_deployed(
+    stack_name: str, *, region: str | None, now: float, session: boto3.session.Session | None = None
+) -> list[Claim]:
+    """:func:`not_due` on a deployed stack's claims table (found as :func:`reconcile_deployed` finds
+    it): why its sweep has nothing to do yet. Reads no secret and writes nothing."""
+    session = session or boto3.session.Session(region_name=region)
+    found = deployed_stack(session.client("cloudformation"), stack_name)
+    store = ClaimsStore(
+        found.table_name, client=session.client("dynamodb"), retention_seconds=found.retention_seconds
+    )
+    return not_due(store, now)
+
+
 #: How far ahead ``not_due`` looks for open claims: every lease there is.
 _FOREVER_SECONDS = 100 * 365 * SECONDS_PER_DAY
 

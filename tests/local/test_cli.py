@@ -29,6 +29,18 @@ def test_send_and_trace_against_a_deployed_stack(
     assert ("Mark Complete" in trace) or ("Duplicate Suppressed" in trace)
 
 
+def test_send_counts_what_it_sent_in_words_one_message_or_several(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["send", "--stack", deployed, "--region", REGION]) == 0
+    one = capsys.readouterr().out
+    assert cli.main(["send", "--stack", deployed, "--region", REGION, "--copies", "2"]) == 0
+    two = capsys.readouterr().out
+
+    assert one.splitlines()[0] == f"sent 1 message to stack {deployed}"
+    assert two.splitlines()[0] == f"sent 2 messages to stack {deployed}"
+
+
 def test_send_rejects_a_missing_local_stack_with_a_clear_message(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:

@@ -110,6 +110,36 @@ def test_a_web_page_cannot_drive_the_stripe_emulator(workers: EmbeddedStack) -> 
     assert provider.charges() == []
 
 
+def test_a_web_page_cannot_put_faults_on_the_functions_only_the_stack_files_token_can(
+    workers: EmbeddedStack,
+) -> None:
+    """The fault control of `saga up` throttles or kills functions: a page's request, a rebound Host or
+    a request without this run's token is refused, and no fault is added."""
+    control = workers.fault_control()
+    faults = f"{control['url']}/faults"
+    token = {"X-Saga-Token": control["token"], "Content-Type": "application/json"}
+    throttle = json.dumps(
+        {"function": "ClaimOrderFunction", "point": "start", "kind": "throttle", "orderId": "ORDER-NONE"}
+    ).encode()
+    before = len(workers.faults.faults)
+
+    assert status_of(faults, method="POST", headers={**FROM_A_WEB_PAGE, **token}, body=throttle) == 403
+    rebound = {"Host": f"rebind.attacker.example:{urllib.parse.urlsplit(faults).port}", **token}
+    assert status_of(faults, method="POST", headers=rebound, body=throttle) == 403
+    assert status_of(faults, method="POST", body=throttle) == 403, "no token, no fault"
+    assert status_of(faults, method="POST", headers={**token, "X-Saga-Token": "guess"}, body=throttle) == 403
+    assert len(workers.faults.faults) == before, "no fault was added"
+    # With the token the stack file holds, `saga fault` may; a fault that could never fire is refused.
+    never = json.dumps({"function": "ClaimOrderFunction", "point": "after:sqs.SendMessage"}).encode()
+    assert status_of(faults, method="POST", headers=token, body=never) == 400
+    assert status_of(faults, method="POST", headers=token, body=throttle) == 200
+    assert [str(f) for f in workers.faults.faults[before:]] == [
+        "ClaimOrderFunction: throttle at start (order ORDER-NONE)"
+    ]
+    assert status_of(faults, method="DELETE", headers=token) == 200
+    assert workers.faults.faults == []
+
+
 @pytest.mark.parametrize(
     ("kind", "error"),
     [("die", "Runtime.ExitError"), ("oom", "Runtime.OutOfMemory"), ("timeout", "Sandbox.Timedout")],

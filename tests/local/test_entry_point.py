@@ -79,6 +79,23 @@ def test_every_subcommand_answers_help(command: str, tmp_path: Path) -> None:
     assert f"usage: saga {command}" in out
 
 
+def test_every_option_of_every_subcommand_has_a_help_line_that_shows_its_default() -> None:
+    (action,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    unexplained = []
+    for name, parser in sorted(action.choices.items()):
+        formatter = parser._get_formatter()
+        for option in parser._actions:
+            if isinstance(option, argparse._HelpAction) or option.help == argparse.SUPPRESS:
+                continue
+            shown = formatter._expand_help(option) if option.help else ""
+            flag = isinstance(option, argparse._StoreTrueAction | argparse._StoreFalseAction)
+            optional = bool(option.option_strings) and not option.required
+            if not shown.strip() or (optional and not flag and "default" not in shown):
+                unexplained.append(f"saga {name} {'/'.join(option.option_strings) or option.dest}: {shown!r}")
+
+    assert unexplained == []
+
+
 def test_chaos_takes_its_options_and_keeps_the_promise(tmp_path: Path) -> None:
     out = ok(
         saga(
@@ -131,6 +148,17 @@ def test_cost_fits_100_columns_and_prices_every_line(tmp_path: Path) -> None:
     ):
         assert line in out
     assert "EventBridge Scheduler" in out
+
+
+def test_cost_wide_fits_100_columns_with_each_line_s_share_and_full_unit_price(tmp_path: Path) -> None:
+    out = ok(saga(tmp_path, "cost", "--wide"))
+
+    assert max(len(line) for line in out.splitlines()) <= 100
+    header = next(line for line in out.splitlines() if line.split()[:2] == ["happy", "share"])
+    assert header.split() == ["happy", "share", "duplicate", "mix", "10%", "1", "Lambda"]
+    total = next(line for line in out.splitlines() if line.startswith("Total"))
+    assert total.split()[2] == "100%"
+    assert "Step Functions Standard (transitions): $0.025 per 1,000 state transitions" in out
 
 
 def test_cost_json_prices_what_the_stack_costs_by_existing_per_month(tmp_path: Path) -> None:
@@ -497,13 +525,18 @@ def test_the_duplicate_charge_runbook_s_curl_lines_find_and_refund_a_charge_as_w
     assert again["id"] == refunded["id"], "one Idempotency-Key, one refund"
 
 
+def provider_charges(running: Running, order_id: str) -> int:
+    """How many times the emulator of `saga up` charged ``order_id`` (its admin route, with the token)."""
+    url = f"{running.state['provider']}/_emulator/charges?orderId={order_id}"
+    token = {"X-Emulator-Token": running.state["providerAdminToken"]}
+    request = urllib.request.Request(url, headers=token)  # noqa: S310 - the local emulator
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - the local emulator
+        return len(json.loads(response.read())["data"])
+
+
 def test_a_provider_fault_on_the_running_stack_is_rehearsed_as_the_runbook_tells_it(running: Running) -> None:
     def charges(order_id: str) -> int:
-        url = f"{running.state['provider']}/_emulator/charges?orderId={order_id}"
-        token = {"X-Emulator-Token": running.state["providerAdminToken"]}
-        request = urllib.request.Request(url, headers=token)  # noqa: S310 - the local emulator
-        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - the local emulator
-            return len(json.loads(response.read())["data"])
+        return provider_charges(running, order_id)
 
     assert "answer lost" in ok(saga(running.state_dir, "fault", "lost-answer", "--order-id", "ORDER-EP-LOST"))
     lost = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-LOST", "--wait"))
@@ -519,6 +552,48 @@ def test_a_provider_fault_on_the_running_stack_is_rehearsed_as_the_runbook_tells
     assert "NeedsReconciliation" in down  # the outcome is unknown: the claim is kept for the sweeper
     assert charges("ORDER-EP-OUTAGE") == 0
     assert "CHARGED pi_" in back
+
+
+def test_a_throttled_claim_order_on_the_running_stack_fails_the_claim_and_charges_nothing(
+    running: Running,
+) -> None:
+    throttle = ("fault", "throttle", "--function", "ClaimOrderFunction", "--seconds", "60")
+    assert "TooManyRequestsException" in ok(saga(running.state_dir, *throttle))
+    try:
+        throttled = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-THROTTLED", "--wait"))
+        charged_while_throttled = provider_charges(running, "ORDER-EP-THROTTLED")
+    finally:
+        assert "function faults cleared" in ok(saga(running.state_dir, "fault", "clear"))
+    back = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-UNTHROTTLED", "--wait"))
+
+    # The state machine retried Lambda.TooManyRequestsException until its attempts were spent, then
+    # released the claim as never charged (the relay re-queues the order).
+    assert "Claim Failed" in throttled, throttled
+    assert charged_while_throttled == 0
+    assert "CHARGED pi_" in back
+
+
+def test_a_charge_payment_that_crashes_after_the_charge_leaves_the_claim_for_the_sweeper_charged_once(
+    running: Running,
+) -> None:
+    # One crash more than the Charge step's retries of a dead Lambda (States.ALL, 3).
+    crash = ("fault", "crash", "--function", "ChargePaymentFunction", "--point", "after:provider.charge")
+    said = ok(saga(running.state_dir, *crash, "--order-id", "ORDER-EP-CRASH", "--times", "4"))
+    crashed = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-CRASH", "--wait"))
+
+    assert "Runtime.ExitError" in said
+    assert "Needs Reconciliation" in crashed, crashed  # the charge landed; nothing said so
+    assert provider_charges(running, "ORDER-EP-CRASH") == 1, "each retry replayed the one charge"
+
+
+def test_a_claim_order_whose_write_lands_late_still_charges_the_order_once(running: Running) -> None:
+    late = ("fault", "late-write", "--function", "ClaimOrderFunction", "--order-id", "ORDER-EP-LATE")
+    said = ok(saga(running.state_dir, *late))
+    sent = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-LATE", "--wait"))
+
+    assert "lands after" in said
+    assert "CHARGED pi_" in sent
+    assert provider_charges(running, "ORDER-EP-LATE") == 1
 
 
 def test_every_saga_line_of_the_runbook_runs_against_the_local_stack_as_pasted(running: Running) -> None:
@@ -543,6 +618,35 @@ def test_every_saga_line_of_the_runbook_runs_against_the_local_stack_as_pasted(r
         result = saga(running.state_dir, *shlex.split(pasted)[1:])
         assert result.returncode == 0, (line, result.stdout, result.stderr)
         assert "Traceback" not in result.stderr, line
+
+
+def test_every_saga_line_of_the_adoption_guide_runs_against_the_local_stack_as_pasted(
+    running: Running,
+) -> None:
+    guide = (ROOT / "docs" / "adopting.md").read_text(encoding="utf-8")
+    lines = [line.split("  #")[0].strip() for line in guide.splitlines() if line.startswith("saga ")]
+    assert len(lines) >= 5
+
+    printed = []
+    for line in lines:
+        result = saga(running.state_dir, *shlex.split(line)[1:])
+        assert result.returncode == 0, (line, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr, line
+        printed.append(result.stdout)
+
+    # What the guide's comments say each line shows.
+    charged, again, conflict, malformed, _ = printed
+    assert "CHARGED pi_" in charged
+    assert "DUPLICATE" in again
+    assert "OrderConflict" in conflict
+    assert "dead-lettered: currency is required" in malformed
+    # The events line again until the archive has both (the bus copies to it a moment later).
+    events = wait_for(
+        lambda: (out := ok(saga(running.state_dir, *shlex.split(lines[-1])[1:]))) * ("OrderConflict" in out),
+        "the conflict's event in the archive",
+    )
+    assert "OrderCharged" in events
+    assert provider_charges(running, "ORDER-ADOPT-1") == 1
 
 
 def test_up_prints_each_execution_as_it_ends_and_records_it_for_saga_trace(running: Running) -> None:

@@ -126,6 +126,36 @@ MISTAKES: dict[str, Mistake] = {
     "fault with no stack": Mistake(["fault", "outage"], "no local stack is running"),
     "fault of an unknown kind": Mistake(["fault", "meteor"], "invalid choice: 'meteor'"),
     "fault when the stack went away": Mistake(["fault", "clear"], "has gone", "gone"),
+    "an emulator fault on Stripe's test mode": Mistake(
+        ["fault", "outage"], "this `saga up` runs on Stripe's test mode", "test-mode"
+    ),
+    "up on Stripe's test mode without a key": Mistake(
+        ["up", "--stripe-test"], "--stripe-test needs your Stripe test key in STRIPE_API_KEY"
+    ),
+    "throttle with no stack": Mistake(
+        ["fault", "throttle", "--function", "ClaimOrderFunction"], "no local stack is running"
+    ),
+    "throttle when the stack went away": Mistake(
+        ["fault", "throttle", "--function", "ClaimOrderFunction"], "has gone", "gone"
+    ),
+    "crash of an unknown function": Mistake(
+        ["fault", "crash", "--function", "NopeFunction"], "no function 'NopeFunction' in template.yaml"
+    ),
+    "throttle of no function": Mistake(["fault", "throttle"], "throttle needs --function NAME"),
+    "throttle for negative seconds": Mistake(
+        ["fault", "throttle", "--function", "ClaimOrderFunction", "--seconds", "-5"], "zero or more seconds"
+    ),
+    "throttle for no time": Mistake(
+        ["fault", "throttle", "--function", "ClaimOrderFunction", "--seconds", "0"], "more than 0 seconds"
+    ),
+    "crash at a point the function never reaches": Mistake(
+        ["fault", "crash", "--function", "ClaimOrderFunction", "--point", "after:sqs.SendMessage"],
+        "never reaches point 'after:sqs.SendMessage'",
+    ),
+    "late write at a read": Mistake(
+        ["fault", "late-write", "--function", "SweeperFunction", "--point", "after:dynamodb.Query"],
+        "late_write needs a write",
+    ),
     "demo an unknown runtime": Mistake(["demo", "--runtime", "docker"], "invalid choice: 'docker'"),
     "an unknown option": Mistake(["events", "--since-forever"], "unrecognized arguments: --since-forever"),
     "invoke against an env-vars file whose stack went away": Mistake(
@@ -183,8 +213,9 @@ def gone(state_dir: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def up_running(state_dir: Path) -> Iterator[str]:
-    """A live `saga up` as the others see it: its lock held, its port open, its description written."""
+def up_running(state_dir: Path, *, stripe_test_mode: bool = False) -> Iterator[str]:
+    """A live `saga up` as the others see it: its lock held, its port open, its description written
+    (``stripe_test_mode``: as `saga up --stripe-test` writes it)."""
     with socket.socket() as listener, open(state_dir / "up.lock", "w", encoding="utf-8") as lock:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -192,7 +223,8 @@ def up_running(state_dir: Path) -> Iterator[str]:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         lock.write(str(os.getpid()))
         lock.flush()
-        (state_dir / "stack.json").write_text(json.dumps({"endpoint": endpoint, "pid": os.getpid()}))
+        state = {"endpoint": endpoint, "pid": os.getpid(), "stripeTestMode": stripe_test_mode}
+        (state_dir / "stack.json").write_text(json.dumps(state))
         yield endpoint
 
 
@@ -228,6 +260,8 @@ def test_a_mistake_is_answered_in_one_line_with_a_non_zero_exit(
             setup.enter_context(gone(state_dir))
         elif mistake.setup == "running":
             setup.enter_context(up_running(state_dir))
+        elif mistake.setup == "test-mode":
+            setup.enter_context(up_running(state_dir, stripe_test_mode=True))
         elif mistake.setup == "recorded":
             name = request.getfixturevalue("recorded")
             args = [name if arg == "{recorded}" else arg for arg in args]

@@ -10,6 +10,7 @@ is at least once.
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -265,6 +266,22 @@ def test_saga_events_lists_each_event_once_for_a_person(saga: Saga) -> None:
     only = command(lambda _: clients, saga.stack.outputs, "local", order_id="ORDER-EV-11", raw=True)
     assert [json.loads(line)["detailType"] for line in only.splitlines()] == ["OrderDeclined"]
     assert sorted(kinds(log(saga).events())) == ["OrderCharged", "OrderDeclined"], "still there for the log"
+
+
+def test_saga_events_shows_the_state_machines_times_as_the_relays_in_whole_utc_seconds(saga: Saga) -> None:
+    # OrderCharged comes from the relay (whole seconds); OrderConflict from the state machine, whose
+    # $$.State.EnteredTime carries fractions and an offset.
+    saga.driver.send(order("ORDER-EV-14"))
+    saga.driver.pump(timeout=60)
+    saga.driver.send(order("ORDER-EV-14", amount=99900))
+    saga.driver.pump(timeout=60)
+    clients = saga.driver.sqs
+
+    text = command(lambda _: clients, saga.stack.outputs, "local", order_id="ORDER-EV-14", raw=False)
+
+    lines = text.splitlines()[:-2]
+    assert sorted(line.split()[1] for line in lines) == ["OrderCharged", "OrderConflict"]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", line.split()[0]) for line in lines), lines
 
 
 def test_saga_events_shows_every_event_past_the_first_ten_and_each_orders_final_one(saga: Saga) -> None:

@@ -14,6 +14,7 @@ from payment_saga.claims import ClaimsStore, ClaimStatus
 from payment_saga.orders import Order
 from payment_saga.payments import StripeProvider, UnsafeApiBase, idempotency_key
 from payment_saga.reconcile import ReconcileOutcome
+from saga_local import cli
 from saga_local.aws.embedded import EmbeddedStack
 from saga_local.aws.stack import LOCAL_API_KEY, REGION
 from saga_local.aws.template import load_template
@@ -231,3 +232,21 @@ def test_a_reconcile_with_nothing_due_says_which_claims_wait_and_until_when(stac
     assert "open, lease ends" in line
     assert 0 < float(line.split("(in ")[1].split(" s)")[0].replace(",", "")) <= LEASE
     assert not_due(store, now + LEASE + 1) == []  # once the lease ended, it is the sweep's to decide
+
+
+def test_reconcile_of_a_deployed_stack_with_nothing_due_says_which_claims_wait_and_until_when(
+    aws: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with ProviderEmulator() as emulator:
+        name = create_deployed_stack(emulator.url)
+        table = deployed_stack(boto3.client("cloudformation", region_name=REGION), name).table_name
+        # Claimed just now: its lease runs 15 more minutes, so the sweep has nothing to decide yet.
+        ClaimsStore(table, client=boto3.client("dynamodb", region_name=REGION)).claim(ORDER, token="exec-A")
+
+        assert cli.main(["reconcile", "--stack", name, "--region", REGION]) == 0
+
+    text = capsys.readouterr().out
+    assert "none: no claim's lease has ended yet" in text
+    (line,) = [line for line in text.splitlines() if ORDER.order_id in line]
+    assert "open, lease ends" in line
+    assert 0 < float(line.split("(in ")[1].split(" s)")[0].replace(",", "")) <= LEASE

@@ -177,8 +177,9 @@ def test_the_table_compares_designs_and_shows_the_figures_behind_them(prices: di
     assert "saga (counted)" in lines[3]
     assert "single Lambda" in lines[3]
     total = next(line for line in lines if line.startswith("Total"))
-    assert total.split()[-2:] == [
+    assert total.split()[1:] == [  # each design's total, and the share column of the first
         f"{cost_per_million(SAGA, prices)[TOTAL]:,.2f}",
+        "100%",
         f"{cost_per_million(baseline, prices)[TOTAL]:,.2f}",
     ]
     assert "Express" not in table, "a line item that is zero everywhere is left out"
@@ -221,19 +222,38 @@ def test_the_default_table_fits_a_100_column_terminal(prices: dict[str, Any]) ->
     assert "1 Lambda: one Lambda + Powertools idempotency" in table  # the legend explains short names
 
 
-def test_wide_shows_full_names_and_each_line_s_unit_price(prices: dict[str, Any]) -> None:
+def test_wide_lists_each_line_s_full_unit_price_and_still_fits_the_terminal(prices: dict[str, Any]) -> None:
     rows = dict.fromkeys(LEGEND, EVERYTHING)
 
-    table = render_table(rows, prices, legend=LEGEND, wide=True)
+    table = render_table(rows, prices, legend=LEGEND, wide=True, monthly=MONTHLY, notes=["Assumed: x."])
 
-    header = table.splitlines()[3]
-    assert "the saga, a duplicate delivery (suppressed by the claim)" in header
-    assert header.rstrip().endswith("unit price")
-    transitions = next(line for line in table.splitlines() if line.startswith("Step Functions Standard"))
-    assert transitions.endswith("$0.025 per 1,000 state transitions")
-    assert next(line for line in table.splitlines() if line.startswith("X-Ray")).endswith(
-        "$5.00 per 1M traces recorded"
-    )
+    widest = max(table.splitlines(), key=len)
+    assert len(widest) <= NARROW_COLUMNS, widest
+    unwrapped = " ".join(line.strip() for line in table.splitlines())
+    assert "Step Functions Standard (transitions): $0.025 per 1,000 state transitions" in table
+    assert prices["prices"]["xray_trace_recorded"]["quoted"] in unwrapped  # in full, wrapped
+    assert "the saga, a duplicate delivery (suppressed by the claim)" in table  # the legend
+
+
+def test_the_share_column_gives_each_line_s_share_of_the_first_design_s_total(prices: dict[str, Any]) -> None:
+    baseline = single_lambda_baseline_usage(duration_ms=400)
+    costs = cost_per_million(EVERYTHING, prices)
+
+    table = render_table({"happy": EVERYTHING, "1 Lambda": baseline}, prices, legend=LEGEND)
+
+    lines = table.splitlines()
+    assert lines[3].split() == ["happy", "share", "1", "Lambda"]
+    standard = next(line for line in lines if line.startswith("Step Functions Standard"))
+    assert standard.split()[-3:] == [
+        f"{costs['step_functions_standard']:,.2f}",
+        f"{costs['step_functions_standard'] / costs[TOTAL]:.0%}",
+        "0.00",
+    ]
+    reads = next(line for line in lines if line.startswith("DynamoDB on-demand reads"))
+    assert reads.split()[-2] == "<1%", "a line that costs something is never 0%"
+    total = next(line for line in lines if line.startswith("Total"))
+    assert total.split()[-2] == "100%"
+    assert "share: each line's share of the happy column's total" in table
 
 
 def test_logs_traces_secrets_and_events_are_each_a_priced_line(prices: dict[str, Any]) -> None:
