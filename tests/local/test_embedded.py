@@ -153,9 +153,9 @@ def test_a_message_that_keeps_failing_reaches_the_dead_letter_queue_after_max_re
 
 
 def test_a_running_stack_keeps_its_startup_objects_out_of_the_collectors_walks_and_gives_them_back() -> None:
-    # Full collections over the ~400,000 objects alive at startup made an order cost 44.8 ms of
-    # CPU instead of about 35; a process that runs many stacks (this test suite) must get them back
-    # when each stops, or what they hold in cycles would never be freed.
+    # Full collections over the objects alive at startup made every order slower; a process that
+    # runs many stacks (this test suite) must get them back when each stops, or what they hold in
+    # cycles would never be freed.
     environment = dict(os.environ)
     try:
         with EmbeddedStack(runtime="inprocess"):
