@@ -82,7 +82,7 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=warn
 	@touch $@
 
-lint: install ## ruff check, ruff format --check, mypy (strict; config in pyproject.toml) and over the benchmarks
+lint: install ## ruff check, ruff format --check, mypy (strict; the code, tests and scripts: pyproject.toml), and over the benchmarks
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

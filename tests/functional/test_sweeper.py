@@ -363,9 +363,9 @@ def requests_sent(emulator: ProviderEmulator) -> int:
 
 def busy_account(emulator: ProviderEmulator, clock: FakeClock, *, customer_share: int = 0) -> None:
     """A hundred thousand PaymentIntents of other orders around now, some of them the customer's."""
-    around = {"created_from": int(clock.now) - 1800, "created_to": int(clock.now) + LEASE + 1800}
-    emulator.add_history(BUSY_ACCOUNT - customer_share, **around)
-    emulator.add_history(customer_share, customer=TEST_CUSTOMER, **around)
+    start, end = int(clock.now) - 1800, int(clock.now) + LEASE + 1800
+    emulator.add_history(BUSY_ACCOUNT - customer_share, created_from=start, created_to=end)
+    emulator.add_history(customer_share, customer=TEST_CUSTOMER, created_from=start, created_to=end)
 
 
 def test_among_a_hundred_thousand_payment_intents_a_customers_uncharged_claim_is_released_in_two_requests(

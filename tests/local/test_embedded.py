@@ -12,17 +12,21 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import TYPE_CHECKING
 
 import boto3
 import pytest
 
 from saga_local.aws.embedded import EmbeddedStack
 from saga_local.runtime.faults import Fault, FaultPlan
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 from tests.helpers import order
 
 
 @pytest.fixture(scope="module")
-def workers() -> EmbeddedStack:
+def workers() -> Iterator[EmbeddedStack]:
     faults = FaultPlan()
     with EmbeddedStack(runtime="workers", faults=faults, visibility_timeout=1, max_workers=2) as stack:
         yield stack
