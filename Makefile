@@ -140,16 +140,21 @@ PYTEST = run_pytest() { $(BIN)/python -m pytest "$$@" || { \
 		return $$rc; \
 	}; }; run_pytest
 
-# The product's fast tiers: its unit tests and its functional tests (moto's DynamoDB), in-process,
-# without their `bulk` tests (a provider account of a hundred thousand PaymentIntents each), which
-# make test runs with the rest.
+# The product's tiers: its unit tests, its functional tests (moto's DynamoDB) and the state machine's
+# (the real ASL, the real handlers in every step). make unit is the quick loop: the first two without
+# their `bulk` tests (a provider account of a hundred thousand PaymentIntents each). make test runs
+# all three under coverage, in-process, and reports the branch coverage of functions/; it fails under
+# [tool.coverage.report] fail_under (pyproject.toml). The other tiers (the local tooling, the model
+# checker, the static checks) then run without it: they exercise functions/ but are not its tests.
 UNIT_TIERS := tests/unit tests/functional
+PRODUCT_TIERS := $(UNIT_TIERS) tests/statemachine
 
 unit: install ## The product's unit and functional tests, in about a minute (no SAM CLI, npm or python3.13)
 	@$(PYTEST) $(UNIT_TIERS) -m "not slow and not rehearsal and not bulk" -p no:cacheprovider
 
-test: install tools lint check-template checkov chromium ## Everything CI runs: lint, template checks, checkov, then pytest (not the slow tests)
-	@$(PYTEST) -m "not slow and not rehearsal"
+test: install tools lint check-template checkov chromium ## Everything CI runs: lint, template checks, checkov, pytest with the coverage of functions/ (not the slow tests)
+	@$(PYTEST) $(PRODUCT_TIERS) -m "not slow and not rehearsal" --cov --cov-report=term
+	@$(PYTEST) -m "not slow and not rehearsal" $(addprefix --ignore=,$(PRODUCT_TIERS))
 
 # LocalStack's runtime on this host (no Docker), in its own venv: python3.13, like the functions' build.
 localstack: $(LOCALSTACK_VENV)/.installed-$(LOCALSTACK_VERSION) ## Install LocalStack's Python runtime (.venv-localstack) for the rehearsal
@@ -243,7 +248,7 @@ chromium: ## Install Debian's chromium when missing (only with CI=true, as root;
 	fi
 
 clean: ## Remove build output and caches (keeps the venvs and node_modules)
-	rm -rf .aws-sam build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf .aws-sam build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage .coverage.*
 	find . \( -path './.venv*' -o -path ./node_modules -o -path ./.git \) -prune -o \
 		-name __pycache__ -type d -exec rm -rf {} +
 
