@@ -42,7 +42,7 @@ PYTHON313 ?= $(shell for p in python3.13 $$(pyenv root 2>/dev/null)/versions/3.1
 	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 13); print(sys.executable)' 2>/dev/null && break; \
 	done)
 
-.PHONY: help install tools lint check-template sam-build test demo chromium clean clean-all lock checkov localstack deploy-rehearsal
+.PHONY: help install tools lint check-template sam-build unit test demo chromium clean clean-all lock checkov localstack deploy-rehearsal
 
 # A folder's unpacked size (the sum of its files' sizes, as in the zip), in the units du -h prints: GNU
 # du's --apparent-size is not in BSD's (macOS) du, and -A is not in GNU's.
@@ -82,7 +82,7 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=warn
 	@touch $@
 
-lint: install ## ruff check, ruff format --check, mypy (strict; config in pyproject.toml) and over the benchmarks
+lint: install ## ruff check, ruff format --check, mypy (strict; the code, tests and scripts: pyproject.toml), and over the benchmarks
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -133,12 +133,28 @@ lock: $(UV_VENV)/.installed-$(UV_VERSION) ## Re-lock functions/requirements.txt 
 checkov: ## checkov on template.yaml (own venv, .venv-checkov): every finding fixed or skipped with its reason
 	bash scripts/checkov.sh
 
-test: install tools lint check-template checkov chromium ## Everything CI runs: lint, template checks, checkov, then pytest (not the slow tests)
-	@$(BIN)/python -m pytest -m "not slow and not rehearsal" || { \
+# pytest, where collecting no test is a failure (exit 5 would otherwise read as "nothing to do").
+PYTEST = run_pytest() { $(BIN)/python -m pytest "$$@" || { \
 		rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit 5): that is a failure here" >&2; fi; \
-		exit $$rc; \
-	}
+		return $$rc; \
+	}; }; run_pytest
+
+# The product's tiers: its unit tests, its functional tests (moto's DynamoDB) and the state machine's
+# (the real ASL, the real handlers in every step). make unit is the quick loop: the first two without
+# their `bulk` tests (a provider account of a hundred thousand PaymentIntents each). make test runs
+# all three under coverage, in-process, and reports the branch coverage of functions/; it fails under
+# [tool.coverage.report] fail_under (pyproject.toml). The other tiers (the local tooling, the model
+# checker, the static checks) then run without it: they exercise functions/ but are not its tests.
+UNIT_TIERS := tests/unit tests/functional
+PRODUCT_TIERS := $(UNIT_TIERS) tests/statemachine
+
+unit: install ## The product's unit and functional tests, in about a minute (no SAM CLI, npm or python3.13)
+	@$(PYTEST) $(UNIT_TIERS) -m "not slow and not rehearsal and not bulk" -p no:cacheprovider
+
+test: install tools lint check-template checkov chromium ## Everything CI runs: lint, template checks, checkov, pytest with the coverage of functions/ (not the slow tests)
+	@$(PYTEST) $(PRODUCT_TIERS) -m "not slow and not rehearsal" --cov --cov-report=term
+	@$(PYTEST) -m "not slow and not rehearsal" $(addprefix --ignore=,$(PRODUCT_TIERS))
 
 # LocalStack's runtime on this host (no Docker), in its own venv: python3.13, like the functions' build.
 localstack: $(LOCALSTACK_VENV)/.installed-$(LOCALSTACK_VERSION) ## Install LocalStack's Python runtime (.venv-localstack) for the rehearsal
@@ -232,7 +248,7 @@ chromium: ## Install Debian's chromium when missing (only with CI=true, as root;
 	fi
 
 clean: ## Remove build output and caches (keeps the venvs and node_modules)
-	rm -rf .aws-sam build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf .aws-sam build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage .coverage.*
 	find . \( -path './.venv*' -o -path ./node_modules -o -path ./.git \) -prune -o \
 		-name __pycache__ -type d -exec rm -rf {} +
 

@@ -30,8 +30,8 @@ The goal (``goal``): at every concurrency, ``ratio`` at least ``GOAL_OF_CEILING`
 ``ratio_ceiling``. That is, our own code (the handlers past their calls, Powertools, the Lambda
 emulation, the poller, the relay) and moto running our larger state machine may cost the saga at
 most about a third of the rate its design allows on this moto; the margin under what we measure
-(0.7 to 0.9) is the machine's noise. It replaces the first goal, 0.5x the bare engine, which sits
-above the ceiling (docs/performance.md says why).
+(docs/performance.md has the figures) is the machine's noise. It replaces the first goal, a fixed
+ratio to the bare engine, which sits above the ceiling (docs/performance.md says why).
 
 stdout is one JSON object (``"benchmark": "throughput"``) and nothing else: the handlers' log and
 metric lines (Powertools prints EMF to stdout) go to /dev/null, at the file descriptor, so that no

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +41,7 @@ def clock() -> FakeClock:
 @pytest.fixture
 def aws() -> Iterator[None]:
     """moto for every AWS call in the test, Step Functions executing state machines."""
-    with mock_aws(config=SFN_CONFIG):  # type: ignore[arg-type]
+    with mock_aws(config=SFN_CONFIG):
         yield
 
 
@@ -49,9 +50,17 @@ def dynamodb(aws: None) -> Any:
     return boto3.client("dynamodb", region_name=REGION)
 
 
+@pytest.fixture(scope="session")
+def claims_table_properties() -> dict[str, Any]:
+    """The claims table's properties in template.yaml, read once a session: parsing the template
+    is most of a claims table's setup, and hundreds of tests make one."""
+    properties: dict[str, Any] = load_template()["Resources"]["ClaimsTable"]["Properties"]
+    return properties
+
+
 @pytest.fixture
-def claims_table(dynamodb: Any) -> str:
+def claims_table(dynamodb: Any, claims_table_properties: dict[str, Any]) -> str:
     """The claims table exactly as template.yaml declares it (key, index, TTL)."""
-    props = load_template()["Resources"]["ClaimsTable"]["Properties"]
-    dynamodb.create_table(**table_request(props, "claims"))
+    # A copy: the request shares the template's lists, and no test may change the next one's table.
+    dynamodb.create_table(**table_request(copy.deepcopy(claims_table_properties), "claims"))
     return "claims"

@@ -205,9 +205,9 @@ class EmbeddedStack:
         self.driver = Driver(self.client, self.stack)
         # What is alive now (moto's and botocore's service models, the modules, the provisioned
         # stack) lives as long as the stack: out of the collector's sight, a full collection walks
-        # what the run adds, not ~400,000 objects that never die (measured at 300 orders: 44.8 ms of
-        # CPU per order before, about 35 after). Back in sight when the stack stops, so that a
-        # process that runs many stacks (the tests) frees them.
+        # what the run adds, not the objects that never die (what it saves: docs/performance.md).
+        # Back in sight when the stack stops, so that a process that runs many stacks (the tests)
+        # frees them.
         gc.freeze()
         self._exit.callback(gc.unfreeze)
         return self

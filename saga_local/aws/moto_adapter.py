@@ -12,12 +12,12 @@ moto version pinned in pyproject.toml:
 * the retrier's ``time.sleep`` -> a scaled sleep that also records every wait the ASL asked for,
   so tests can run the real Retry policies (and check their backoff) without waiting minutes.
 * the ASL parser -> parsed once per definition, not once per execution (moto's ANTLR parser
-  takes ~200 ms of CPU per parse; the parsed program keeps its per-execution state in the
+  is slower than many executions' work; the parsed program keeps its per-execution state in the
   execution's own environment, so one program serves many executions).
 * the engine's clients and JSONPath parser -> cached: moto builds a new boto3 client for every
   Lambda task and re-parses every JSONPath on every evaluation, which dominates a busy run.
 * EventBridge's target input -> its JSONPaths parsed once: moto re-parses them (building a
-  parser, tables and all) for every target of every event put, a tenth of a busy run's CPU.
+  parser, tables and all) for every target of every event put, a visible share of a busy run.
 * SQS's retention check -> reads the queue's retention period directly: moto computes every
   queue attribute (walking every message) for every message it considers receiving, which makes
   a receive quadratic in the queue's depth. Same answer, linear time.
@@ -32,13 +32,13 @@ moto version pinned in pyproject.toml:
 * moto's model registry -> off: every model instance moto creates (each DynamoDB item version,
   each state machine copied for an execution, each SQS message...) is appended to its class's
   ``instances_tracked`` list for moto's dashboard, and never leaves it: the leak that made RSS grow
-  by ~90 MB per 1,000 executions whatever was deleted or retired. S3's models, which moto itself
+  with every execution whatever was deleted or retired. S3's models, which moto itself
   reads back from that list, are still tracked.
 * moto's DynamoDB update expressions and response serialiser -> the same answers for less work
   (:mod:`saga_local.aws.moto_speed`: each expression parsed and each condition lexed once, two
   quadratic validators checked at the root first, the tree walks' type questions answered once per
-  class, plain-dict members serialised by direct lookup): a conditional ``UpdateItem`` cost ~9 ms of
-  CPU without them, about 3.4 ms with them.
+  class, plain-dict members serialised by direct lookup), because a conditional ``UpdateItem`` was
+  the largest share of an order's CPU.
 * DynamoDB's request handling -> serialised behind one lock, so a conditional write (and the
   ``ALL_OLD`` item it returns, which moto reads *before* applying the write) is atomic under
   concurrent requests, as it is in DynamoDB. Without it two racing claims can both win.
@@ -342,7 +342,7 @@ def messages_in_queue(queue_url: str, *, delayed: bool = True) -> int | None:
     """How many messages the queue at ``queue_url`` holds, visible, in flight or delayed, read from
     moto in this process (None if it is not here, or if its name is ambiguous): what
     GetQueueAttributes' three counts add up to, without moto walking every message once per count
-    (about 6 ms a call at 200 messages, polled by a producer that keeps the queue full).
+    (a cost that grows with the queue, paid on every poll of a producer that keeps the queue full).
     ``delayed=False`` leaves out the messages waiting out a ``DelaySeconds``."""
     account, name = queue_url.rstrip("/").split("/")[-2:]
     queues = [b.queues[name] for b in _sqs_backends() if b.account_id == account and name in b.queues]

@@ -99,7 +99,7 @@ def check_endpoint(endpoint: str) -> Endpoint:
     """``endpoint`` if it is one the emulator serves."""
     if endpoint not in ENDPOINTS:
         raise ValueError(f"endpoint must be one of {sorted(ENDPOINTS)}, got {endpoint!r}")
-    return endpoint  # type: ignore[return-value]
+    return endpoint
 
 
 def order_of(endpoint: str, params: dict[str, Any], intent: dict[str, Any] | None) -> str | None:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Endpoint = Literal["create", "retrieve", "search", "cancel", "list", "refund"]
-ENDPOINTS: frozenset[str] = frozenset(get_args(Endpoint))
+ENDPOINTS: frozenset[Endpoint] = frozenset(get_args(Endpoint))
 
 
 def route(method: str, path: str) -> tuple[Endpoint, str | None] | None:

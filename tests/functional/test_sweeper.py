@@ -363,11 +363,12 @@ def requests_sent(emulator: ProviderEmulator) -> int:
 
 def busy_account(emulator: ProviderEmulator, clock: FakeClock, *, customer_share: int = 0) -> None:
     """A hundred thousand PaymentIntents of other orders around now, some of them the customer's."""
-    around = {"created_from": int(clock.now) - 1800, "created_to": int(clock.now) + LEASE + 1800}
-    emulator.add_history(BUSY_ACCOUNT - customer_share, **around)
-    emulator.add_history(customer_share, customer=TEST_CUSTOMER, **around)
+    start, end = int(clock.now) - 1800, int(clock.now) + LEASE + 1800
+    emulator.add_history(BUSY_ACCOUNT - customer_share, created_from=start, created_to=end)
+    emulator.add_history(customer_share, customer=TEST_CUSTOMER, created_from=start, created_to=end)
 
 
+@pytest.mark.bulk
 def test_among_a_hundred_thousand_payment_intents_a_customers_uncharged_claim_is_released_in_two_requests(
     store: ClaimsStore, provider: StripeProvider, emulator: ProviderEmulator, clock: FakeClock
 ) -> None:
@@ -388,6 +389,7 @@ def test_among_a_hundred_thousand_payment_intents_a_customers_uncharged_claim_is
     assert (outcome.result, outcome.claim.attempt) == (ClaimResult.NEW_ATTEMPT, 2)
 
 
+@pytest.mark.bulk
 @pytest.mark.parametrize("lag", [0, 2 * 3600], ids=["search-current", "search-two-hours-behind"])
 def test_among_a_hundred_thousand_payment_intents_a_customers_landed_charge_is_found_and_never_released(
     lag: int, store: ClaimsStore, provider: StripeProvider, emulator: ProviderEmulator, clock: FakeClock
@@ -434,6 +436,7 @@ def test_a_charge_made_without_the_customer_by_the_attempts_first_holder_is_not_
     assert len(emulator.charges_for(SAVED.order_id)) == 1
 
 
+@pytest.mark.bulk
 def test_an_order_without_a_customer_in_a_busy_account_stays_pending_for_a_person_within_the_page_cap(
     store: ClaimsStore,
     provider: StripeProvider,
@@ -470,6 +473,7 @@ def test_an_order_without_a_customer_in_a_busy_account_stays_pending_for_a_perso
     assert requests_sent(emulator) - sent == (1 + 5) + (1 + 1)
 
 
+@pytest.mark.bulk
 def test_the_list_window_is_the_attempts_own_however_long_the_claim_has_been_stale(
     store: ClaimsStore, provider: StripeProvider, emulator: ProviderEmulator, clock: FakeClock
 ) -> None:

@@ -75,7 +75,7 @@ class Endpoint:
         return answer
 
     def queued(self) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = self.sqs.receive_message(
+        messages: list[Any] = self.sqs.receive_message(
             QueueUrl=self.queue_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
         ).get("Messages", [])
         return messages

@@ -51,7 +51,7 @@ def stack() -> dict[str, Any]:
 def _executions_for(sfn: Any, state_machine: str, order_id: str, expected: int) -> list[dict[str, Any]]:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        found = []
+        found: list[Any] = []
         for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=state_machine):
             found.extend(e for e in page["executions"] if e["name"].startswith(order_id + "-"))
         if len(found) >= expected and all(e["status"] != "RUNNING" for e in found):

@@ -12,17 +12,21 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import TYPE_CHECKING
 
 import boto3
 import pytest
 
 from saga_local.aws.embedded import EmbeddedStack
 from saga_local.runtime.faults import Fault, FaultPlan
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 from tests.helpers import order
 
 
 @pytest.fixture(scope="module")
-def workers() -> EmbeddedStack:
+def workers() -> Iterator[EmbeddedStack]:
     faults = FaultPlan()
     with EmbeddedStack(runtime="workers", faults=faults, visibility_timeout=1, max_workers=2) as stack:
         yield stack
@@ -183,9 +187,9 @@ def test_a_message_that_keeps_failing_reaches_the_dead_letter_queue_after_max_re
 
 
 def test_a_running_stack_keeps_its_startup_objects_out_of_the_collectors_walks_and_gives_them_back() -> None:
-    # Full collections over the ~400,000 objects alive at startup made an order cost 44.8 ms of
-    # CPU instead of about 35; a process that runs many stacks (this test suite) must get them back
-    # when each stops, or what they hold in cycles would never be freed.
+    # Full collections over the objects alive at startup made every order slower; a process that
+    # runs many stacks (this test suite) must get them back when each stops, or what they hold in
+    # cycles would never be freed.
     environment = dict(os.environ)
     try:
         with EmbeddedStack(runtime="inprocess"):

@@ -222,7 +222,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         assert process.poll() is None, process.stdout.read() if process.stdout else ""
         assert time.monotonic() < deadline, "saga up did not start in 180 s"
         time.sleep(0.5)
-    banner = []
+    banner: list[str] = []
     assert process.stdout is not None
     while not banner or "sam local invoke" not in banner[-1]:  # the banner's last line
         banner.append(process.stdout.readline())

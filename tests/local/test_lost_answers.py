@@ -29,7 +29,8 @@ TABLE = "lost-answer-probe"
 
 
 def client(service: str) -> Any:
-    return boto3.client(service, region_name=REGION)  # standard retries, as the handlers' clients
+    # Standard retries, as the handlers' clients; the service is named at run time.
+    return boto3.client(service, region_name=REGION)  # type: ignore[call-overload]
 
 
 def _counter_table() -> Any:

@@ -8,6 +8,7 @@ conditional writes both win.
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import moto
 from moto.awslambda.models import LambdaBackend
@@ -150,10 +151,10 @@ def test_botocore_resends_after_a_read_timeout_and_sleeps_with_its_endpoint_modu
     from botocore.retries.standard import TransientRetryableChecker
 
     # A handler's exception at before-send is the send's failure, then needs-retry decides.
-    assert "except Exception as e:" in inspect.getsource(endpoint.Endpoint._do_get_response)
-    assert issubclass(ReadTimeoutError, TransientRetryableChecker._TRANSIENT_EXCEPTION_CLS)
+    assert "except Exception as e:" in inspect.getsource(endpoint.Endpoint._do_get_response)  # type: ignore[attr-defined]
+    assert issubclass(ReadTimeoutError, TransientRetryableChecker._TRANSIENT_EXCEPTION_CLS)  # type: ignore[attr-defined]
     # install_retry_sleep_skip replaces this module's ``time`` for the fault's one retry.
-    assert "time.sleep(handler_response)" in inspect.getsource(endpoint.Endpoint._needs_retry)
+    assert "time.sleep(handler_response)" in inspect.getsource(endpoint.Endpoint._needs_retry)  # type: ignore[attr-defined]
 
 
 def test_a_delayed_sqs_message_is_held_by_its_delayed_until_time() -> None:
@@ -172,7 +173,7 @@ def test_messages_counted_in_moto_s_queue_equal_get_queue_attributes_three_count
 
     from saga_local.aws.moto_adapter import messages_in_queue
 
-    counts = [f"ApproximateNumberOfMessages{kind}" for kind in ("", "NotVisible", "Delayed")]
+    counts: list[Any] = [f"ApproximateNumberOfMessages{kind}" for kind in ("", "NotVisible", "Delayed")]
     with mock_aws():
         sqs = boto3.client("sqs", region_name="us-east-1")
         url = sqs.create_queue(QueueName="orders")["QueueUrl"]

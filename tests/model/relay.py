@@ -72,7 +72,7 @@ def served_client(service: str, answer: Answer) -> Any:
     The request is validated by botocore as for any call; ``answer`` returns the parsed response or
     raises :class:`ServiceError`, which the caller sees as boto3's modelled exception.
     """
-    made = _session().client(
+    made = _session().client(  # type: ignore[call-overload]  # the service is named at run time
         service, region_name="us-east-1", aws_access_key_id="model", aws_secret_access_key="model"
     )
     service_id = made.meta.service_model.service_id.hyphenize()

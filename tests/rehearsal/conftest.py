@@ -79,7 +79,7 @@ class LocalStack:
         }
 
     def client(self, service: str, region: str = FIRST_REGION) -> Any:
-        return boto3.client(
+        return boto3.client(  # type: ignore[call-overload]  # the service is named at run time
             service,
             region_name=region,
             endpoint_url=self.endpoint,

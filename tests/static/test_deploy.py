@@ -331,6 +331,7 @@ def test_the_secret_is_read_only_from_the_stacks_own_account(aws: None) -> None:
     foreign = own.replace(ACCOUNT_ID, "999999999999")
     for name, arn, allowed in (("own", own, True), ("foreign", foreign, False)):
         stack = provision(clients, stack_name=name, parameters={"PaymentApiKeySecretArn": arn})
+        assert stack.iam is not None
         for reader in ("ChargePaymentFunction", "SweeperFunction"):
             role = stack.iam.roles[reader]
             assert role.allows("secretsmanager:GetSecretValue", arn) is allowed, (name, reader)

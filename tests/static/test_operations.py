@@ -39,7 +39,7 @@ ALARM_TOPIC_IN_THIS_REGION = {
 
 #: An ExecutionFailed event as Step Functions logs it with IncludeExecutionData false: input and output
 #: are left out, the error and its cause are kept (LocalStack's logging tests, recorded against AWS).
-LOGGED_EXECUTION_FAILED = {
+LOGGED_EXECUTION_FAILED: dict[str, Any] = {
     "id": "12",
     "type": "ExecutionFailed",
     "details": {"cause": "The charge may have happened.", "error": "NeedsReconciliation"},
@@ -71,7 +71,7 @@ def emitted_metrics() -> set[tuple[str, frozenset[str]]]:
                 assert isinstance(name, ast.Constant), f"{path.name}:{node.lineno}: name is not a literal"
                 found.add((str(name.value), frozenset(k.arg for k in node.keywords if k.arg)))
                 continue
-            names = [node.args[0]] if isinstance(node.args[0], ast.Constant) else []
+            names: list[ast.expr] = [node.args[0]] if isinstance(node.args[0], ast.Constant) else []
             if isinstance(node.args[0], ast.IfExp):  # count("A" if replayed else "B")
                 names = [node.args[0].body, node.args[0].orelse]
             dimensions = frozenset(keyword.arg for keyword in node.keywords if keyword.arg)
@@ -270,10 +270,10 @@ def test_every_metric_the_handlers_emit_is_on_the_dashboard(template: Template) 
     namespace, _ = powertools_settings(template)
     shown = set()
     for metric in dashboard_metrics(template):
-        space, name, dimensions = split_metric(metric)
+        space, name, shown_dimensions = split_metric(metric)
         if space == as_in_the_dashboard(namespace):
-            dimensions.pop("service", None)
-            shown.add((name, frozenset(dimensions)))
+            shown_dimensions.pop("service", None)
+            shown.add((name, frozenset(shown_dimensions)))
     broken_down = {name for name, dimensions in emitted_metrics() if dimensions}
     for name, dimensions in emitted_metrics():
         if not dimensions and name in broken_down:
@@ -295,8 +295,9 @@ def test_the_dashboard_lists_every_alarm(template: Template) -> None:
 # -- the alarms ------------------------------------------------------------------------------------
 
 
-def alarm_metrics(properties: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    """(namespace, name, dimensions) of every metric an alarm reads."""
+def alarm_metrics(properties: dict[str, Any]) -> list[tuple[Any, str, dict[str, Any]]]:
+    """(namespace, name, dimensions) of every metric an alarm reads; a namespace is AWS's (a string)
+    or this stack's (a ``!Sub``)."""
     if "MetricName" in properties:
         dimensions = {d["Name"]: d["Value"] for d in properties.get("Dimensions") or []}
         return [(properties["Namespace"], properties["MetricName"], dimensions)]

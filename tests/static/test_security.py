@@ -186,7 +186,7 @@ def test_no_standalone_iam_policy_grants_wildcards(deployed: dict[str, Any]) -> 
 
 def test_the_check_catches_wildcards_it_is_meant_to_catch() -> None:
     """The rule itself: each of these would be a finding, the allow-listed ones would not."""
-    bad = [
+    bad: list[dict[str, Any]] = [
         {"Effect": "Allow", "Action": "*", "Resource": {"Fn::GetAtt": ["ClaimsTable", "Arn"]}},
         {"Effect": "Allow", "Action": "dynamodb:*", "Resource": {"Fn::GetAtt": ["ClaimsTable", "Arn"]}},
         {"Effect": "Allow", "Action": "dynamodb:UpdateItem", "Resource": "*"},

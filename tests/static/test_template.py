@@ -409,9 +409,12 @@ class CallGraph:
     def _construction(node: ast.ClassDef) -> Iterator[ast.AST]:
         yield from node.decorator_list
         for statement in node.body:
-            is_method = isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef)
-            if not is_method or statement.name in CONSTRUCTORS:
-                yield statement
+            if (
+                isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef)
+                and statement.name not in CONSTRUCTORS
+            ):
+                continue
+            yield statement
 
     def module(self, relative: str) -> tuple[Path, ast.AST]:
         path = self.root / relative

@@ -78,7 +78,7 @@ def test_a_client_that_gives_up_mid_request_loses_no_order_and_charges_none_twic
                         return
                     n = pending.pop()
                 order = _order(n)
-                key = idempotency_key(order, 1)
+                key = idempotency_key(order.order_id, 1)
                 try:
                     impatient.charge(order, attempt=1, idempotency_key=key)
                     impatient_outcomes.append("answered")

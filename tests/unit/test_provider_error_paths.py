@@ -375,7 +375,7 @@ def test_the_list_filters_an_accounts_history_on_customer_and_created_and_pages_
     assert (len(first.data), first.has_more) == (100, True)
     assert listed == theirs[::-1]  # only the customer's, newest first, every one once
     assert emulator.request_count("list") - requests == 3  # 250 in pages of 100
-    window = {"gte": int(START) + 1800, "lte": int(START) + 2700}
+    window: Any = {"gte": int(START) + 1800, "lte": int(START) + 2700}
     in_window = list(
         raw.v1.payment_intents.list({"customer": TEST_CUSTOMER, "created": window}).auto_paging_iter()
     )
