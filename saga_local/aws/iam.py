@@ -9,9 +9,14 @@ state machine, for its service integrations) makes against the role of who makes
 and the resource ARN the call names. A call the role does not allow fails as it fails on AWS, with
 ``AccessDeniedException`` (``AccessDenied`` for SQS), before anything is sent.
 
+A call on a state machine encrypted with a customer managed key needs the key as well: Step Functions
+asks KMS with the caller's permissions (a data key to encrypt an execution's input as it starts, a
+decrypt to read an execution or its history back), so such a call is also checked for those KMS
+actions on the machine's key (:data:`KEY_ACTIONS`), as AWS refuses it without them.
+
 What is evaluated: Allow and Deny statements, ``Action``/``NotAction``, ``Resource``/``NotResource``
 with IAM's ``*`` and ``?`` wildcards (actions case-insensitively). What is not: ``Condition`` blocks
-(only the KMS grants for a customer managed key carry one, and no local run uses such a key), resource
+(only KMS grants carry one: the encryption context or the service a key is used through), resource
 policies, permission boundaries and SCPs. A statement with a condition is read as if it held: more
 lenient than AWS in that one place, never stricter.
 
@@ -90,9 +95,9 @@ MANAGED_POLICIES: dict[str, list[dict[str, Any]]] = {
     ],
 }
 
-#: Where ``sam package`` would have uploaded the code and the definition: the translator insists on S3 URIs.
+#: Where ``sam package`` would have uploaded the code: the translator insists on an S3 URI. (The state
+#: machine is CloudFormation's own resource, which the translator passes through as it is.)
 _ARTIFACT = "s3://artifacts/functions.zip"
-_DEFINITION = "s3://artifacts/definition.json"
 
 
 class _NoManagedPolicies:
@@ -122,8 +127,6 @@ def sam_transform(template: dict[str, Any], parameters: dict[str, str], region: 
     for resource in sam["Resources"].values():
         if resource["Type"] == "AWS::Serverless::Function" and "CodeUri" in resource.get("Properties", {}):
             resource["Properties"]["CodeUri"] = _ARTIFACT
-        if resource["Type"] == "AWS::Serverless::StateMachine":
-            resource["Properties"]["DefinitionUri"] = _DEFINITION
     values = dict(parameters)
     to_py27_compatible_template(sam, values)
     translator = Translator(None, Parser(), boto_session=boto3.Session(region_name=region))
@@ -388,6 +391,25 @@ def _bus_arn(name: Any, arn: str) -> str:
     return f"{arn}:event-bus/{name or 'default'}"
 
 
+#: The KMS actions a Step Functions call needs on an encrypted state machine's key, besides its own.
+KEY_ACTIONS: dict[str, tuple[str, ...]] = {
+    "states:StartExecution": ("kms:GenerateDataKey", "kms:Decrypt"),
+    "states:StartSyncExecution": ("kms:GenerateDataKey", "kms:Decrypt"),
+    "states:DescribeExecution": ("kms:Decrypt",),
+    "states:GetExecutionHistory": ("kms:Decrypt",),
+    "states:DescribeStateMachine": ("kms:Decrypt",),
+}
+
+
+def state_machine_of(arn: str) -> str:
+    """The state machine an execution ARN (``...:execution:<machine>:<name>``) belongs to; a state
+    machine's ARN as it is."""
+    head, kind, rest = arn.partition(":execution:")
+    if not kind:
+        return arn
+    return f"{head}:stateMachine:{rest.rpartition(':')[0]}"
+
+
 # -- enforcement -----------------------------------------------------------------------------------
 
 
@@ -397,6 +419,9 @@ def access_denied(model: Any, role: Role, action: str, resource: str, *, account
     from botocore.exceptions import ClientError
 
     code = "AccessDenied" if action.startswith("sqs:") else "AccessDeniedException"
+    if action.startswith("kms:") and model.service_model.signing_name == "states":
+        # What Step Functions answers when the caller may not use the state machine's key.
+        code = "KmsAccessDeniedException"
     message = (
         f"User: arn:aws:sts::{account}:assumed-role/{role.name}/{role.principal} is not authorized to"
         f" perform: {action} on resource: {resource} because no identity-based policy allows the"
@@ -419,11 +444,13 @@ class Authorizer:
     Args:
         roles: principal (logical id) -> its role.
         region, account: the stack's, for the ARNs of calls that name a resource by name or URL.
+        keys: state machine ARN -> the ARN of the customer managed key that encrypts it.
     """
 
     roles: dict[str, Role]
     region: str
     account: str
+    keys: dict[str, str] = field(default_factory=dict)
     #: (principal, action, resource) -> allowed calls.
     used: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     #: (principal, action, resource) -> refused calls.
@@ -444,11 +471,16 @@ class Authorizer:
         if stream_arn is not None and "ShardIterator" in params:
             params = {**params, "StreamArn": stream_arn}
         for resource in call_resources(action, params, region=self.region, account=self.account):
-            allowed = role.allows(action, resource)
-            with self._lock:
-                (self.used if allowed else self.denied)[(principal, action, resource)] += 1
-            if not allowed:
-                raise access_denied(model, role, action, resource, account=self.account)
+            needed = [(action, resource)]
+            key = self.keys.get(state_machine_of(resource))
+            if key is not None:
+                needed += [(kms_action, key) for kms_action in KEY_ACTIONS.get(action, ())]
+            for wanted, on in needed:
+                allowed = role.allows(wanted, on)
+                with self._lock:
+                    (self.used if allowed else self.denied)[(principal, wanted, on)] += 1
+                if not allowed:
+                    raise access_denied(model, role, wanted, on, account=self.account)
 
     def state_machine(self) -> str | None:
         """The principal of the stack's state machine (whose role its service integrations use)."""
@@ -474,7 +506,12 @@ class Authorizer:
     def role_json(self, principal: str) -> str:
         """One role, for a worker process (it checks its own calls)."""
         return json.dumps(
-            {"role": self.roles[principal].to_dict(), "region": self.region, "account": self.account}
+            {
+                "role": self.roles[principal].to_dict(),
+                "region": self.region,
+                "account": self.account,
+                "keys": self.keys,
+            }
         )
 
 
@@ -482,5 +519,5 @@ def worker_hook(role_json: str) -> Any:
     """The ``before-parameter-build`` handler of a worker process, from :meth:`Authorizer.role_json`."""
     data = json.loads(role_json)
     role = Role.from_dict(data["role"])
-    authorizer = Authorizer({role.principal: role}, data["region"], data["account"])
+    authorizer = Authorizer({role.principal: role}, data["region"], data["account"], data.get("keys") or {})
     return authorizer.hook(role.principal)

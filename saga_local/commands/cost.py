@@ -265,7 +265,7 @@ def stack_monthly_quantities(template: dict[str, Any]) -> dict[str, tuple[float,
         "alarms": (float(alarms), f"{alarms} alarms"),
         "dashboard": (float(len(dashboards)), f"{len(dashboards)} dashboard"),
         "custom_metrics": (float(metrics), f"{metrics} metrics"),
-        "kms_key": (float(keys), f"{keys} key"),
+        "kms_key": (float(keys), f"{keys} key" if keys == 1 else f"{keys} keys"),
     }
     if pitr:
         quantities["pitr"] = (1.0, "1 GB of claims")

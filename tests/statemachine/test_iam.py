@@ -45,6 +45,10 @@ NOT_CALLED_LOCALLY = {
     # The relay parks a record it can never read there (tests/local/test_outcome_events.py parks one);
     # none of these scenarios writes such a record.
     ("OutcomeRelayFunction", "sqs:SendMessage", "OutcomeRelayFailureQueue"): "parking an unreadable record",
+    # Step Functions encrypts and decrypts an execution's data with the state machine's role, and its
+    # log delivery's data key; moto's engine encrypts nothing. (Its callers' key grants are checked.)
+    ("PaymentSagaStateMachine", "kms:Decrypt", "StateMachineKey"): "Step Functions' own encryption",
+    ("PaymentSagaStateMachine", "kms:GenerateDataKey", "StateMachineKey"): "Step Functions' own encryption",
 }
 #: Services whose grants belong to the platform around the code (Lambda's own logs, the X-Ray SDK's
 #: segments, Step Functions' log delivery): no local run writes to them.

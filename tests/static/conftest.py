@@ -106,8 +106,8 @@ class Template:
 
     def state_machines(self) -> list[StateMachine]:
         machines = []
-        for logical_id, properties in self.of_type("AWS::Serverless::StateMachine").items():
-            path = ROOT / properties["DefinitionUri"]
+        for logical_id, properties in self.of_type("AWS::StepFunctions::StateMachine").items():
+            path = ROOT / properties["DefinitionS3Location"]
             text = path.read_text(encoding="utf-8")
             machines.append(StateMachine(logical_id, properties, path, text, json.loads(text)))
         return machines

@@ -5,7 +5,8 @@
   the managed policies SAM attaches (tracing, SQS polling) are checked with the inline statements.
   No wildcard action, and no wildcard resource on a data service, except the statements listed in
   ``ALLOWED_WILDCARDS`` with the reason each one has to be that wide.
-* Data at rest: queues, the claims table and the alarm topic are encrypted.
+* Data at rest: queues, the claims table and the alarm topic are encrypted; the execution history
+  with a customer managed key that serves the state machine and its callers only.
 * The provider's key: only in Secrets Manager, never in a function's environment.
 * The orders queue caps message size; the state machine's logs leave execution data out.
 * checkov skips (``scripts/checkov.sh`` runs checkov itself): each one says why, in the resource (the
@@ -78,7 +79,7 @@ ALLOWED_WILDCARDS = (
                 "xray:GetSamplingStatisticSummaries",
             }
         ),
-        "Tracing: Active (functions) and Tracing.Enabled (state machine) attach AWSXrayWriteOnlyAccess; "
+        "Tracing: Active (functions) and the state machine's TracingConfiguration: AWSXrayWriteOnlyAccess; "
         "X-Ray has no resource-level permissions for writing segments or reading sampling rules.",
     ),
     Wildcard(
@@ -146,7 +147,7 @@ def test_the_transform_produces_a_role_for_every_function_and_the_state_machine(
 ) -> None:
     roles = {name for name, r in deployed["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
     expected = {f"{name}Role" for name in template.functions}
-    expected |= {f"{name}Role" for name in template.of_type("AWS::Serverless::StateMachine")}
+    expected |= {f"{name}Role" for name in template.of_type("AWS::StepFunctions::StateMachine")}
     assert expected <= roles, f"missing roles: {sorted(expected - roles)}"
 
 
@@ -165,7 +166,7 @@ def principal_roles() -> list[str]:
     return [
         f"{name}Role"
         for name, resource in resources.items()
-        if resource["Type"] in {"AWS::Serverless::Function", "AWS::Serverless::StateMachine"}
+        if resource["Type"] in {"AWS::Serverless::Function", "AWS::StepFunctions::StateMachine"}
     ]
 
 
@@ -411,10 +412,10 @@ def test_the_orders_queue_caps_the_message_size(template: Template) -> None:
 
 def test_state_machine_logs_leave_execution_data_out(template: Template) -> None:
     """Execution input holds the payment method: logs record events, never data."""
-    machines = template.of_type("AWS::Serverless::StateMachine")
+    machines = template.of_type("AWS::StepFunctions::StateMachine")
     assert machines
     for name, properties in machines.items():
-        logging = properties.get("Logging")
+        logging = properties.get("LoggingConfiguration")
         assert logging, f"{name}: no logging"
         assert logging.get("IncludeExecutionData") is False, name
         assert logging.get("Level") in {"ALL", "ERROR", "FATAL"}, name
@@ -474,3 +475,86 @@ def test_make_test_runs_checkov() -> None:
     assert "checkov" in prerequisites.split()
     (recipe,) = re.findall(r"^checkov:[^\n]*\n((?:\t[^\n]*\n)+)", makefile, flags=re.MULTILINE)
     assert "scripts/checkov.sh" in recipe
+
+
+# -- the state machine's key -----------------------------------------------------------------------------
+
+
+def state_machine_key(template: Template) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(logical id of the key, the state machine's properties, the key's properties)."""
+    ((name, machine),) = template.of_type("AWS::StepFunctions::StateMachine").items()
+    encryption = machine.get("EncryptionConfiguration") or {}
+    assert encryption.get("Type") == "CUSTOMER_MANAGED_KMS_KEY", f"{name}: history under AWS's key only"
+    key = template.referenced_resource(encryption["KmsKeyId"])
+    assert key is not None, encryption
+    assert template.resources[key]["Type"] == "AWS::KMS::Key", encryption
+    return key, machine, template.resources[key]["Properties"]
+
+
+def test_the_execution_history_is_encrypted_with_a_rotating_key_of_its_own(template: Template) -> None:
+    """The history keeps the payment method and customer ids for 90 days: a customer managed key,
+    rotated, used by nothing else in the template."""
+    key, machine, properties = state_machine_key(template)
+    assert properties["EnableKeyRotation"] is True
+    reuse = int(machine["EncryptionConfiguration"]["KmsDataKeyReusePeriodSeconds"])
+    assert 60 <= reuse <= 900, "Step Functions' bounds"
+    users = [
+        name
+        for name, resource in template.resources.items()
+        if f'"{key}"' in json.dumps(resource.get("Properties") or {}) and name != key
+    ]
+    assert sorted(users) == sorted(
+        ["PaymentSagaStateMachine", "PaymentSagaStateMachineRole", "StartExecutionFunctionRole"]
+    ), users
+
+
+def test_the_key_policy_lets_step_functions_use_it_for_this_state_machine_only(template: Template) -> None:
+    key, machine, properties = state_machine_key(template)
+    statements = {s["Sid"]: s for s in properties["KeyPolicy"]["Statement"]}
+    root = statements.pop("AccountAdministersTheKey")
+    assert root["Principal"] == {"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}}
+    states = statements.pop("StepFunctionsUsesItForThisStateMachineOnly")
+    assert states["Principal"] == {"Service": "states.amazonaws.com"}
+    assert sorted(as_list(states["Action"])) == ["kms:Decrypt", "kms:GenerateDataKey"]
+    arn, names = states["Condition"]["StringEquals"][CONTEXT]["Fn::Sub"]
+    name, name_names = machine["StateMachineName"]["Fn::Sub"]
+    # The ARN of the state machine as it is named: the same name, built the same way.
+    assert arn.endswith(":stateMachine:" + name), arn
+    assert names == name_names
+    delivery = statements.pop("LogDeliveryDecryptsForTheStateMachinesLog")
+    assert delivery["Principal"] == {"Service": "delivery.logs.amazonaws.com"}
+    assert as_list(delivery["Action"]) == ["kms:Decrypt"]
+    assert statements == {}, f"{key}: a principal no one reviewed: {sorted(statements)}"
+
+
+#: The encryption context that names the state machine a key operation is for.
+CONTEXT = "kms:EncryptionContext:aws:states:stateMachineArn"
+#: Step Functions calls on an encrypted state machine, and the key actions each needs of its caller.
+STATES_KEY_ACTIONS = {
+    "states:StartExecution": {"kms:GenerateDataKey", "kms:Decrypt"},
+    "states:DescribeExecution": {"kms:Decrypt"},
+    "states:GetExecutionHistory": {"kms:Decrypt"},
+}
+
+
+def test_every_role_that_starts_or_reads_executions_may_use_the_key_for_this_state_machine_only(
+    template: Template, deployed: dict[str, Any]
+) -> None:
+    key, _, _ = state_machine_key(template)
+    callers = 0
+    for role, statements in identity_policies(deployed).items():
+        allowed = [s for _, s in statements if s.get("Effect") == "Allow"]
+        granted = {action for s in allowed for action in as_list(s.get("Action", []))}
+        needed = set().union(*(STATES_KEY_ACTIONS.get(action, set()) for action in granted))
+        on_key = [s for _, s in statements if key in json.dumps(s.get("Resource")) and "kms" in json.dumps(s)]
+        if role == "PaymentSagaStateMachineRole":
+            continue  # its own grants: tests/static/test_security.py's key policy test and the template
+        if not needed:
+            assert on_key == [], f"{role} uses the state machine's key without calling it"
+            continue
+        callers += 1
+        actions = {a for s in on_key for a in as_list(s["Action"])}
+        assert needed <= actions, f"{role}: needs {sorted(needed - actions)} on {key}"
+        for statement in on_key:
+            assert statement["Condition"]["StringEquals"][CONTEXT] == {"Ref": "PaymentSagaStateMachine"}, role
+    assert callers >= 1, "the start function starts executions: the check would pass on anything"

@@ -281,14 +281,16 @@ def test_functions_declare_their_own_statements_not_sam_policy_templates(templat
 
 
 def test_the_state_machine_may_invoke_exactly_the_functions_it_calls(
-    saga: StateMachine, task_functions: dict[str, str]
+    template: Template, saga: StateMachine, task_functions: dict[str, str]
 ) -> None:
     """By each function's own ARN: no policy template (LambdaInvokePolicy grants function:<name>*,
     every function whose name starts with it) and no wildcard."""
+    role = template.referenced_resource(saga.properties["RoleArn"])
+    assert role is not None
+    assert template.resources[role]["Type"] == "AWS::IAM::Role", "the execution role is this template's"
     invokable = []
-    for policy in saga.properties["Policies"]:
-        assert set(policy) == {"Statement"}, policy
-        for statement in policy["Statement"]:
+    for policy in template.resources[role]["Properties"]["Policies"]:
+        for statement in policy["PolicyDocument"]["Statement"]:
             if "lambda:InvokeFunction" in as_list(statement["Action"]):
                 assert as_list(statement["Action"]) == ["lambda:InvokeFunction"], statement
                 (resource,) = as_list(statement["Resource"])
@@ -302,7 +304,7 @@ def test_the_state_machine_may_invoke_exactly_the_functions_it_calls(
 def allowed_statements(template: Template) -> Iterator[tuple[str, dict[str, Any]]]:
     principals = {
         **template.functions,
-        **template.of_type("AWS::Serverless::StateMachine"),
+        **template.of_type("AWS::StepFunctions::StateMachine"),
         **template.of_type("AWS::IAM::Role"),
     }
     for name, properties in principals.items():
