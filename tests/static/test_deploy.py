@@ -103,8 +103,7 @@ def test_the_sweeper_takes_the_lease_row_before_it_sweeps(
     sweeper = template.function_by_handler("handlers.sweeper.handler")
     grants = [
         statement
-        for policy in template.functions[sweeper]["Policies"]
-        for statement in policy.get("Statement", [])
+        for statement in template.function_statements(sweeper)
         if "dynamodb:UpdateItem" in statement["Action"]
     ]
     table = template.functions[sweeper]["Environment"]["Variables"]["CLAIMS_TABLE_NAME"]

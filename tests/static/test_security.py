@@ -83,9 +83,9 @@ ALLOWED_WILDCARDS = (
         "X-Ray has no resource-level permissions for writing segments or reading sampling rules.",
     ),
     Wildcard(
-        frozenset({"logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"}),
-        "AWSLambdaBasicExecutionRole, which SAM attaches to every function so that it can write its own "
-        "logs: not a data service; the log group is named after the function only at run time.",
+        frozenset({"xray:PutTraceSegments", "xray:PutTelemetryRecords"}),
+        "Lambda's active tracing (each function's own role): X-Ray has no resource-level permissions for "
+        "writing segments.",
     ),
 )
 
@@ -328,8 +328,7 @@ def test_the_key_is_read_from_the_secret_only_by_the_functions_that_call_the_pro
         parameters.add(parameter)
         grants = [
             statement
-            for policy in template.functions[reader].get("Policies") or []
-            for statement in policy.get("Statement", [])
+            for statement in template.function_statements(reader)
             if any(str(action).startswith("secretsmanager:") for action in as_list(statement["Action"]))
         ]
         own_account = {
@@ -352,11 +351,9 @@ def test_the_key_is_read_from_the_secret_only_by_the_functions_that_call_the_pro
     # And no other function may touch Secrets Manager, in its template policies or its deployed role,
     # but the webhook receiver, which reads the endpoint's signing secret (and only that).
     receiver = template.function_by_handler("handlers.webhook_receiver.handler")
-    signing = template.functions[receiver]
     assert [
         (statement["Action"], statement["Resource"])
-        for policy in signing.get("Policies") or []
-        for statement in policy.get("Statement", [])
+        for statement in template.function_statements(receiver)
         if "secretsmanager" in json.dumps(statement)
     ] == [("secretsmanager:GetSecretValue", {"Ref": "WebhookSigningSecretArn"})]
     assert "Default" not in template.parameters["WebhookSigningSecretArn"], (
@@ -366,7 +363,7 @@ def test_the_key_is_read_from_the_secret_only_by_the_functions_that_call_the_pro
         if name == receiver:
             assert "PAYMENT_API_KEY_SECRET_ARN" not in json.dumps(properties.get("Environment") or {}), name
         elif name not in readers:
-            assert "secretsmanager" not in json.dumps(properties.get("Policies") or []), name
+            assert "secretsmanager" not in json.dumps(template.function_statements(name)), name
             assert "PAYMENT_API_KEY_SECRET_ARN" not in json.dumps(properties.get("Environment") or {}), name
     for name, statements in identity_policies(deployed).items():
         if name not in {f"{reader}Role" for reader in (*readers, receiver)}:
@@ -558,3 +555,48 @@ def test_every_role_that_starts_or_reads_executions_may_use_the_key_for_this_sta
         for statement in on_key:
             assert statement["Condition"]["StringEquals"][CONTEXT] == {"Ref": "PaymentSagaStateMachine"}, role
     assert callers >= 1, "the start function starts executions: the check would pass on anything"
+
+
+# -- logs: each function writes its own log group only ------------------------------------------------
+
+
+def test_no_role_carries_a_managed_policy_that_writes_every_log_group(deployed: dict[str, Any]) -> None:
+    """AWSLambdaBasicExecutionRole (which SAM attaches to each role it generates) grants the logs
+    actions on ``*``: every role is the template's own, and carries no managed policy but X-Ray's."""
+    for name, resource in deployed["Resources"].items():
+        if resource["Type"] != "AWS::IAM::Role":
+            continue
+        for arn in resource["Properties"].get("ManagedPolicyArns") or []:
+            granted = {a for s in MANAGED_POLICIES[managed_arn(arn)] for a in as_list(s["Action"])}
+            assert {a.partition(":")[0] for a in granted} == {"xray"}, f"{name}: {arn}"
+
+
+def test_no_role_grants_an_action_on_every_resource_where_it_could_name_one(deployed: dict[str, Any]) -> None:
+    """``*`` only for the actions that name no resource (the allow-listed statements above)."""
+    unnameable = frozenset().union(*(allowed.actions for allowed in ALLOWED_WILDCARDS))
+    checked = 0
+    for role in principal_roles():
+        for where, statement in identity_policies(deployed)[role]:
+            if statement.get("Effect") != "Allow" or "*" not in as_list(statement.get("Resource", [])):
+                continue
+            checked += 1
+            named = set(as_list(statement["Action"])) - unnameable
+            assert not named, f"{role} ({where}): {sorted(named)} on *"
+    assert checked, "no statement on *: X-Ray's at least"
+
+
+def test_each_functions_logs_statement_names_only_its_own_log_group(
+    template: Template, deployed: dict[str, Any]
+) -> None:
+    for function in template.functions:
+        log_group = template.referenced_resource(template.functions[function]["LoggingConfig"]["LogGroup"])
+        assert template.resources[log_group]["Type"] == "AWS::Logs::LogGroup", function
+        logs = [
+            statement
+            for _, statement in identity_policies(deployed)[f"{function}Role"]
+            if any(str(a).startswith("logs:") for a in as_list(statement["Action"]))
+        ]
+        assert len(logs) == 1, f"{function}: {logs}"
+        (statement,) = logs
+        assert sorted(as_list(statement["Action"])) == ["logs:CreateLogStream", "logs:PutLogEvents"], function
+        assert as_list(statement["Resource"]) == [{"Fn::GetAtt": [log_group, "Arn"]}], function
