@@ -14,11 +14,18 @@ asks KMS with the caller's permissions (a data key to encrypt an execution's inp
 decrypt to read an execution or its history back), so such a call is also checked for those KMS
 actions on the machine's key (:data:`KEY_ACTIONS`), as AWS refuses it without them.
 
+The Deny statements of the queues' and the bus's resource policies are evaluated too (an explicit Deny
+there binds the account's own roles, which is what those policies rely on): a call an identity policy
+allows is refused when such a Deny applies to it (:class:`ResourceDeny`; its conditions on
+``aws:PrincipalArn`` are evaluated against the caller's role ARN, ``aws:SecureTransport`` as true, as
+every AWS SDK call is over TLS).
+
 What is evaluated: Allow and Deny statements, ``Action``/``NotAction``, ``Resource``/``NotResource``
 with IAM's ``*`` and ``?`` wildcards (actions case-insensitively). What is not: ``Condition`` blocks
-(only KMS grants carry one: the encryption context or the service a key is used through), resource
-policies, permission boundaries and SCPs. A statement with a condition is read as if it held: more
-lenient than AWS in that one place, never stricter.
+of identity policies (only KMS grants carry one: the encryption context or the service a key is used
+through), the Allow statements of resource policies, permission boundaries and SCPs. An identity
+statement with a condition is read as if it held: more lenient than AWS in that one place, never
+stricter.
 
 Every decision is recorded (:attr:`Authorizer.used`), so a run can tell which grants it exercised.
 """
@@ -227,6 +234,87 @@ class Statement:
         )
 
 
+#: The condition operators a resource policy's Deny may use here, on the keys below.
+_ARN_OPERATORS = {"ArnEquals", "ArnNotEquals", "ArnLike", "ArnNotLike"}
+_CONDITION_KEYS = {"aws:PrincipalArn", "aws:SecureTransport"}
+
+
+@dataclass(frozen=True)
+class ResourceDeny:
+    """A Deny statement of a resource's own policy (``Principal: "*"``), its values resolved."""
+
+    actions: tuple[str, ...]
+    resources: tuple[str, ...]
+    #: (operator, key, values): every one must hold for the Deny to apply.
+    conditions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    where: str = ""
+
+    def applies(self, action: str, resource: str, principal_arn: str) -> bool:
+        if not (
+            _matches(self.actions, action, ignore_case=True)
+            and _matches(self.resources, resource, ignore_case=False)
+        ):
+            return False
+        return all(self._holds(op, key, values, principal_arn) for op, key, values in self.conditions)
+
+    @staticmethod
+    def _holds(operator: str, key: str, values: tuple[str, ...], principal_arn: str) -> bool:
+        if key == "aws:SecureTransport":
+            # Bool: the SDKs call over TLS, so only a condition on "true" holds.
+            return "true" in {v.lower() for v in values}
+        # IAM matches ArnEquals as ArnLike: wildcards in each part of the ARN.
+        found = _matches(values, principal_arn, ignore_case=False)
+        return found if operator in {"ArnEquals", "ArnLike"} else not found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "actions": list(self.actions),
+            "resources": list(self.resources),
+            "conditions": [[op, key, list(values)] for op, key, values in self.conditions],
+            "where": self.where,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ResourceDeny:
+        conditions = tuple((op, key, tuple(values)) for op, key, values in data["conditions"])
+        return cls(tuple(data["actions"]), tuple(data["resources"]), conditions, data["where"])
+
+
+def resource_denies(template: dict[str, Any], resolver: Resolver) -> list[ResourceDeny]:
+    """The Deny statements of every queue and bus policy the stack creates, resolved.
+
+    A condition this evaluator does not know fails here, loudly, rather than being read as holding."""
+    found = []
+    for logical_id, resource in template["Resources"].items():
+        if resource["Type"] not in {"AWS::SQS::QueuePolicy", "AWS::Events::EventBusPolicy"}:
+            continue
+        if "Condition" in resource and not resolver.condition(resource["Condition"]):
+            continue
+        properties = resource["Properties"]
+        raw = properties.get("PolicyDocument", {}).get("Statement") or properties.get("Statement")
+        for statement in resolver.resolve(as_list(raw)):
+            if statement.get("Effect") != "Deny":
+                continue
+            if statement.get("Principal") != "*":
+                who = statement.get("Principal")
+                raise ValueError(f"{logical_id}: a Deny for {who} is not evaluated here")
+            conditions = []
+            for operator, keys in (statement.get("Condition") or {}).items():
+                for key, values in keys.items():
+                    if key not in _CONDITION_KEYS or (operator not in _ARN_OPERATORS and operator != "Bool"):
+                        raise ValueError(f"{logical_id}: condition {operator} {key} is not evaluated here")
+                    conditions.append((operator, key, tuple(str(v) for v in as_list(values))))
+            found.append(
+                ResourceDeny(
+                    actions=tuple(str(a) for a in as_list(statement["Action"])),
+                    resources=tuple(str(r) for r in as_list(statement["Resource"])),
+                    conditions=tuple(conditions),
+                    where=f"{logical_id} {statement.get('Sid', '')}".strip(),
+                )
+            )
+    return found
+
+
 @dataclass(frozen=True)
 class Role:
     """A principal's role: who (the function's or state machine's logical id) and what it may do."""
@@ -236,6 +324,8 @@ class Role:
     statements: tuple[Statement, ...]
     #: Who assumes it: ``lambda`` (a function) or ``states`` (a state machine).
     service: str = "lambda"
+    #: The role's ARN, which a resource policy's ``aws:PrincipalArn`` condition reads.
+    arn: str = ""
 
     def allows(self, action: str, resource: str) -> bool:
         """IAM's rule for one identity policy set: an explicit Deny wins, else some Allow must apply."""
@@ -260,7 +350,7 @@ class Role:
                         statement.where,
                     )
                 )
-        return Role(self.principal, self.name, tuple(statements), self.service)
+        return Role(self.principal, self.name, tuple(statements), self.service, self.arn)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -268,12 +358,13 @@ class Role:
             "name": self.name,
             "statements": [s.to_dict() for s in self.statements],
             "service": self.service,
+            "arn": self.arn,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Role:
         statements = tuple(Statement.from_dict(s) for s in data["statements"])
-        return cls(data["principal"], data["name"], statements, data["service"])
+        return cls(data["principal"], data["name"], statements, data["service"], data.get("arn", ""))
 
 
 def _strings(value: Any, resolver: Resolver) -> tuple[str, ...]:
@@ -329,7 +420,8 @@ def roles(template: dict[str, Any], resolver: Resolver) -> dict[str, Role]:
             for raw in MANAGED_POLICIES.get(managed_arn(arn), []):
                 statements.append(_statement(managed_arn(arn).rsplit("/", 1)[-1], raw, resolver))
         service = "states" if reference == "RoleArn" else "lambda"
-        found[logical_id] = Role(logical_id, role_id, tuple(statements), service)
+        arn = str(resolver.attrs.get((role_id, "Arn"), ""))
+        found[logical_id] = Role(logical_id, role_id, tuple(statements), service, arn)
     return found
 
 
@@ -413,8 +505,11 @@ def state_machine_of(arn: str) -> str:
 # -- enforcement -----------------------------------------------------------------------------------
 
 
-def access_denied(model: Any, role: Role, action: str, resource: str, *, account: str) -> Exception:
-    """The error AWS answers a call its caller's role does not allow (the client's modelled class)."""
+def access_denied(
+    model: Any, role: Role, action: str, resource: str, *, account: str, deny: str = ""
+) -> Exception:
+    """The error AWS answers a call its caller's role does not allow (the client's modelled class);
+    ``deny``: the resource policy statement whose explicit Deny refuses it."""
     import boto3
     from botocore.exceptions import ClientError
 
@@ -427,6 +522,12 @@ def access_denied(model: Any, role: Role, action: str, resource: str, *, account
         f" perform: {action} on resource: {resource} because no identity-based policy allows the"
         f" {action} action"
     )
+    if deny:
+        message = (
+            f"User: arn:aws:sts::{account}:assumed-role/{role.name}/{role.principal} is not authorized to"
+            f" perform: {action} on resource: {resource} with an explicit deny in a resource-based policy"
+            f" ({deny})"
+        )
     response: Any = {
         "Error": {"Code": code, "Message": message},
         "ResponseMetadata": {"HTTPStatusCode": 400, "HTTPHeaders": {}, "RetryAttempts": 0},
@@ -451,6 +552,8 @@ class Authorizer:
     region: str
     account: str
     keys: dict[str, str] = field(default_factory=dict)
+    #: The Deny statements of the resources' own policies (queues, the bus).
+    denies: list[ResourceDeny] = field(default_factory=list)
     #: (principal, action, resource) -> allowed calls.
     used: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     #: (principal, action, resource) -> refused calls.
@@ -477,10 +580,13 @@ class Authorizer:
                 needed += [(kms_action, key) for kms_action in KEY_ACTIONS.get(action, ())]
             for wanted, on in needed:
                 allowed = role.allows(wanted, on)
+                refusal = next((d for d in self.denies if d.applies(wanted, on, role.arn)), None)
                 with self._lock:
-                    (self.used if allowed else self.denied)[(principal, wanted, on)] += 1
+                    (self.used if allowed and refusal is None else self.denied)[(principal, wanted, on)] += 1
                 if not allowed:
                     raise access_denied(model, role, wanted, on, account=self.account)
+                if refusal is not None:
+                    raise access_denied(model, role, wanted, on, account=self.account, deny=refusal.where)
 
     def state_machine(self) -> str | None:
         """The principal of the stack's state machine (whose role its service integrations use)."""
@@ -511,6 +617,7 @@ class Authorizer:
                 "region": self.region,
                 "account": self.account,
                 "keys": self.keys,
+                "denies": [d.to_dict() for d in self.denies],
             }
         )
 
@@ -519,5 +626,7 @@ def worker_hook(role_json: str) -> Any:
     """The ``before-parameter-build`` handler of a worker process, from :meth:`Authorizer.role_json`."""
     data = json.loads(role_json)
     role = Role.from_dict(data["role"])
-    authorizer = Authorizer({role.principal: role}, data["region"], data["account"], data.get("keys") or {})
+    denies = [ResourceDeny.from_dict(d) for d in data.get("denies") or []]
+    keys = data.get("keys") or {}
+    authorizer = Authorizer({role.principal: role}, data["region"], data["account"], keys, denies)
     return authorizer.hook(role.principal)

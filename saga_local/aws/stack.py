@@ -19,7 +19,7 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from saga_local.aws.iam import Authorizer, roles
+from saga_local.aws.iam import Authorizer, resource_denies, roles
 from saga_local.aws.template import (
     FunctionSpec,
     Resolver,
@@ -162,7 +162,9 @@ def provision(
             if "Condition" not in v or resolver.condition(v["Condition"])
         },
         resolver=resolver,
-        iam=Authorizer(roles(template, resolver), REGION, ACCOUNT_ID, keys),
+        iam=Authorizer(
+            roles(template, resolver), REGION, ACCOUNT_ID, keys, resource_denies(template, resolver)
+        ),
     )
     for logical_id, spec in specs.items():
         env = {k: str(resolver.resolve(v)) for k, v in spec.environment.items()}
@@ -181,6 +183,8 @@ _UNEMULATED = {
     "AWS::Logs::MetricFilter": "{name}",
     "AWS::SQS::QueuePolicy": "{name}",
     "AWS::Events::EventBusPolicy": "{name}",
+    # Named as CloudFormation names a role: the queues' and the bus's policies name the roles' ARNs.
+    "AWS::IAM::Role": "arn:aws:iam::{account}:role/{name}",
 }
 
 

@@ -131,7 +131,8 @@ class Resolver:
                 return self.resolve(if_true if self.condition(name) else if_false)
             if key == "Fn::Join":
                 sep, parts = arg
-                return sep.join(str(self.resolve(p)) for p in parts)
+                # Resolved as a list: an AWS::NoValue item is left out, as CloudFormation leaves it out.
+                return sep.join(str(p) for p in self.resolve(parts))
             if key == "Fn::Split":
                 sep, text = arg
                 return str(self.resolve(text)).split(sep)
