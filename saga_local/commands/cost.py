@@ -124,7 +124,7 @@ MONTHLY_ITEMS: dict[str, tuple[str, str]] = {
     "alarms": ("CloudWatch alarms", "cloudwatch_alarm_standard_month"),
     "dashboard": ("CloudWatch dashboard", "cloudwatch_dashboard_month"),
     "custom_metrics": ("CloudWatch custom metrics", "cloudwatch_custom_metric_month"),
-    "kms_key": ("KMS key (the alarm topic's)", "kms_customer_managed_key_month"),
+    "kms_key": ("KMS keys (execution history, alarms)", "kms_customer_managed_key_month"),
     "pitr": ("DynamoDB point-in-time recovery", "dynamodb_pitr_gb_month"),
 }
 #: Monthly prices may exceed a dollar (a dashboard is $3): one unit is a month of a whole resource.
