@@ -521,6 +521,15 @@ def test_the_key_policy_lets_step_functions_use_it_for_this_state_machine_only(t
     delivery = statements.pop("LogDeliveryDecryptsForTheStateMachinesLog")
     assert delivery["Principal"] == {"Service": "delivery.logs.amazonaws.com"}
     assert as_list(delivery["Action"]) == ["kms:Decrypt"]
+    # Only the data key the execution role generates for its log delivery (the same context).
+    role = template.resources["PaymentSagaStateMachineRole"]["Properties"]["Policies"]
+    contexts = [
+        s["Condition"]["StringEquals"]["kms:EncryptionContext:SourceArn"]
+        for policy in role
+        for s in policy["PolicyDocument"]["Statement"]
+        if as_list(s["Action"]) == ["kms:GenerateDataKey"]
+    ]
+    assert contexts == [delivery["Condition"]["StringEquals"]["kms:EncryptionContext:SourceArn"]]
     assert statements == {}, f"{key}: a principal no one reviewed: {sorted(statements)}"
 
 
