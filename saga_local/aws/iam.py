@@ -9,11 +9,23 @@ state machine, for its service integrations) makes against the role of who makes
 and the resource ARN the call names. A call the role does not allow fails as it fails on AWS, with
 ``AccessDeniedException`` (``AccessDenied`` for SQS), before anything is sent.
 
+A call on a state machine encrypted with a customer managed key needs the key as well: Step Functions
+asks KMS with the caller's permissions (a data key to encrypt an execution's input as it starts, a
+decrypt to read an execution or its history back), so such a call is also checked for those KMS
+actions on the machine's key (:data:`KEY_ACTIONS`), as AWS refuses it without them.
+
+The Deny statements of the queues' and the bus's resource policies are evaluated too (an explicit Deny
+there binds the account's own roles, which is what those policies rely on): a call an identity policy
+allows is refused when such a Deny applies to it (:class:`ResourceDeny`; its conditions on
+``aws:PrincipalArn`` are evaluated against the caller's role ARN, ``aws:SecureTransport`` as true, as
+every AWS SDK call is over TLS).
+
 What is evaluated: Allow and Deny statements, ``Action``/``NotAction``, ``Resource``/``NotResource``
 with IAM's ``*`` and ``?`` wildcards (actions case-insensitively). What is not: ``Condition`` blocks
-(only the KMS grants for a customer managed key carry one, and no local run uses such a key), resource
-policies, permission boundaries and SCPs. A statement with a condition is read as if it held: more
-lenient than AWS in that one place, never stricter.
+of identity policies (only KMS grants carry one: the encryption context or the service a key is used
+through), the Allow statements of resource policies, permission boundaries and SCPs. An identity
+statement with a condition is read as if it held: more lenient than AWS in that one place, never
+stricter.
 
 Every decision is recorded (:attr:`Authorizer.used`), so a run can tell which grants it exercised.
 """
@@ -90,9 +102,9 @@ MANAGED_POLICIES: dict[str, list[dict[str, Any]]] = {
     ],
 }
 
-#: Where ``sam package`` would have uploaded the code and the definition: the translator insists on S3 URIs.
+#: Where ``sam package`` would have uploaded the code: the translator insists on an S3 URI. (The state
+#: machine is CloudFormation's own resource, which the translator passes through as it is.)
 _ARTIFACT = "s3://artifacts/functions.zip"
-_DEFINITION = "s3://artifacts/definition.json"
 
 
 class _NoManagedPolicies:
@@ -122,8 +134,6 @@ def sam_transform(template: dict[str, Any], parameters: dict[str, str], region: 
     for resource in sam["Resources"].values():
         if resource["Type"] == "AWS::Serverless::Function" and "CodeUri" in resource.get("Properties", {}):
             resource["Properties"]["CodeUri"] = _ARTIFACT
-        if resource["Type"] == "AWS::Serverless::StateMachine":
-            resource["Properties"]["DefinitionUri"] = _DEFINITION
     values = dict(parameters)
     to_py27_compatible_template(sam, values)
     translator = Translator(None, Parser(), boto_session=boto3.Session(region_name=region))
@@ -224,6 +234,87 @@ class Statement:
         )
 
 
+#: The condition operators a resource policy's Deny may use here, on the keys below.
+_ARN_OPERATORS = {"ArnEquals", "ArnNotEquals", "ArnLike", "ArnNotLike"}
+_CONDITION_KEYS = {"aws:PrincipalArn", "aws:SecureTransport"}
+
+
+@dataclass(frozen=True)
+class ResourceDeny:
+    """A Deny statement of a resource's own policy (``Principal: "*"``), its values resolved."""
+
+    actions: tuple[str, ...]
+    resources: tuple[str, ...]
+    #: (operator, key, values): every one must hold for the Deny to apply.
+    conditions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    where: str = ""
+
+    def applies(self, action: str, resource: str, principal_arn: str) -> bool:
+        if not (
+            _matches(self.actions, action, ignore_case=True)
+            and _matches(self.resources, resource, ignore_case=False)
+        ):
+            return False
+        return all(self._holds(op, key, values, principal_arn) for op, key, values in self.conditions)
+
+    @staticmethod
+    def _holds(operator: str, key: str, values: tuple[str, ...], principal_arn: str) -> bool:
+        if key == "aws:SecureTransport":
+            # Bool: the SDKs call over TLS, so only a condition on "true" holds.
+            return "true" in {v.lower() for v in values}
+        # IAM matches ArnEquals as ArnLike: wildcards in each part of the ARN.
+        found = _matches(values, principal_arn, ignore_case=False)
+        return found if operator in {"ArnEquals", "ArnLike"} else not found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "actions": list(self.actions),
+            "resources": list(self.resources),
+            "conditions": [[op, key, list(values)] for op, key, values in self.conditions],
+            "where": self.where,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ResourceDeny:
+        conditions = tuple((op, key, tuple(values)) for op, key, values in data["conditions"])
+        return cls(tuple(data["actions"]), tuple(data["resources"]), conditions, data["where"])
+
+
+def resource_denies(template: dict[str, Any], resolver: Resolver) -> list[ResourceDeny]:
+    """The Deny statements of every queue and bus policy the stack creates, resolved.
+
+    A condition this evaluator does not know fails here, loudly, rather than being read as holding."""
+    found = []
+    for logical_id, resource in template["Resources"].items():
+        if resource["Type"] not in {"AWS::SQS::QueuePolicy", "AWS::Events::EventBusPolicy"}:
+            continue
+        if "Condition" in resource and not resolver.condition(resource["Condition"]):
+            continue
+        properties = resource["Properties"]
+        raw = properties.get("PolicyDocument", {}).get("Statement") or properties.get("Statement")
+        for statement in resolver.resolve(as_list(raw)):
+            if statement.get("Effect") != "Deny":
+                continue
+            if statement.get("Principal") != "*":
+                who = statement.get("Principal")
+                raise ValueError(f"{logical_id}: a Deny for {who} is not evaluated here")
+            conditions = []
+            for operator, keys in (statement.get("Condition") or {}).items():
+                for key, values in keys.items():
+                    if key not in _CONDITION_KEYS or (operator not in _ARN_OPERATORS and operator != "Bool"):
+                        raise ValueError(f"{logical_id}: condition {operator} {key} is not evaluated here")
+                    conditions.append((operator, key, tuple(str(v) for v in as_list(values))))
+            found.append(
+                ResourceDeny(
+                    actions=tuple(str(a) for a in as_list(statement["Action"])),
+                    resources=tuple(str(r) for r in as_list(statement["Resource"])),
+                    conditions=tuple(conditions),
+                    where=f"{logical_id} {statement.get('Sid', '')}".strip(),
+                )
+            )
+    return found
+
+
 @dataclass(frozen=True)
 class Role:
     """A principal's role: who (the function's or state machine's logical id) and what it may do."""
@@ -233,6 +324,8 @@ class Role:
     statements: tuple[Statement, ...]
     #: Who assumes it: ``lambda`` (a function) or ``states`` (a state machine).
     service: str = "lambda"
+    #: The role's ARN, which a resource policy's ``aws:PrincipalArn`` condition reads.
+    arn: str = ""
 
     def allows(self, action: str, resource: str) -> bool:
         """IAM's rule for one identity policy set: an explicit Deny wins, else some Allow must apply."""
@@ -257,7 +350,7 @@ class Role:
                         statement.where,
                     )
                 )
-        return Role(self.principal, self.name, tuple(statements), self.service)
+        return Role(self.principal, self.name, tuple(statements), self.service, self.arn)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -265,12 +358,13 @@ class Role:
             "name": self.name,
             "statements": [s.to_dict() for s in self.statements],
             "service": self.service,
+            "arn": self.arn,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Role:
         statements = tuple(Statement.from_dict(s) for s in data["statements"])
-        return cls(data["principal"], data["name"], statements, data["service"])
+        return cls(data["principal"], data["name"], statements, data["service"], data.get("arn", ""))
 
 
 def _strings(value: Any, resolver: Resolver) -> tuple[str, ...]:
@@ -326,7 +420,8 @@ def roles(template: dict[str, Any], resolver: Resolver) -> dict[str, Role]:
             for raw in MANAGED_POLICIES.get(managed_arn(arn), []):
                 statements.append(_statement(managed_arn(arn).rsplit("/", 1)[-1], raw, resolver))
         service = "states" if reference == "RoleArn" else "lambda"
-        found[logical_id] = Role(logical_id, role_id, tuple(statements), service)
+        arn = str(resolver.attrs.get((role_id, "Arn"), ""))
+        found[logical_id] = Role(logical_id, role_id, tuple(statements), service, arn)
     return found
 
 
@@ -388,20 +483,51 @@ def _bus_arn(name: Any, arn: str) -> str:
     return f"{arn}:event-bus/{name or 'default'}"
 
 
+#: The KMS actions a Step Functions call needs on an encrypted state machine's key, besides its own.
+KEY_ACTIONS: dict[str, tuple[str, ...]] = {
+    "states:StartExecution": ("kms:GenerateDataKey", "kms:Decrypt"),
+    "states:StartSyncExecution": ("kms:GenerateDataKey", "kms:Decrypt"),
+    "states:DescribeExecution": ("kms:Decrypt",),
+    "states:GetExecutionHistory": ("kms:Decrypt",),
+    "states:DescribeStateMachine": ("kms:Decrypt",),
+}
+
+
+def state_machine_of(arn: str) -> str:
+    """The state machine an execution ARN (``...:execution:<machine>:<name>``) belongs to; a state
+    machine's ARN as it is."""
+    head, kind, rest = arn.partition(":execution:")
+    if not kind:
+        return arn
+    return f"{head}:stateMachine:{rest.rpartition(':')[0]}"
+
+
 # -- enforcement -----------------------------------------------------------------------------------
 
 
-def access_denied(model: Any, role: Role, action: str, resource: str, *, account: str) -> Exception:
-    """The error AWS answers a call its caller's role does not allow (the client's modelled class)."""
+def access_denied(
+    model: Any, role: Role, action: str, resource: str, *, account: str, deny: str = ""
+) -> Exception:
+    """The error AWS answers a call its caller's role does not allow (the client's modelled class);
+    ``deny``: the resource policy statement whose explicit Deny refuses it."""
     import boto3
     from botocore.exceptions import ClientError
 
     code = "AccessDenied" if action.startswith("sqs:") else "AccessDeniedException"
+    if action.startswith("kms:") and model.service_model.signing_name == "states":
+        # What Step Functions answers when the caller may not use the state machine's key.
+        code = "KmsAccessDeniedException"
     message = (
         f"User: arn:aws:sts::{account}:assumed-role/{role.name}/{role.principal} is not authorized to"
         f" perform: {action} on resource: {resource} because no identity-based policy allows the"
         f" {action} action"
     )
+    if deny:
+        message = (
+            f"User: arn:aws:sts::{account}:assumed-role/{role.name}/{role.principal} is not authorized to"
+            f" perform: {action} on resource: {resource} with an explicit deny in a resource-based policy"
+            f" ({deny})"
+        )
     response: Any = {
         "Error": {"Code": code, "Message": message},
         "ResponseMetadata": {"HTTPStatusCode": 400, "HTTPHeaders": {}, "RetryAttempts": 0},
@@ -419,11 +545,15 @@ class Authorizer:
     Args:
         roles: principal (logical id) -> its role.
         region, account: the stack's, for the ARNs of calls that name a resource by name or URL.
+        keys: state machine ARN -> the ARN of the customer managed key that encrypts it.
     """
 
     roles: dict[str, Role]
     region: str
     account: str
+    keys: dict[str, str] = field(default_factory=dict)
+    #: The Deny statements of the resources' own policies (queues, the bus).
+    denies: list[ResourceDeny] = field(default_factory=list)
     #: (principal, action, resource) -> allowed calls.
     used: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     #: (principal, action, resource) -> refused calls.
@@ -444,11 +574,19 @@ class Authorizer:
         if stream_arn is not None and "ShardIterator" in params:
             params = {**params, "StreamArn": stream_arn}
         for resource in call_resources(action, params, region=self.region, account=self.account):
-            allowed = role.allows(action, resource)
-            with self._lock:
-                (self.used if allowed else self.denied)[(principal, action, resource)] += 1
-            if not allowed:
-                raise access_denied(model, role, action, resource, account=self.account)
+            needed = [(action, resource)]
+            key = self.keys.get(state_machine_of(resource))
+            if key is not None:
+                needed += [(kms_action, key) for kms_action in KEY_ACTIONS.get(action, ())]
+            for wanted, on in needed:
+                allowed = role.allows(wanted, on)
+                refusal = next((d for d in self.denies if d.applies(wanted, on, role.arn)), None)
+                with self._lock:
+                    (self.used if allowed and refusal is None else self.denied)[(principal, wanted, on)] += 1
+                if not allowed:
+                    raise access_denied(model, role, wanted, on, account=self.account)
+                if refusal is not None:
+                    raise access_denied(model, role, wanted, on, account=self.account, deny=refusal.where)
 
     def state_machine(self) -> str | None:
         """The principal of the stack's state machine (whose role its service integrations use)."""
@@ -474,7 +612,13 @@ class Authorizer:
     def role_json(self, principal: str) -> str:
         """One role, for a worker process (it checks its own calls)."""
         return json.dumps(
-            {"role": self.roles[principal].to_dict(), "region": self.region, "account": self.account}
+            {
+                "role": self.roles[principal].to_dict(),
+                "region": self.region,
+                "account": self.account,
+                "keys": self.keys,
+                "denies": [d.to_dict() for d in self.denies],
+            }
         )
 
 
@@ -482,5 +626,7 @@ def worker_hook(role_json: str) -> Any:
     """The ``before-parameter-build`` handler of a worker process, from :meth:`Authorizer.role_json`."""
     data = json.loads(role_json)
     role = Role.from_dict(data["role"])
-    authorizer = Authorizer({role.principal: role}, data["region"], data["account"])
+    denies = [ResourceDeny.from_dict(d) for d in data.get("denies") or []]
+    keys = data.get("keys") or {}
+    authorizer = Authorizer({role.principal: role}, data["region"], data["account"], keys, denies)
     return authorizer.hook(role.principal)

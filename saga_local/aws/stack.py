@@ -19,7 +19,7 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from saga_local.aws.iam import Authorizer, roles
+from saga_local.aws.iam import Authorizer, resource_denies, roles
 from saga_local.aws.template import (
     FunctionSpec,
     Resolver,
@@ -137,17 +137,22 @@ def provision(
     _name_unemulated(template, resolver, stack_name)
     specs = functions(template)
     _create_functions(clients("iam"), clients("lambda"), specs, resolver, stack_name)
-    for logical_id in resources_of_type(template, "AWS::Serverless::StateMachine"):
+    #: State machine ARN -> its customer managed key (moto does not encrypt; the IAM check asks for it).
+    keys: dict[str, str] = {}
+    for logical_id in resources_of_type(template, "AWS::StepFunctions::StateMachine"):
         definition = state_machine_definition(template, logical_id, resolver)
         response = clients("stepfunctions").create_state_machine(
             name=f"{stack_name}-{logical_id}",
             definition=definition,
             roleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/{stack_name}-states",
-            type=template["Resources"][logical_id]["Properties"].get("Type", "STANDARD"),
+            type=template["Resources"][logical_id]["Properties"].get("StateMachineType", "STANDARD"),
         )
         resolver.refs[logical_id] = response["stateMachineArn"]
         resolver.attrs[(logical_id, "Arn")] = response["stateMachineArn"]
         resolver.attrs[(logical_id, "Name")] = f"{stack_name}-{logical_id}"
+        encryption = template["Resources"][logical_id]["Properties"].get("EncryptionConfiguration") or {}
+        if encryption.get("Type") == "CUSTOMER_MANAGED_KMS_KEY":
+            keys[response["stateMachineArn"]] = str(resolver.resolve(encryption["KmsKeyId"]))
 
     stack = Stack(
         name=stack_name,
@@ -157,7 +162,9 @@ def provision(
             if "Condition" not in v or resolver.condition(v["Condition"])
         },
         resolver=resolver,
-        iam=Authorizer(roles(template, resolver), REGION, ACCOUNT_ID),
+        iam=Authorizer(
+            roles(template, resolver), REGION, ACCOUNT_ID, keys, resource_denies(template, resolver)
+        ),
     )
     for logical_id, spec in specs.items():
         env = {k: str(resolver.resolve(v)) for k, v in spec.environment.items()}
@@ -176,6 +183,8 @@ _UNEMULATED = {
     "AWS::Logs::MetricFilter": "{name}",
     "AWS::SQS::QueuePolicy": "{name}",
     "AWS::Events::EventBusPolicy": "{name}",
+    # Named as CloudFormation names a role: the queues' and the bus's policies name the roles' ARNs.
+    "AWS::IAM::Role": "arn:aws:iam::{account}:role/{name}",
 }
 
 

@@ -131,7 +131,8 @@ class Resolver:
                 return self.resolve(if_true if self.condition(name) else if_false)
             if key == "Fn::Join":
                 sep, parts = arg
-                return sep.join(str(self.resolve(p)) for p in parts)
+                # Resolved as a list: an AWS::NoValue item is left out, as CloudFormation leaves it out.
+                return sep.join(str(p) for p in self.resolve(parts))
             if key == "Fn::Split":
                 sep, text = arg
                 return str(self.resolve(text)).split(sep)
@@ -237,11 +238,12 @@ def resources_of_type(template: dict[str, Any], type_name: str) -> dict[str, dic
 def state_machine_definition(template: dict[str, Any], logical_id: str, resolver: Resolver) -> str:
     """The ASL with its ``DefinitionSubstitutions`` applied, as Step Functions would receive it."""
     props = template["Resources"][logical_id]["Properties"]
-    text: str = (ROOT / props["DefinitionUri"]).read_text(encoding="utf-8")
+    # A local path, which sam build / sam package upload to S3 and replace with the object's location.
+    text: str = (ROOT / props["DefinitionS3Location"]).read_text(encoding="utf-8")
     for key, value in props.get("DefinitionSubstitutions", {}).items():
         text = text.replace("${" + key + "}", str(resolver.resolve(value)))
     leftover = re.findall(r"\$\{[^}]+\}", text)
     if leftover:
-        raise ValueError(f"unresolved substitutions in {props['DefinitionUri']}: {leftover}")
+        raise ValueError(f"unresolved substitutions in {props['DefinitionS3Location']}: {leftover}")
     json.loads(text)  # fail here, not inside the engine
     return text

@@ -125,7 +125,7 @@ MONTHLY_ITEMS: dict[str, tuple[str, str]] = {
     "alarms": ("CloudWatch alarms", "cloudwatch_alarm_standard_month"),
     "dashboard": ("CloudWatch dashboard", "cloudwatch_dashboard_month"),
     "custom_metrics": ("CloudWatch custom metrics", "cloudwatch_custom_metric_month"),
-    "kms_key": ("KMS key (the alarm topic's)", "kms_customer_managed_key_month"),
+    "kms_key": ("KMS keys (execution history, alarms)", "kms_customer_managed_key_month"),
     "pitr": ("DynamoDB point-in-time recovery", "dynamodb_pitr_gb_month"),
 }
 #: Monthly prices may exceed a dollar (a dashboard is $3): one unit is a month of a whole resource.
@@ -268,7 +268,7 @@ def stack_monthly_quantities(template: dict[str, Any]) -> dict[str, tuple[float,
         "alarms": (float(alarms), f"{alarms} alarms"),
         "dashboard": (float(len(dashboards)), f"{len(dashboards)} dashboard"),
         "custom_metrics": (float(metrics), f"{metrics} metrics"),
-        "kms_key": (float(keys), f"{keys} key"),
+        "kms_key": (float(keys), f"{keys} key" if keys == 1 else f"{keys} keys"),
     }
     if pitr:
         quantities["pitr"] = (1.0, "1 GB of claims")

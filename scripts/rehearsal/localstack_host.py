@@ -13,12 +13,12 @@ internet, needs exactly four changes, all made here and nowhere else:
    invokes one, so that preparation is skipped: the function is Active at once.
 3. The gateway. LocalStack's Twisted server listens on every interface whatever `GATEWAY_LISTEN`
    says (it passes the port, not the host). Here it listens on 127.0.0.1 only.
-4. A `!GetAtt` of a resource only SAM's transform creates (the state machine's generated role, which
-   the orders queue's and the bus's policies name). Before applying the transform, LocalStack's
-   CloudFormation engine resolves what it can and leaves the rest for after it, by catching
-   RuntimeError; a resource it cannot find yet raises its ValidationError instead, and the deploy
-   fails on "Unresolved resource dependencies" although the transform creates it. Here that lookup
-   is left for after the transform too, as AWS's engine does.
+4. A `!GetAtt` of a resource only SAM's transform creates (the webhook receiver's function URL, which
+   the WebhookEndpointUrl output reads; the roles are all the template's own now). Before applying
+   the transform, LocalStack's CloudFormation engine resolves what it can and leaves the rest for
+   after it, by catching RuntimeError; a resource it cannot find yet raises its ValidationError
+   instead, and the deploy fails on "Unresolved resource dependencies" although the transform
+   creates it. Here that lookup is left for after the transform too, as AWS's engine does.
 
 Each change replaces one LocalStack function whose source is pinned below by its hash, for the one
 LocalStack version pinned below: `--check` (run by tests/rehearsal/test_localstack_contract.py)

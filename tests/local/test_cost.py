@@ -287,7 +287,7 @@ def test_what_does_not_scale_with_orders_is_priced_per_month(prices: dict[str, A
 
 
 def test_what_the_stack_costs_by_existing_is_counted_from_its_template(prices: dict[str, Any]) -> None:
-    """Alarms, the dashboard, the alarm topic's key, custom metrics, PITR: a month of one stack."""
+    """Alarms, the dashboard, the two keys, custom metrics, PITR: a month of one stack."""
     template = load_template()
     alarms = [r for r in template["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"]
 
@@ -297,7 +297,8 @@ def test_what_the_stack_costs_by_existing_is_counted_from_its_template(prices: d
     assert quantities["alarms"][0] == len(alarms) >= 20
     assert amounts["alarms"] == pytest.approx(0.10 * len(alarms))
     assert amounts["dashboard"] == pytest.approx(3.00)
-    assert amounts["kms_key"] == pytest.approx(1.00)  # AlarmTopicName empty (the default): the stack's topic
+    # The state machine's key, and the alarm topic's (AlarmTopicName empty, the default: the stack's topic).
+    assert amounts["kms_key"] == pytest.approx(2.00)
     assert amounts["pitr"] == pytest.approx(0.20)  # per GB of the claims table
     # Every metric the dashboard shows in the stack's namespace is one, and more: the plain totals.
     assert quantities["custom_metrics"][0] > 30
@@ -308,14 +309,14 @@ def test_what_the_stack_costs_by_existing_is_counted_from_its_template(prices: d
         in table
     )
     assert "CloudWatch dashboard: 3.00" in table
-    assert "KMS key (the alarm topic's): 1.00" in table
+    assert "KMS keys (execution history, alarms): 2.00" in table
 
 
-def test_a_stack_that_notifies_a_topic_of_its_own_pays_for_no_key() -> None:
+def test_a_stack_that_notifies_a_topic_of_its_own_pays_for_the_state_machines_key_only() -> None:
     template = copy.deepcopy(load_template())
     template["Parameters"]["AlarmTopicName"]["Default"] = "on-call"
 
-    assert stack_monthly_quantities(template)["kms_key"][0] == 0
+    assert stack_monthly_quantities(template)["kms_key"][0] == 1
 
 
 @pytest.mark.parametrize(

@@ -365,12 +365,12 @@ def aws_calls_allowed(template: dict[str, Any], function: str) -> set[str]:
     policies = list(properties.get("Policies") or [])
     role = properties.get("Role", {}).get("Fn::GetAtt", [None])[0]
     if role:
-        policies += [policy["PolicyDocument"] for policy in resources[role]["Properties"]["Policies"]]
+        policies += resources[role]["Properties"]["Policies"]
     statements = []
     for policy in policies:
         if "Fn::If" in policy:
             policy = policy["Fn::If"][1]
-        statements += policy.get("Statement", [])
+        statements += policy.get("PolicyDocument", policy).get("Statement", [])
     session = botocore.session.get_session()
     names = {}  # IAM prefix -> botocore's name of the service in its events
     for service in ("dynamodb", "stepfunctions", "sqs", "events", "secretsmanager", "kms"):
@@ -381,6 +381,8 @@ def aws_calls_allowed(template: dict[str, Any], function: str) -> set[str]:
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
         for action in actions:
             prefix, _, operation = action.partition(":")
+            if prefix in {"logs", "xray"}:
+                continue  # the platform's (Lambda's log and trace writes), not the handler's calls
             allowed.add(f"{names[prefix]}.{operation}")
     return allowed
 

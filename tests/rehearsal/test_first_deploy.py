@@ -41,6 +41,8 @@ def assert_deployed(localstack: LocalStack, stack: dict[str, Any], region: str) 
     )
     assert machine["status"] == "ACTIVE"
     assert machine["type"] == "STANDARD"
+    # Not its encryptionConfiguration: LocalStack's state machine provider passes only the name, role,
+    # type, logging and definition on (tests/static/test_security.py checks the key in the template).
     table = localstack.client("dynamodb", region).describe_table(TableName=outputs["ClaimsTableName"])[
         "Table"
     ]

@@ -45,6 +45,10 @@ NOT_CALLED_LOCALLY = {
     # The relay parks a record it can never read there (tests/local/test_outcome_events.py parks one);
     # none of these scenarios writes such a record.
     ("OutcomeRelayFunction", "sqs:SendMessage", "OutcomeRelayFailureQueue"): "parking an unreadable record",
+    # Step Functions encrypts and decrypts an execution's data with the state machine's role, and its
+    # log delivery's data key; moto's engine encrypts nothing. (Its callers' key grants are checked.)
+    ("PaymentSagaStateMachine", "kms:Decrypt", "StateMachineKey"): "Step Functions' own encryption",
+    ("PaymentSagaStateMachine", "kms:GenerateDataKey", "StateMachineKey"): "Step Functions' own encryption",
 }
 #: Services whose grants belong to the platform around the code (Lambda's own logs, the X-Ray SDK's
 #: segments, Step Functions' log delivery): no local run writes to them.
@@ -57,7 +61,7 @@ def without(iam: Authorizer, principal: str, action: str, *, on: str = "") -> Ro
     if not on:
         return role.without(action)
     kept = [s for s in role.statements if not (action in s.actions and any(on in r for r in s.resources))]
-    return Role(role.principal, role.name, tuple(kept), role.service)
+    return Role(role.principal, role.name, tuple(kept), role.service, role.arn)
 
 
 def test_a_function_whose_role_lacks_an_action_is_refused_as_aws_refuses_it(
@@ -103,6 +107,59 @@ def test_the_state_machine_role_is_enforced_on_its_lambda_invocations(
     assert saga.invocations("ChargePaymentFunction") == 0
     assert saga.charges("IAM-2") == 0
     assert {(p, a) for p, a, _ in iam.denied} == {("PaymentSagaStateMachine", "lambda:InvokeFunction")}
+
+
+def _allowing(iam: Authorizer, principal: str, action: str, resource: str) -> Role:
+    """``principal``'s role with one more Allow: what a careless policy change would grant."""
+    role = iam.roles[principal]
+    extra = Statement("Allow", (action,), resources=(resource,), where="added")
+    return Role(role.principal, role.name, (*role.statements, extra), role.service, role.arn)
+
+
+def test_a_role_the_orders_queue_does_not_name_cannot_inject_an_order_though_its_policy_allows_it(
+    saga: Saga, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The orders queue's own policy denies SendMessage to all but the saga's re-queues and the named
+    producers: an Allow in some other role (here Charge Payment's) is refused, as on AWS."""
+    iam = saga.runtime.iam
+    assert iam is not None
+    sqs = boto3.client("sqs", region_name=REGION)
+    queue_arn = sqs.get_queue_attributes(QueueUrl=saga.stack.queue_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    widened = _allowing(iam, "ChargePaymentFunction", "sqs:SendMessage", queue_arn)
+    monkeypatch.setitem(iam.roles, "ChargePaymentFunction", widened)
+    iam.act_as(sqs, "ChargePaymentFunction")
+
+    with pytest.raises(sqs.exceptions.ClientError) as refused:
+        sqs.send_message(QueueUrl=saga.stack.queue_url, MessageBody=json.dumps(order("IAM-4")))
+
+    assert "explicit deny in a resource-based policy" in str(refused.value)
+    assert "OnlyTheSagaAndItsProducersSendOrders" in str(refused.value)
+    assert ("ChargePaymentFunction", "sqs:SendMessage", queue_arn) in iam.denied
+    # The relay, which the policy names, re-queues there (test_every_grant_is_a_call_the_code_makes).
+
+
+def test_a_role_the_bus_does_not_name_cannot_forge_an_outcome_though_its_policy_allows_it(
+    saga: Saga, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Subscribers ship on OrderCharged: only the relay, the start function and the state machine may
+    put events on the bus, whatever another role's policy says."""
+    iam = saga.runtime.iam
+    assert iam is not None
+    events = boto3.client("events", region_name=REGION)
+    bus = events.describe_event_bus(Name=saga.stack.outputs["OutcomeEventBusName"])["Arn"]
+    monkeypatch.setitem(
+        iam.roles, "SweeperFunction", _allowing(iam, "SweeperFunction", "events:PutEvents", bus)
+    )
+    iam.act_as(events, "SweeperFunction")
+    forged = {"Source": "payment-saga", "DetailType": "OrderCharged", "Detail": "{}", "EventBusName": bus}
+
+    with pytest.raises(events.exceptions.ClientError) as refused:
+        events.put_events(Entries=[forged])
+
+    assert "OnlyTheSagaPublishesOutcomes" in str(refused.value)
+    assert ("SweeperFunction", "events:PutEvents", bus) in iam.denied
 
 
 def test_a_worker_process_checks_its_handlers_calls_against_its_role() -> None:

@@ -89,6 +89,23 @@ class Template:
             return own[key]
         return ((self.data.get("Globals") or {}).get("Function") or {}).get(key)
 
+    def function_statements(self, logical_id: str) -> list[dict[str, Any]]:
+        """Every statement a function's role may grant: its own role's inline policies (a conditional one
+        read as its granting branch), or the SAM ``Policies`` it would be generated from."""
+        properties = self.functions[logical_id]
+        policies = properties.get("Policies") or []
+        role = referenced_resource(properties.get("Role"))
+        if role is not None:
+            policies = (self.resources[role].get("Properties") or {}).get("Policies") or []
+        found: list[dict[str, Any]] = []
+        for policy in policies:
+            if isinstance(policy, dict) and set(policy) == {"Fn::If"}:
+                policy = policy["Fn::If"][1]
+            if isinstance(policy, dict):
+                document = policy.get("PolicyDocument", policy)
+                found += document.get("Statement") or []
+        return found
+
     def function_timeout(self, logical_id: str) -> int:
         timeout = self.function_setting(logical_id, "Timeout")
         return LAMBDA_DEFAULT_TIMEOUT if timeout is None else int(timeout)
@@ -106,8 +123,8 @@ class Template:
 
     def state_machines(self) -> list[StateMachine]:
         machines = []
-        for logical_id, properties in self.of_type("AWS::Serverless::StateMachine").items():
-            path = ROOT / properties["DefinitionUri"]
+        for logical_id, properties in self.of_type("AWS::StepFunctions::StateMachine").items():
+            path = ROOT / properties["DefinitionS3Location"]
             text = path.read_text(encoding="utf-8")
             machines.append(StateMachine(logical_id, properties, path, text, json.loads(text)))
         return machines

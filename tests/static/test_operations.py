@@ -540,7 +540,7 @@ def filter_matches(pattern: str, event: dict[str, Any]) -> bool:
 
 
 def test_the_metric_filters_read_the_state_machines_log_group(template: Template, saga: StateMachine) -> None:
-    destinations = saga.properties["Logging"]["Destinations"]
+    destinations = saga.properties["LoggingConfiguration"]["Destinations"]
     log_group = template.referenced_resource(destinations[0]["CloudWatchLogsLogGroup"]["LogGroupArn"])
     filters = metric_filters(template)
     assert filters

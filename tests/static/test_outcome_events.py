@@ -225,9 +225,6 @@ def only_with_requeue(states: dict[str, Any], target: str) -> bool:
 def deployed(template: Template) -> dict[str, Any]:
     sam = copy.deepcopy(template.data)
     sam["Globals"]["Function"]["CodeUri"] = "s3://artifacts/functions.zip"
-    for resource in sam["Resources"].values():
-        if resource["Type"] == "AWS::Serverless::StateMachine":
-            resource["Properties"]["DefinitionUri"] = "s3://artifacts/definition.json"
     result: dict[str, Any] = transform(sam, {"PaymentApiKeySecretArn": SECRET_ARN}, _NoManagedPolicies())
     return result
 

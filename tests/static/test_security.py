@@ -5,7 +5,8 @@
   the managed policies SAM attaches (tracing, SQS polling) are checked with the inline statements.
   No wildcard action, and no wildcard resource on a data service, except the statements listed in
   ``ALLOWED_WILDCARDS`` with the reason each one has to be that wide.
-* Data at rest: queues, the claims table and the alarm topic are encrypted.
+* Data at rest: queues, the claims table and the alarm topic are encrypted; the execution history
+  with a customer managed key that serves the state machine and its callers only.
 * The provider's key: only in Secrets Manager, never in a function's environment.
 * The orders queue caps message size; the state machine's logs leave execution data out.
 * checkov skips (``scripts/checkov.sh`` runs checkov itself): each one says why, in the resource (the
@@ -78,13 +79,13 @@ ALLOWED_WILDCARDS = (
                 "xray:GetSamplingStatisticSummaries",
             }
         ),
-        "Tracing: Active (functions) and Tracing.Enabled (state machine) attach AWSXrayWriteOnlyAccess; "
+        "Tracing: Active (functions) and the state machine's TracingConfiguration: AWSXrayWriteOnlyAccess; "
         "X-Ray has no resource-level permissions for writing segments or reading sampling rules.",
     ),
     Wildcard(
-        frozenset({"logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"}),
-        "AWSLambdaBasicExecutionRole, which SAM attaches to every function so that it can write its own "
-        "logs: not a data service; the log group is named after the function only at run time.",
+        frozenset({"xray:PutTraceSegments", "xray:PutTelemetryRecords"}),
+        "Lambda's active tracing (each function's own role): X-Ray has no resource-level permissions for "
+        "writing segments.",
     ),
 )
 
@@ -146,7 +147,7 @@ def test_the_transform_produces_a_role_for_every_function_and_the_state_machine(
 ) -> None:
     roles = {name for name, r in deployed["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
     expected = {f"{name}Role" for name in template.functions}
-    expected |= {f"{name}Role" for name in template.of_type("AWS::Serverless::StateMachine")}
+    expected |= {f"{name}Role" for name in template.of_type("AWS::StepFunctions::StateMachine")}
     assert expected <= roles, f"missing roles: {sorted(expected - roles)}"
 
 
@@ -165,7 +166,7 @@ def principal_roles() -> list[str]:
     return [
         f"{name}Role"
         for name, resource in resources.items()
-        if resource["Type"] in {"AWS::Serverless::Function", "AWS::Serverless::StateMachine"}
+        if resource["Type"] in {"AWS::Serverless::Function", "AWS::StepFunctions::StateMachine"}
     ]
 
 
@@ -327,8 +328,7 @@ def test_the_key_is_read_from_the_secret_only_by_the_functions_that_call_the_pro
         parameters.add(parameter)
         grants = [
             statement
-            for policy in template.functions[reader].get("Policies") or []
-            for statement in policy.get("Statement", [])
+            for statement in template.function_statements(reader)
             if any(str(action).startswith("secretsmanager:") for action in as_list(statement["Action"]))
         ]
         own_account = {
@@ -351,11 +351,9 @@ def test_the_key_is_read_from_the_secret_only_by_the_functions_that_call_the_pro
     # And no other function may touch Secrets Manager, in its template policies or its deployed role,
     # but the webhook receiver, which reads the endpoint's signing secret (and only that).
     receiver = template.function_by_handler("handlers.webhook_receiver.handler")
-    signing = template.functions[receiver]
     assert [
         (statement["Action"], statement["Resource"])
-        for policy in signing.get("Policies") or []
-        for statement in policy.get("Statement", [])
+        for statement in template.function_statements(receiver)
         if "secretsmanager" in json.dumps(statement)
     ] == [("secretsmanager:GetSecretValue", {"Ref": "WebhookSigningSecretArn"})]
     assert "Default" not in template.parameters["WebhookSigningSecretArn"], (
@@ -365,7 +363,7 @@ def test_the_key_is_read_from_the_secret_only_by_the_functions_that_call_the_pro
         if name == receiver:
             assert "PAYMENT_API_KEY_SECRET_ARN" not in json.dumps(properties.get("Environment") or {}), name
         elif name not in readers:
-            assert "secretsmanager" not in json.dumps(properties.get("Policies") or []), name
+            assert "secretsmanager" not in json.dumps(template.function_statements(name)), name
             assert "PAYMENT_API_KEY_SECRET_ARN" not in json.dumps(properties.get("Environment") or {}), name
     for name, statements in identity_policies(deployed).items():
         if name not in {f"{reader}Role" for reader in (*readers, receiver)}:
@@ -411,10 +409,10 @@ def test_the_orders_queue_caps_the_message_size(template: Template) -> None:
 
 def test_state_machine_logs_leave_execution_data_out(template: Template) -> None:
     """Execution input holds the payment method: logs record events, never data."""
-    machines = template.of_type("AWS::Serverless::StateMachine")
+    machines = template.of_type("AWS::StepFunctions::StateMachine")
     assert machines
     for name, properties in machines.items():
-        logging = properties.get("Logging")
+        logging = properties.get("LoggingConfiguration")
         assert logging, f"{name}: no logging"
         assert logging.get("IncludeExecutionData") is False, name
         assert logging.get("Level") in {"ALL", "ERROR", "FATAL"}, name
@@ -474,3 +472,140 @@ def test_make_test_runs_checkov() -> None:
     assert "checkov" in prerequisites.split()
     (recipe,) = re.findall(r"^checkov:[^\n]*\n((?:\t[^\n]*\n)+)", makefile, flags=re.MULTILINE)
     assert "scripts/checkov.sh" in recipe
+
+
+# -- the state machine's key -----------------------------------------------------------------------------
+
+
+def state_machine_key(template: Template) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(logical id of the key, the state machine's properties, the key's properties)."""
+    ((name, machine),) = template.of_type("AWS::StepFunctions::StateMachine").items()
+    encryption = machine.get("EncryptionConfiguration") or {}
+    assert encryption.get("Type") == "CUSTOMER_MANAGED_KMS_KEY", f"{name}: history under AWS's key only"
+    key = template.referenced_resource(encryption["KmsKeyId"])
+    assert key is not None, encryption
+    assert template.resources[key]["Type"] == "AWS::KMS::Key", encryption
+    return key, machine, template.resources[key]["Properties"]
+
+
+def test_the_execution_history_is_encrypted_with_a_rotating_key_of_its_own(template: Template) -> None:
+    """The history keeps the payment method and customer ids for 90 days: a customer managed key,
+    rotated, used by nothing else in the template."""
+    key, machine, properties = state_machine_key(template)
+    assert properties["EnableKeyRotation"] is True
+    reuse = int(machine["EncryptionConfiguration"]["KmsDataKeyReusePeriodSeconds"])
+    assert 60 <= reuse <= 900, "Step Functions' bounds"
+    users = [
+        name
+        for name, resource in template.resources.items()
+        if f'"{key}"' in json.dumps(resource.get("Properties") or {}) and name != key
+    ]
+    assert sorted(users) == sorted(
+        ["PaymentSagaStateMachine", "PaymentSagaStateMachineRole", "StartExecutionFunctionRole"]
+    ), users
+
+
+def test_the_key_policy_lets_step_functions_use_it_for_this_state_machine_only(template: Template) -> None:
+    key, machine, properties = state_machine_key(template)
+    statements = {s["Sid"]: s for s in properties["KeyPolicy"]["Statement"]}
+    root = statements.pop("AccountAdministersTheKey")
+    assert root["Principal"] == {"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}}
+    states = statements.pop("StepFunctionsUsesItForThisStateMachineOnly")
+    assert states["Principal"] == {"Service": "states.amazonaws.com"}
+    assert sorted(as_list(states["Action"])) == ["kms:Decrypt", "kms:GenerateDataKey"]
+    arn, names = states["Condition"]["StringEquals"][CONTEXT]["Fn::Sub"]
+    name, name_names = machine["StateMachineName"]["Fn::Sub"]
+    # The ARN of the state machine as it is named: the same name, built the same way.
+    assert arn.endswith(":stateMachine:" + name), arn
+    assert names == name_names
+    delivery = statements.pop("LogDeliveryDecryptsForTheStateMachinesLog")
+    assert delivery["Principal"] == {"Service": "delivery.logs.amazonaws.com"}
+    assert as_list(delivery["Action"]) == ["kms:Decrypt"]
+    # Only the data key the execution role generates for its log delivery (the same context).
+    role = template.resources["PaymentSagaStateMachineRole"]["Properties"]["Policies"]
+    contexts = [
+        s["Condition"]["StringEquals"]["kms:EncryptionContext:SourceArn"]
+        for policy in role
+        for s in policy["PolicyDocument"]["Statement"]
+        if as_list(s["Action"]) == ["kms:GenerateDataKey"]
+    ]
+    assert contexts == [delivery["Condition"]["StringEquals"]["kms:EncryptionContext:SourceArn"]]
+    assert statements == {}, f"{key}: a principal no one reviewed: {sorted(statements)}"
+
+
+#: The encryption context that names the state machine a key operation is for.
+CONTEXT = "kms:EncryptionContext:aws:states:stateMachineArn"
+#: Step Functions calls on an encrypted state machine, and the key actions each needs of its caller.
+STATES_KEY_ACTIONS = {
+    "states:StartExecution": {"kms:GenerateDataKey", "kms:Decrypt"},
+    "states:DescribeExecution": {"kms:Decrypt"},
+    "states:GetExecutionHistory": {"kms:Decrypt"},
+}
+
+
+def test_every_role_that_starts_or_reads_executions_may_use_the_key_for_this_state_machine_only(
+    template: Template, deployed: dict[str, Any]
+) -> None:
+    key, _, _ = state_machine_key(template)
+    callers = 0
+    for role, statements in identity_policies(deployed).items():
+        allowed = [s for _, s in statements if s.get("Effect") == "Allow"]
+        granted = {action for s in allowed for action in as_list(s.get("Action", []))}
+        needed = set().union(*(STATES_KEY_ACTIONS.get(action, set()) for action in granted))
+        on_key = [s for _, s in statements if key in json.dumps(s.get("Resource")) and "kms" in json.dumps(s)]
+        if role == "PaymentSagaStateMachineRole":
+            continue  # its own grants: tests/static/test_security.py's key policy test and the template
+        if not needed:
+            assert on_key == [], f"{role} uses the state machine's key without calling it"
+            continue
+        callers += 1
+        actions = {a for s in on_key for a in as_list(s["Action"])}
+        assert needed <= actions, f"{role}: needs {sorted(needed - actions)} on {key}"
+        for statement in on_key:
+            assert statement["Condition"]["StringEquals"][CONTEXT] == {"Ref": "PaymentSagaStateMachine"}, role
+    assert callers >= 1, "the start function starts executions: the check would pass on anything"
+
+
+# -- logs: each function writes its own log group only ------------------------------------------------
+
+
+def test_no_role_carries_a_managed_policy_that_writes_every_log_group(deployed: dict[str, Any]) -> None:
+    """AWSLambdaBasicExecutionRole (which SAM attaches to each role it generates) grants the logs
+    actions on ``*``: every role is the template's own, and carries no managed policy but X-Ray's."""
+    for name, resource in deployed["Resources"].items():
+        if resource["Type"] != "AWS::IAM::Role":
+            continue
+        for arn in resource["Properties"].get("ManagedPolicyArns") or []:
+            granted = {a for s in MANAGED_POLICIES[managed_arn(arn)] for a in as_list(s["Action"])}
+            assert {a.partition(":")[0] for a in granted} == {"xray"}, f"{name}: {arn}"
+
+
+def test_no_role_grants_an_action_on_every_resource_where_it_could_name_one(deployed: dict[str, Any]) -> None:
+    """``*`` only for the actions that name no resource (the allow-listed statements above)."""
+    unnameable = frozenset().union(*(allowed.actions for allowed in ALLOWED_WILDCARDS))
+    checked = 0
+    for role in principal_roles():
+        for where, statement in identity_policies(deployed)[role]:
+            if statement.get("Effect") != "Allow" or "*" not in as_list(statement.get("Resource", [])):
+                continue
+            checked += 1
+            named = set(as_list(statement["Action"])) - unnameable
+            assert not named, f"{role} ({where}): {sorted(named)} on *"
+    assert checked, "no statement on *: X-Ray's at least"
+
+
+def test_each_functions_logs_statement_names_only_its_own_log_group(
+    template: Template, deployed: dict[str, Any]
+) -> None:
+    for function in template.functions:
+        log_group = template.referenced_resource(template.functions[function]["LoggingConfig"]["LogGroup"])
+        assert template.resources[log_group]["Type"] == "AWS::Logs::LogGroup", function
+        logs = [
+            statement
+            for _, statement in identity_policies(deployed)[f"{function}Role"]
+            if any(str(a).startswith("logs:") for a in as_list(statement["Action"]))
+        ]
+        assert len(logs) == 1, f"{function}: {logs}"
+        (statement,) = logs
+        assert sorted(as_list(statement["Action"])) == ["logs:CreateLogStream", "logs:PutLogEvents"], function
+        assert as_list(statement["Resource"]) == [{"Fn::GetAtt": [log_group, "Arn"]}], function

@@ -54,7 +54,7 @@ def _grants(document: dict[str, Any]) -> Iterator[tuple[str, int, int, str]]:
     for name, resource in document["Resources"].items():
         if resource["Type"] not in {
             "AWS::Serverless::Function",
-            "AWS::Serverless::StateMachine",
+            "AWS::StepFunctions::StateMachine",
             "AWS::IAM::Role",
         }:
             continue
