@@ -599,6 +599,7 @@ def test_each_functions_logs_statement_names_only_its_own_log_group(
 ) -> None:
     for function in template.functions:
         log_group = template.referenced_resource(template.functions[function]["LoggingConfig"]["LogGroup"])
+        assert log_group is not None, f"{function}: its LoggingConfig names no log group of the template"
         assert template.resources[log_group]["Type"] == "AWS::Logs::LogGroup", function
         logs = [
             statement
