@@ -149,9 +149,18 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path) -> int:
     from saga_local.private_files import write_private_text
 
     visibility = 30
+    # Stripe's webhook retries (a minute, five, half an hour...) compressed as the queues' waits are.
+    compress = visibility / _template_visibility_timeout()
     with EmbeddedStack(
-        port=args.port, runtime=args.runtime, log_dir=log_dir, visibility_timeout=visibility
+        port=args.port,
+        runtime=args.runtime,
+        log_dir=log_dir,
+        visibility_timeout=visibility,
+        webhooks=True,
+        webhook_time_scale=compress,
     ) as stack:
+        # A payment that answers `processing` (a bank debit) settles this long after, and sends its event.
+        stack.provider.settle_seconds = SETTLE_SECONDS
         sam_env = write_sam_env_file(stack.stack, stack.endpoint)
         state = {
             "endpoint": stack.endpoint,
@@ -163,7 +172,7 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path) -> int:
             "samEnvVars": str(sam_env),
             "pid": os.getpid(),
         }
-        scheduled = stack.schedule_sources(compress=visibility / _template_visibility_timeout())
+        scheduled = stack.schedule_sources(compress=compress)
         for source in scheduled:
             source.interval = args.sweep_every or source.interval
         state["schedules"] = {s.schedule.logical_id: s.interval for s in scheduled}
@@ -196,6 +205,10 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path) -> int:
     return 0
 
 
+#: How long a `processing` payment takes to settle under `saga up` (days for a real bank debit).
+SETTLE_SECONDS = 10.0
+
+
 def _template_visibility_timeout() -> int:
     """The orders queue's VisibilityTimeout in template.yaml: the local waits are compressed against it."""
     from saga_local.aws.template import load_template
@@ -226,7 +239,7 @@ def up_banner(
     lines = [f"Embedded stack running on {endpoint}  (Ctrl-C stops it)"]
     lines += [f"  {key:28} {value}" for key, value in sorted(outputs.items())]
     lines += [
-        f"  {'Provider (Stripe emulator)':28} {provider}",
+        f"  {'Provider (Stripe emulator)':28} {provider}  (sends webhooks to WebhookEndpointUrl)",
         f"  {'Function logs (JSON)':28} {log_dir}/",
         f"  {'SAM env-vars file':28} {_relative(sam_env)}",
         "",

@@ -10,6 +10,12 @@
   claims table's stream is read for the outcome relay the same way (``saga_local.aws.stream_source``),
   and the outcome bus is copied to an archive queue (``saga events``).
 * The payment provider is :class:`~saga_local.stripe_emulator.ProviderEmulator`.
+* With ``webhooks=True`` (``saga up``), Stripe's webhooks too: the WebhookReceiverFunction is served at a
+  loopback URL as its function URL would be (``saga_local.aws.function_url``), registered with the
+  emulator as a webhook endpoint through Stripe's API, its signing secret put into the Secrets
+  Manager secret the ``WebhookSigningSecretArn`` parameter names, and the webhook queue's event
+  source runs the WebhookConsumerFunction with its role. The emulator's retry waits are compressed
+  by ``webhook_time_scale``.
 
 Three things are compressed in time, and only these: Retry waits (``retry_time_scale``; the waits
 the ASL asked for are recorded), the queues' visibility timeout (``visibility_timeout``), so a
@@ -38,6 +44,7 @@ from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 from saga_local.aws.driver import Driver
+from saga_local.aws.function_url import FunctionUrlServer
 from saga_local.aws.moto_adapter import SFN_CONFIG, EngineHooks, check_moto_version, patched_moto
 from saga_local.aws.schedule_source import ScheduleSource, schedules
 from saga_local.aws.stack import LOCAL_API_KEY, REGION, Stack, provision
@@ -79,6 +86,9 @@ class EmbeddedStack:
             this process's stdout).
         quiet: ``LogLevel=WARNING``, for runs that print a report (in-process handlers still print
             their EMF metric lines: see :func:`saga_local.commands.output.handlers_quiet`).
+        webhooks: serve the webhook receiver's URL, register it with the emulator and run the
+            webhook consumer (see the module's docstring).
+        webhook_time_scale: multiply Stripe's webhook retry waits (a minute, five, ...) by this.
     """
 
     def __init__(
@@ -94,6 +104,8 @@ class EmbeddedStack:
         max_workers: int = 4,
         log_dir: Path | None = None,
         quiet: bool = False,
+        webhooks: bool = False,
+        webhook_time_scale: float = 1.0,
     ) -> None:
         if runtime not in ("workers", "inprocess"):
             raise ValueError("runtime must be 'workers' or 'inprocess'")
@@ -108,7 +120,11 @@ class EmbeddedStack:
         self.max_workers = max_workers
         self.log_dir = log_dir
         self.quiet = quiet
-        self.provider = ProviderEmulator(dedupe=provider_dedupe)
+        self.webhooks = webhooks
+        self.provider = ProviderEmulator(dedupe=provider_dedupe, webhook_time_scale=webhook_time_scale)
+        #: The webhook receiver's local function URL (``webhooks=True``), and its endpoint at the emulator.
+        self.webhook_url: FunctionUrlServer | None = None
+        self.webhook_endpoint_id: str | None = None
         self._server: ThreadedMotoServer | None = None
         self._exit = contextlib.ExitStack()
         self.stack: Stack
@@ -186,6 +202,8 @@ class EmbeddedStack:
             patched_moto(self.runtime, retry_time_scale=self.retry_time_scale)
         )
         self.driver = Driver(self.client, self.stack)
+        if self.webhooks:
+            self._wire_webhooks()
         # What is alive now (moto's and botocore's service models, the modules, the provisioned
         # stack) lives as long as the stack: out of the collector's sight, a full collection walks
         # what the run adds, not ~400,000 objects that never die (measured at 300 orders: 44.8 ms of
@@ -194,6 +212,32 @@ class EmbeddedStack:
         gc.freeze()
         self._exit.callback(gc.unfreeze)
         return self
+
+    def _wire_webhooks(self) -> None:
+        """Serve the receiver's URL, register it at the emulator, store its secret, run the consumer."""
+        import stripe  # the SDK, as an operator registers an endpoint with Stripe
+
+        from payment_saga.webhooks import PAYMENT_INTENT_EVENTS
+
+        server = FunctionUrlServer(self.client("lambda"), self.stack.function_name("WebhookReceiverFunction"))
+        self.webhook_url = server.start()
+        self._exit.callback(server.stop)
+        sdk = stripe.StripeClient(LOCAL_API_KEY, base_addresses={"api": self.provider.url})
+        params: Any = {
+            "url": server.url,
+            "enabled_events": sorted(PAYMENT_INTENT_EVENTS),  # docs/webhooks.md's list
+            "description": f"{self.stack.name} (saga up)",
+        }
+        endpoint = sdk.v1.webhook_endpoints.create(params)
+        self.webhook_endpoint_id = endpoint.id
+        # What an operator does with the secret the dashboard reveals (docs/webhooks.md, step 3).
+        self.client("secretsmanager").put_secret_value(
+            SecretId=self.stack.resolver.parameters["WebhookSigningSecretArn"], SecretString=endpoint.secret
+        )
+        self.stack.outputs["WebhookEndpointUrl"] = server.url
+        self.driver.webhook_source = self.driver.consumer_source(
+            "WebhookConsumerFunction", "WebhookQueue", self.client
+        )
 
     def _moto_api(self, path: str, body: dict[str, Any] | None) -> None:
         request = urllib.request.Request(  # noqa: S310 - our own loopback endpoint
@@ -241,6 +285,8 @@ class EmbeddedStack:
         ]
         if self.driver.stream_source is not None:
             threads.append(threading.Thread(target=self.driver.stream_source.run, args=(stop,), daemon=True))
+        if self.driver.webhook_source is not None:
+            threads.append(threading.Thread(target=self.driver.webhook_source.run, args=(stop,), daemon=True))
         for thread in threads:
             thread.start()
         stop.wait()
