@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import pytest
 
 
-def deliver(saga: Saga, order_id: str, kind: str) -> None:
+def deliver(saga: Saga, order_id: str, kind: str, *, livemode: bool = False) -> None:
     """Stripe's ``payment_intent.<kind>`` event for the order's PaymentIntent, delivered and applied."""
     (intent,) = saga.provider.payment_intents(order_id)
     event = {
@@ -26,7 +26,7 @@ def deliver(saga: Saga, order_id: str, kind: str) -> None:
         "object": "event",
         "type": f"payment_intent.{kind}",
         "created": int(time.time()),
-        "livemode": False,
+        "livemode": livemode,
         "data": {"object": intent},
     }
     request = signed_webhook_request(json.dumps(event), webhook_signing_secret(saga.stack))
@@ -110,3 +110,19 @@ def test_a_webhook_that_completes_the_claim_before_the_charges_retry_ends_the_or
     assert claim is not None
     assert (claim["status"], claim["chargeId"]) == ("COMPLETED", landed.charge_id)
     assert finals(saga, "ORDER-003") == ["OrderCharged"]
+
+
+def test_a_live_mode_event_signed_for_a_test_stack_completes_nothing(saga: Saga) -> None:
+    """The stack's key is a test key (PaymentApiMode=test): a live event, however well signed (the live
+    endpoint's secret copied into the test stack's), is no proof about its orders."""
+    saga.faults.add(Fault("MarkCompleteFunction", "start", "die", times=100))
+    saga.driver.wait(saga.driver.start(order(), name="live-event"))
+
+    deliver(saga, "ORDER-003", "succeeded", livemode=True)
+
+    claim = saga.driver.claim("ORDER-003")
+    assert claim is not None
+    assert claim["status"] == "CLAIMED"
+    assert "OrderCharged" not in finals(saga, "ORDER-003")
+    deliver(saga, "ORDER-003", "succeeded")  # the test-mode event: completes it
+    assert saga.driver.claim("ORDER-003")["status"] == "COMPLETED"  # type: ignore[index]
