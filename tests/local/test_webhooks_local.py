@@ -7,19 +7,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import time
-import urllib.request
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from saga_local.aws.embedded import EmbeddedStack
+from saga_local.aws.template import ROOT
 from saga_local.runtime.faults import Fault
 from saga_local.stripe_emulator import WebhookDisorder
 from tests.helpers import order, webhook_signing_secret
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from pathlib import Path
 
 #: Stripe's retry waits (a minute, five, half an hour...) compressed to 0.3 s, 1.5 s, 9 s...
 TIME_SCALE = 0.005
@@ -140,23 +143,36 @@ def test_an_endpoint_down_for_a_while_gets_the_retried_delivery_later(hooked: Em
     assert len(hooked.provider.charges_for("ORDER-WL-4")) == 1
 
 
+def docs_trigger_line() -> str:
+    """The ``curl`` line docs/webhooks.md gives for the admin trigger, as a person pastes it."""
+    text = (ROOT / "docs" / "webhooks.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```bash\n(curl [^`]*/_emulator/trigger[^`]*)```", text)
+    return block
+
+
 def test_the_admin_trigger_curl_line_of_the_docs_sends_an_event_the_receiver_accepts(
-    hooked: EmbeddedStack,
+    hooked: EmbeddedStack, tmp_path: Path
 ) -> None:
+    # What `saga up` writes where the line reads it (the project's .saga/stack.json).
+    (tmp_path / ".saga").mkdir()
+    state = {"provider": hooked.provider.url, "providerAdminToken": hooked.provider.admin_token}
+    (tmp_path / ".saga" / "stack.json").write_text(json.dumps(state), encoding="utf-8")
     with hooked.driver.polling():
-        hooked.driver.wait(hooked.driver.start(order("ORDER-WL-5"), name="triggered"))
+        hooked.driver.wait(hooked.driver.start(order("ORDER-003"), name="triggered"))
         assert hooked.provider.webhooks.wait_idle(30)
-        request = urllib.request.Request(  # noqa: S310 - the emulator on loopback
-            f"{hooked.provider.url}/_emulator/trigger",
-            data=json.dumps({"event": "payment_intent.succeeded", "orderId": "ORDER-WL-5"}).encode(),
-            headers={"X-Emulator-Token": hooked.provider.admin_token, "Content-Type": "application/json"},
-            method="POST",
+        ran = subprocess.run(  # noqa: S603 - the docs' own line, against this test's emulator
+            ["/bin/bash", "-c", docs_trigger_line()],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
         )
-        with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310
-            event = json.load(answer)
+        event = json.loads(ran.stdout)
         assert hooked.provider.webhooks.wait_idle(30)
 
-    attempts = [a for a in hooked.provider.webhooks.attempts("ORDER-WL-5") if a.event_id == event["id"]]
+    attempts = [a for a in hooked.provider.webhooks.attempts("ORDER-003") if a.event_id == event["id"]]
+    assert event["type"] == "payment_intent.succeeded"
     assert [a.status for a in attempts] == [200, 200]  # the first delivery, and the triggered one
-    assert claim_status(hooked, "ORDER-WL-5") == "COMPLETED"
-    assert len(hooked.provider.charges_for("ORDER-WL-5")) == 1
+    assert claim_status(hooked, "ORDER-003") == "COMPLETED"
+    assert len(hooked.provider.charges_for("ORDER-003")) == 1
