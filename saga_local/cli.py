@@ -493,8 +493,28 @@ def cmd_trace(args: argparse.Namespace) -> int:
         Out()(f"wrote {args.html}")
         return 0
     out = Out()
-    out(trace.render_text(description, history, definition, show_io=args.io, color=out.color))
+    text = trace.render_text(description, history, definition, show_io=args.io, color=out.color)
+    afterwards = _after_the_execution(args, found.description)
+    out(text + ("\n" + "\n".join(afterwards) + "\n" if afterwards else ""))
     return 0
+
+
+def _after_the_execution(args: argparse.Namespace, description: dict[str, Any]) -> list[str]:
+    """What closed the execution's claim after it ended (a webhook, the sweeper), from the stack's
+    outcome archive; nothing when no stack runs or it keeps no archive."""
+    from saga_local.commands import events
+
+    if not (args.stack or local_state() is not None):
+        return []
+    target = resolve_target(args)
+    url = target.outputs.get("OutcomeArchiveQueueUrl")
+    try:
+        order_id = json.loads(description.get("input") or "{}")["order"]["orderId"]
+    except (ValueError, KeyError, TypeError):
+        return []
+    if not url or not isinstance(order_id, str):
+        return []
+    return events.after_the_execution(events.peek(target.clients("sqs"), url), order_id)
 
 
 def cmd_events(args: argparse.Namespace) -> int:

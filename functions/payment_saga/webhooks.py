@@ -306,7 +306,12 @@ def apply(store: ClaimsStore, decision: WebhookDecision) -> WebhookDecision:
     seen = decision.seen
     if decision.outcome is WebhookOutcome.COMPLETED:
         assert seen is not None
-        store.complete(seen.order_id, token=seen.claim_token, charge_id=decision.payment_intent_id)
+        store.complete(
+            seen.order_id,
+            token=seen.claim_token,
+            charge_id=decision.payment_intent_id,
+            webhook_event=decision.event_id,
+        )
     elif decision.outcome is WebhookOutcome.RELEASED:
         assert seen is not None
         store.release(
@@ -314,13 +319,17 @@ def apply(store: ClaimsStore, decision: WebhookDecision) -> WebhookDecision:
             token=seen.claim_token,
             reason=ReleaseReason.DECLINED,
             payment_attempt=seen.payment_attempt,
+            webhook_event=decision.event_id,
         )
     elif decision.outcome is WebhookOutcome.CHARGE_ON_RELEASED:
         assert seen is not None
         assert decision.attempt is not None
         try:
             store.complete_released(
-                seen.order_id, attempt=decision.attempt, charge_id=decision.payment_intent_id
+                seen.order_id,
+                attempt=decision.attempt,
+                charge_id=decision.payment_intent_id,
+                webhook_event=decision.event_id,
             )
         except ClaimLost:
             # Completed with another charge since (or gone): two charges, and nothing to write.

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
+    from saga_local.commands.events import OutcomeEvent
+
 #: Stripe's retry waits (a minute, five, half an hour...) compressed to 0.3 s, 1.5 s, 9 s...
 TIME_SCALE = 0.005
 
@@ -56,11 +58,15 @@ def claim_status(stack: EmbeddedStack, order_id: str) -> str | None:
     return None if claim is None else str(claim["status"])
 
 
-def finals(stack: EmbeddedStack, order_id: str) -> list[str]:
+def final_events(stack: EmbeddedStack, order_id: str) -> list[OutcomeEvent]:
     stack.driver.relay()
     log = stack.driver.outcome_log
     assert log is not None
-    return [e.detail_type for e in log.collect() if e.order_id == order_id and e.final]
+    return [e for e in log.collect() if e.order_id == order_id and e.final]
+
+
+def finals(stack: EmbeddedStack, order_id: str) -> list[str]:
+    return [e.detail_type for e in final_events(stack, order_id)]
 
 
 def test_saga_up_registers_the_receivers_url_and_stores_the_secret_it_was_given(
@@ -93,7 +99,9 @@ def test_a_lost_mark_complete_answer_is_completed_by_the_emulators_succeeded_web
     claim = hooked.driver.claim("ORDER-WL-1")
     assert claim is not None
     assert claim["chargeId"] == landed.charge_id
-    assert "OrderCharged" in finals(hooked, "ORDER-WL-1")
+    (charged,) = [e for e in final_events(hooked, "ORDER-WL-1") if e.detail_type == "OrderCharged"]
+    assert charged.detail["resolvedBy"] == "webhook"  # what `saga events` shows as (webhook)
+    assert "(webhook)" in charged.line()
 
 
 def test_duplicated_and_reordered_deliveries_change_nothing(hooked: EmbeddedStack) -> None:
