@@ -136,12 +136,27 @@ class Driver:
         #: The webhook queue's event source (the WebhookConsumerFunction), when the stack serves
         #: Stripe's webhooks (``EmbeddedStack(webhooks=True)``): :meth:`polling` and ``serve`` run it.
         self.webhook_source: SqsEventSource | None = None
+        #: Whether the provider has no webhook delivery queued or in flight (set with the source).
+        self.webhook_deliveries_idle: Callable[[], bool] = lambda: True
         #: Whether :meth:`pump` runs the outcome relay too (off: closed claims publish nothing, and an
         #: order released never charged is not sent again).
         self.relay_outcomes = self.stream_source is not None
         #: The outcome events published so far, read from the archive queue (OutcomeArchive=Enabled).
         archive = stack.outcome_archive_queue_url
         self.outcome_log: OutcomeLog | None = OutcomeLog(self.sqs, archive) if archive else None
+
+    def webhooks_idle(self) -> bool:
+        """Whether nothing of Stripe's webhooks can happen now: no delivery queued or in flight at the
+        provider (a retry due later counts as queued), and the webhook queue empty."""
+        if self.webhook_source is None:
+            return True
+        if not self.webhook_deliveries_idle():
+            return False
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=self.webhook_source.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return not any(int(v) for v in attributes.values())
 
     def consumer_source(self, logical_id: str, queue_id: str, clients: Any) -> SqsEventSource:
         """The event source mapping of ``queue_id`` to ``logical_id``, polling with the function's role."""

@@ -215,29 +215,10 @@ class EmbeddedStack:
 
     def _wire_webhooks(self) -> None:
         """Serve the receiver's URL, register it at the emulator, store its secret, run the consumer."""
-        import stripe  # the SDK, as an operator registers an endpoint with Stripe
-
-        from payment_saga.webhooks import PAYMENT_INTENT_EVENTS
-
-        server = FunctionUrlServer(self.client("lambda"), self.stack.function_name("WebhookReceiverFunction"))
-        self.webhook_url = server.start()
+        server = wire_webhooks(self.stack, self.provider, self.client, self.driver)
+        self.webhook_url = server
         self._exit.callback(server.stop)
-        sdk = stripe.StripeClient(LOCAL_API_KEY, base_addresses={"api": self.provider.url})
-        params: Any = {
-            "url": server.url,
-            "enabled_events": sorted(PAYMENT_INTENT_EVENTS),  # docs/webhooks.md's list
-            "description": f"{self.stack.name} (saga up)",
-        }
-        endpoint = sdk.v1.webhook_endpoints.create(params)
-        self.webhook_endpoint_id = endpoint.id
-        # What an operator does with the secret the dashboard reveals (docs/webhooks.md, step 3).
-        self.client("secretsmanager").put_secret_value(
-            SecretId=self.stack.resolver.parameters["WebhookSigningSecretArn"], SecretString=endpoint.secret
-        )
-        self.stack.outputs["WebhookEndpointUrl"] = server.url
-        self.driver.webhook_source = self.driver.consumer_source(
-            "WebhookConsumerFunction", "WebhookQueue", self.client
-        )
+        self.webhook_endpoint_id = self.provider.webhooks.endpoints()[0]["id"]
 
     def _moto_api(self, path: str, body: dict[str, Any] | None) -> None:
         request = urllib.request.Request(  # noqa: S310 - our own loopback endpoint
@@ -318,3 +299,33 @@ class _GuardedMotoServer(ThreadedMotoServer):
         )
         self._server_ready_event.set()
         self._server.serve_forever()
+
+
+def wire_webhooks(
+    stack: Stack, provider: ProviderEmulator, clients: Any, driver: Driver
+) -> FunctionUrlServer:
+    """Stripe's webhooks for a provisioned stack, as an operator sets them up (docs/webhooks.md): the
+    receiver served at a loopback URL as its function URL, registered with the emulator through
+    Stripe's API, the secret it answers put into the secret ``WebhookSigningSecretArn`` names, and
+    the webhook queue's event source (the consumer, with its role) on ``driver``. The caller stops
+    the returned server."""
+    import stripe  # the SDK, as an operator registers an endpoint with Stripe
+
+    from payment_saga.webhooks import PAYMENT_INTENT_EVENTS
+
+    server = FunctionUrlServer(clients("lambda"), stack.function_name("WebhookReceiverFunction")).start()
+    sdk = stripe.StripeClient(LOCAL_API_KEY, base_addresses={"api": provider.url})
+    params: Any = {
+        "url": server.url,
+        "enabled_events": sorted(PAYMENT_INTENT_EVENTS),  # docs/webhooks.md's list
+        "description": f"{stack.name} (local)",
+    }
+    endpoint = sdk.v1.webhook_endpoints.create(params)
+    # What an operator does with the secret the dashboard reveals (docs/webhooks.md, step 3).
+    clients("secretsmanager").put_secret_value(
+        SecretId=stack.resolver.parameters["WebhookSigningSecretArn"], SecretString=endpoint.secret
+    )
+    stack.outputs["WebhookEndpointUrl"] = server.url
+    driver.webhook_source = driver.consumer_source("WebhookConsumerFunction", "WebhookQueue", clients)
+    driver.webhook_deliveries_idle = provider.webhooks.idle
+    return server
