@@ -271,7 +271,9 @@ class WebhookSender:
             if previous == status:
                 return
             self._sent_status[intent["id"]] = status
-        if previous is None:
+        if previous is None and request is not None:
+            # Its create (only a create names its request): not a PaymentIntent first seen by a
+            # settlement after the endpoint was registered, which was created before any existed.
             self.send("payment_intent.created", intent, request=request)
         event_type = STATUS_EVENTS.get(status)
         if event_type == "payment_intent.payment_failed" and not intent.get("last_payment_error"):
