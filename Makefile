@@ -198,7 +198,7 @@ property-long: install ## The property-based test with 500 examples (SAGA_PROPER
 # progress go to stderr. To add a benchmark, add its line.
 BENCH_BARE_DIR := .aws-sam/bench-bare
 .PHONY: bench
-bench: ## Benchmarks, one JSON object a line: cold start as shipped, local throughput vs the bare engine, memory at 10,000 orders
+bench: ## Benchmarks, one JSON object a line: cold start as shipped, local throughput vs the bare engine, memory at 10,000 orders, a missed charge resolved by webhooks vs the sweeper
 	@$(MAKE) install tools sam-build >&2
 	@PATH="$$(dirname "$(PYTHON313)"):$$PATH" $(SAM_ENV) $(SAM) build --template-file bench/bare/template.yaml \
 		--build-dir $(BENCH_BARE_DIR) --cache-dir .aws-sam/bench-bare-cache --cached --no-use-container \
@@ -206,6 +206,7 @@ bench: ## Benchmarks, one JSON object a line: cold start as shipped, local throu
 	@$(BIN)/python bench/cold_start.py --python "$(PYTHON313)" --functions $(SAM_BUILD_DIR) --bare $(BENCH_BARE_DIR)
 	@$(BIN)/python bench/throughput.py --concurrency 1 4
 	@$(BIN)/python bench/memory.py --orders 10000 --copies 4
+	@$(BIN)/python bench/webhook_latency.py --orders 10
 
 # Every interleaving of a few deliveries, the sweeper and up to 2-3 faults, the real code in
 # every step (tests/model). `make test` explores the CI scopes; this explores the full ones.

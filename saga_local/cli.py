@@ -155,13 +155,19 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path, payment_api: tu
     from saga_local.private_files import write_private_text
 
     visibility = 30
+    # Stripe's webhook retries (a minute, five, half an hour...) compressed as the queues' waits are.
+    compress = visibility / _template_visibility_timeout()
     with EmbeddedStack(
         port=args.port,
         runtime=args.runtime,
         log_dir=log_dir,
         visibility_timeout=visibility,
         payment_api=payment_api,
+        webhooks=True,
+        webhook_time_scale=compress,
     ) as stack:
+        # A payment that answers `processing` (a bank debit) settles this long after, and sends its event.
+        stack.provider.settle_seconds = SETTLE_SECONDS
         sam_env = write_sam_env_file(stack.stack, stack.endpoint)
         state = {
             "endpoint": stack.endpoint,
@@ -177,7 +183,7 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path, payment_api: tu
             # Where `saga fault` hands the functions' faults to this process (and its token).
             "faultControl": stack.fault_control(),
         }
-        scheduled = stack.schedule_sources(compress=visibility / _template_visibility_timeout())
+        scheduled = stack.schedule_sources(compress=compress)
         for source in scheduled:
             source.interval = args.sweep_every or source.interval
         state["schedules"] = {s.schedule.logical_id: s.interval for s in scheduled}
@@ -208,6 +214,10 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path, payment_api: tu
                     path.unlink()
     out("stopped")
     return 0
+
+
+#: How long a `processing` payment takes to settle under `saga up` (days for a real bank debit).
+SETTLE_SECONDS = 10.0
 
 
 def _template_visibility_timeout() -> int:
@@ -246,7 +256,9 @@ def up_banner(
     lines = [f"Embedded stack running on {endpoint}  (Ctrl-C stops it)"]
     lines += [f"  {key:28} {value}" for key, value in sorted(outputs.items())]
     lines += [
-        f"  {'Provider (Stripe test mode)' if test_mode else 'Provider (Stripe emulator)':28} {provider}",
+        f"  {'Provider (Stripe test mode)':28} {provider}"
+        if test_mode
+        else f"  {'Provider (Stripe emulator)':28} {provider}  (sends webhooks to WebhookEndpointUrl)",
         f"  {'Function logs (JSON)':28} {log_dir}/",
         f"  {'SAM env-vars file':28} {_relative(sam_env)}",
         "",
@@ -500,8 +512,28 @@ def cmd_trace(args: argparse.Namespace) -> int:
         Out()(f"wrote {args.html}")
         return 0
     out = Out()
-    out(trace.render_text(description, history, definition, show_io=args.io, color=out.color))
+    text = trace.render_text(description, history, definition, show_io=args.io, color=out.color)
+    afterwards = _after_the_execution(args, found.description)
+    out(text + ("\n" + "\n".join(afterwards) + "\n" if afterwards else ""))
     return 0
+
+
+def _after_the_execution(args: argparse.Namespace, description: dict[str, Any]) -> list[str]:
+    """What closed the execution's claim after it ended (a webhook, the sweeper), from the stack's
+    outcome archive; nothing when no stack runs or it keeps no archive."""
+    from saga_local.commands import events
+
+    if not (args.stack or local_state() is not None):
+        return []
+    target = resolve_target(args)
+    url = target.outputs.get("OutcomeArchiveQueueUrl")
+    try:
+        order_id = json.loads(description.get("input") or "{}")["order"]["orderId"]
+    except (ValueError, KeyError, TypeError):
+        return []
+    if not url or not isinstance(order_id, str):
+        return []
+    return events.after_the_execution(events.peek(target.clients("sqs"), url), order_id)
 
 
 def cmd_events(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ the seed-000 order message; ``FakeClock`` moves time by hand so leases expire wi
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import boto3
@@ -148,3 +149,21 @@ def webhook_event_source(saga: Saga) -> SqsEventSource:
         saga.stack.resolver.attrs[("WebhookQueue", "Arn")],
         saga.stack.function_name("WebhookConsumerFunction"),
     )
+
+
+def deliver_webhook(saga: Saga, order_id: str, kind: str, *, livemode: bool = False) -> None:
+    """Stripe's ``payment_intent.<kind>`` event for the order's PaymentIntent, delivered and applied."""
+    (intent,) = saga.provider.payment_intents(order_id)
+    event = {
+        "id": f"evt_{kind}_{order_id}",
+        "object": "event",
+        "type": f"payment_intent.{kind}",
+        "created": int(time.time()),
+        "livemode": livemode,
+        "data": {"object": intent},
+    }
+    request = signed_webhook_request(json.dumps(event), webhook_signing_secret(saga.stack))
+    with saga.runtime.outside_invocation():
+        answer = saga.runtime.invoke(saga.stack.function_name("WebhookReceiverFunction"), request)
+        assert json.loads(answer.payload)["statusCode"] == 200, answer.payload
+        assert webhook_event_source(saga).poll_once() == 1

@@ -12,7 +12,9 @@ Every event is a structured log line with ``orderId`` (``webhook_<outcome>``) an
 ERROR and counted on the metrics the sweeper's alarms already watch: ``duplicate_charge`` /
 ``DuplicateCharge`` (a second succeeded PaymentIntent for one attempt) and
 ``charge_on_released_claim`` / ``ChargeOnReleasedClaim``. A PaymentIntent that names the order but
-not its amount or currency is logged at ERROR too (``webhook_mismatch`` / ``WebhookMismatch``).
+not its amount or currency is logged at ERROR too (``webhook_mismatch`` / ``WebhookMismatch``), and so
+is an event whose ``livemode`` is not the stack's (``PAYMENT_API_MODE``, the mode of its API key):
+``webhook_wrong_mode``, refused without a read or a write.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
-from handlers.runtime import claims_store, count, log_event, logger, metrics, tracer
+from handlers.runtime import claims_store, count, env, log_event, logger, metrics, tracer
 from payment_saga.webhooks import WebhookOutcome, handle_event, parse_event
 
 if TYPE_CHECKING:
@@ -39,6 +41,7 @@ _ALARMED = {
     WebhookOutcome.DUPLICATE_CHARGE: "duplicate_charge",
     WebhookOutcome.CHARGE_ON_RELEASED: "charge_on_released_claim",
     WebhookOutcome.MISMATCH: "webhook_mismatch",
+    WebhookOutcome.WRONG_MODE: "webhook_wrong_mode",
 }
 
 
@@ -68,7 +71,7 @@ def record_decision(decision: WebhookDecision, event_type: str) -> None:
         count("DuplicateCharge")
     elif decision.outcome is WebhookOutcome.CHARGE_ON_RELEASED:
         count("ChargeOnReleasedClaim")
-    else:
+    elif decision.outcome is WebhookOutcome.MISMATCH:
         count("WebhookMismatch")
 
 
@@ -76,7 +79,8 @@ def record_handler(record: SQSRecord) -> None:
     """Apply one queued event. Raising marks only this record as failed (partial batch response)."""
     event = parse_event(json.loads(record.body))
     logger.append_keys(orderId=event.order_id)
-    record_decision(handle_event(claims_store(), event), event.type)
+    livemode = env("PAYMENT_API_MODE", "test") == "live"
+    record_decision(handle_event(claims_store(), event, livemode=livemode), event.type)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -549,8 +549,13 @@ class ClaimsStore:
 
     # -- fenced transitions -----------------------------------------------------------------
 
-    def complete(self, order_id: str, *, token: str, charge_id: str) -> Claim:
+    def complete(
+        self, order_id: str, *, token: str, charge_id: str, webhook_event: str | None = None
+    ) -> Claim:
         """Mark the claim ``COMPLETED`` with the provider's charge id, if ``token`` still holds it.
+
+        ``webhook_event``: the Stripe event whose proof this write is (the webhook consumer's), kept
+        as ``webhookEventId`` so that the outcome event says a webhook resolved the order.
 
         Re-entrant: completing again with the same token and charge id succeeds (a Mark Complete
         that died after its write and was retried). Never checks the lease: the money moved.
@@ -571,7 +576,8 @@ class ClaimsStore:
             {
                 "UpdateExpression": (
                     "SET #status = :completed, chargeId = :charge, completedAt = :now_iso, expiresAt = :ttl"
-                    " REMOVE openClaim"
+                    + _webhook_mark(webhook_event)
+                    + " REMOVE openClaim"
                 ),
                 "ConditionExpression": "claimToken = :token AND (#status = :claimed"
                 " OR (#status = :completed AND chargeId = :charge))",
@@ -582,6 +588,7 @@ class ClaimsStore:
                     ":token": {"S": token},
                     ":now_iso": {"S": iso_utc(now)},
                     ":ttl": {"N": str(now + self.retention_seconds)},
+                    **_webhook_value(webhook_event),
                 },
             },
             return_new=True,
@@ -590,8 +597,18 @@ class ClaimsStore:
             return Claim.from_item(item)  # completed by the execution that took the attempt over
         return self._fenced_result(order_id, "complete", won, item)
 
-    def release(self, order_id: str, *, token: str, reason: ReleaseReason, payment_attempt: str) -> Claim:
+    def release(
+        self,
+        order_id: str,
+        *,
+        token: str,
+        reason: ReleaseReason,
+        payment_attempt: str,
+        webhook_event: str | None = None,
+    ) -> Claim:
         """Release the claim, if ``token`` still holds it. Only call this with proof nothing was charged.
+
+        ``webhook_event``: as for :meth:`complete`, the Stripe event that is the proof.
 
         ``payment_attempt`` is the producer's payment attempt the claim was taken for; a ``DECLINED``
         release remembers it in ``declinedAttempts`` so that no redelivery of it reaches the provider.
@@ -611,8 +628,7 @@ class ClaimsStore:
             {
                 "UpdateExpression": (
                     "SET #status = :released, releaseReason = :reason, releasedAt = :now_iso,"
-                    " expiresAt = :ttl"
-                    " REMOVE openClaim"
+                    " expiresAt = :ttl" + _webhook_mark(webhook_event) + " REMOVE openClaim"
                     " ADD releaseLog :entry" + (", declinedAttempts :pa_set" if declined else "")
                 ),
                 "ConditionExpression": "claimToken = :token AND paymentAttempt = :pa AND (#status = :claimed"
@@ -627,6 +643,7 @@ class ClaimsStore:
                     ":ttl": {"N": str(now + self.retention_seconds)},
                     ":entry": {"SS": [entry]},
                     **({":pa_set": {"SS": [payment_attempt]}} if declined else {}),
+                    **_webhook_value(webhook_event),
                 },
             },
             return_new=True,
@@ -837,7 +854,9 @@ class ClaimsStore:
             landed=(ClaimStatus.RELEASED, "releaseReason", reason.value),
         )
 
-    def complete_released(self, order_id: str, *, attempt: int, charge_id: str) -> Claim:
+    def complete_released(
+        self, order_id: str, *, attempt: int, charge_id: str, webhook_event: str | None = None
+    ) -> Claim:
         """The provider shows a succeeded charge for ``attempt``, whose claim was released meanwhile.
 
         For the sweeper only, and an alarm for whoever calls it: a release claimed that nothing was
@@ -857,7 +876,8 @@ class ClaimsStore:
                 "UpdateExpression": (
                     "SET #status = :completed, chargeId = :charge, completedAt = :now_iso,"
                     " reconciledAt = :now_iso, lateChargeAttempt = :attempt, expiresAt = :ttl"
-                    " REMOVE openClaim"
+                    + _webhook_mark(webhook_event)
+                    + " REMOVE openClaim"
                 ),
                 "ConditionExpression": "attribute_exists(orderId) AND attempt >= :attempt"
                 " AND (#status <> :completed OR chargeId = :charge)",
@@ -867,6 +887,7 @@ class ClaimsStore:
                     ":attempt": {"N": str(attempt)},
                     ":now_iso": {"S": iso_utc(now)},
                     ":ttl": {"N": str(now + self.retention_seconds)},
+                    **_webhook_value(webhook_event),
                 },
             },
             return_new=True,
@@ -982,3 +1003,12 @@ def _attribute_names(request: dict[str, Any]) -> dict[str, str]:
     if "#order" in request.get("UpdateExpression", ""):
         names["#order"] = "order"
     return names
+
+
+def _webhook_mark(event_id: str | None) -> str:
+    """The SET clause that records the Stripe event a webhook's write acts on (nothing otherwise)."""
+    return ", webhookEventId = :webhook_event" if event_id else ""
+
+
+def _webhook_value(event_id: str | None) -> dict[str, Any]:
+    return {":webhook_event": {"S": event_id}} if event_id else {}

@@ -84,6 +84,7 @@ FINAL_OUTCOMES = frozenset({Outcome.CHARGED, Outcome.DECLINED, Outcome.CONFLICT,
 class ResolvedBy(enum.StrEnum):
     SAGA = "saga"
     SWEEPER = "sweeper"
+    WEBHOOK = "webhook"
 
 
 class OutcomeNotPublished(Exception):
@@ -222,7 +223,11 @@ def order_message(item: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _resolved_by(old: dict[str, Any] | None, new: dict[str, Any]) -> ResolvedBy:
-    """The sweeper marks its writes with ``reconciledAt``; an earlier sweep's mark is not this write's."""
+    """The webhook consumer marks its writes with ``webhookEventId``, the sweeper with ``reconciledAt``;
+    an earlier write's mark is not this write's."""
+    event = new.get("webhookEventId", {}).get("S")
+    if event and event != (old or {}).get("webhookEventId", {}).get("S"):
+        return ResolvedBy.WEBHOOK
     mark = new.get("reconciledAt", {}).get("S")
     earlier = (old or {}).get("reconciledAt", {}).get("S")
     return ResolvedBy.SWEEPER if mark and mark != earlier else ResolvedBy.SAGA

@@ -112,6 +112,7 @@ class WebhookOutcome(enum.StrEnum):
     MISMATCH = "mismatch"  # names the order but not its amount or currency: a person looks
     DUPLICATE_CHARGE = "duplicate_charge"  # a second succeeded PaymentIntent for one attempt: refund one
     CHARGE_ON_RELEASED = "charge_on_released"  # charged, but the attempt's claim was released: alarm
+    WRONG_MODE = "wrong_mode"  # a live event for a test stack, or a test event for a live one: refused
 
 
 @dataclass(frozen=True)
@@ -305,7 +306,12 @@ def apply(store: ClaimsStore, decision: WebhookDecision) -> WebhookDecision:
     seen = decision.seen
     if decision.outcome is WebhookOutcome.COMPLETED:
         assert seen is not None
-        store.complete(seen.order_id, token=seen.claim_token, charge_id=decision.payment_intent_id)
+        store.complete(
+            seen.order_id,
+            token=seen.claim_token,
+            charge_id=decision.payment_intent_id,
+            webhook_event=decision.event_id,
+        )
     elif decision.outcome is WebhookOutcome.RELEASED:
         assert seen is not None
         store.release(
@@ -313,13 +319,17 @@ def apply(store: ClaimsStore, decision: WebhookDecision) -> WebhookDecision:
             token=seen.claim_token,
             reason=ReleaseReason.DECLINED,
             payment_attempt=seen.payment_attempt,
+            webhook_event=decision.event_id,
         )
     elif decision.outcome is WebhookOutcome.CHARGE_ON_RELEASED:
         assert seen is not None
         assert decision.attempt is not None
         try:
             store.complete_released(
-                seen.order_id, attempt=decision.attempt, charge_id=decision.payment_intent_id
+                seen.order_id,
+                attempt=decision.attempt,
+                charge_id=decision.payment_intent_id,
+                webhook_event=decision.event_id,
             )
         except ClaimLost:
             # Completed with another charge since (or gone): two charges, and nothing to write.
@@ -330,12 +340,29 @@ def apply(store: ClaimsStore, decision: WebhookDecision) -> WebhookDecision:
     return dataclasses.replace(decision, applied=True)
 
 
-def handle_event(store: ClaimsStore, event: PaymentIntentEvent) -> WebhookDecision:
+def handle_event(store: ClaimsStore, event: PaymentIntentEvent, *, livemode: bool = False) -> WebhookDecision:
     """Read the event's claim (strongly consistent), decide, write; decide again if the row moved.
+
+    ``livemode`` is the stack's mode (its API key: ``sk_live_`` or ``sk_test_``). An event of the other
+    mode is WRONG_MODE and nothing is read or written: a test payment is no proof about a live
+    order, and the other way round, whatever orderId its metadata carries (an endpoint registered,
+    or a signing secret copied, in the wrong mode).
 
     Idempotent: a second delivery meets what the first wrote and is LEFT. Raises :class:`ClaimLost`
     when the row kept changing for :data:`MAX_ROUNDS` reads (the queue delivers the event again).
     """
+    if event.livemode != livemode:
+        return WebhookDecision(
+            outcome=WebhookOutcome.WRONG_MODE,
+            reason=(
+                f"event {event.event_id} is {'live' if event.livemode else 'test'} mode, the stack"
+                f" {'live' if livemode else 'test'} mode: refused"
+            ),
+            event_id=event.event_id,
+            payment_intent_id=event.payment_intent_id,
+            order_id=event.order_id,
+            attempt=event.attempt,
+        )
     for _ in range(MAX_ROUNDS):
         claim = store.get(event.order_id) if event.order_id else None
         decision = decide(event, claim)

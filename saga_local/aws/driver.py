@@ -133,12 +133,41 @@ class Driver:
                     self.sqs.get_queue_url(QueueName=arn.rsplit(":", 1)[-1])["QueueUrl"]
                 ),
             )
+        #: The webhook queue's event source (the WebhookConsumerFunction), when the stack serves
+        #: Stripe's webhooks (``EmbeddedStack(webhooks=True)``): :meth:`polling` and ``serve`` run it.
+        self.webhook_source: SqsEventSource | None = None
+        #: Whether the provider has no webhook delivery queued or in flight (set with the source).
+        self.webhook_deliveries_idle: Callable[[], bool] = lambda: True
         #: Whether :meth:`pump` runs the outcome relay too (off: closed claims publish nothing, and an
         #: order released never charged is not sent again).
         self.relay_outcomes = self.stream_source is not None
         #: The outcome events published so far, read from the archive queue (OutcomeArchive=Enabled).
         archive = stack.outcome_archive_queue_url
         self.outcome_log: OutcomeLog | None = OutcomeLog(self.sqs, archive) if archive else None
+
+    def webhooks_idle(self) -> bool:
+        """Whether nothing of Stripe's webhooks can happen now: no delivery queued or in flight at the
+        provider (a retry due later counts as queued), and the webhook queue empty."""
+        if self.webhook_source is None:
+            return True
+        if not self.webhook_deliveries_idle():
+            return False
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=self.webhook_source.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return not any(int(v) for v in attributes.values())
+
+    def consumer_source(self, logical_id: str, queue_id: str, clients: Any) -> SqsEventSource:
+        """The event source mapping of ``queue_id`` to ``logical_id``, polling with the function's role."""
+        function_name = self.stack.function_name(logical_id)
+        return SqsEventSource(
+            self._as_function(clients("sqs"), function_name),
+            self.lambda_client,
+            self.stack.resolver.refs[queue_id],
+            self.stack.resolver.attrs[(queue_id, "Arn")],
+            function_name,
+        )
 
     def _client_as(self, clients: Any, function_name: str, stream_arn: str | None, service: str) -> Any:
         return self._as_function(clients(service), function_name, stream_arn=stream_arn)
@@ -223,6 +252,8 @@ class Driver:
             )
             for _ in range(pollers)
         ]
+        if self.webhook_source is not None:
+            threads.append(threading.Thread(target=self.webhook_source.run, args=(stop,), daemon=True))
         for thread in threads:
             thread.start()
         try:

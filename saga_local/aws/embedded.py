@@ -10,6 +10,12 @@
   claims table's stream is read for the outcome relay the same way (``saga_local.aws.stream_source``),
   and the outcome bus is copied to an archive queue (``saga events``).
 * The payment provider is :class:`~saga_local.stripe_emulator.ProviderEmulator`.
+* With ``webhooks=True`` (``saga up``), Stripe's webhooks too: the WebhookReceiverFunction is served at a
+  loopback URL as its function URL would be (``saga_local.aws.function_url``), registered with the
+  emulator as a webhook endpoint through Stripe's API, its signing secret put into the Secrets
+  Manager secret the ``WebhookSigningSecretArn`` parameter names, and the webhook queue's event
+  source runs the WebhookConsumerFunction with its role. The emulator's retry waits are compressed
+  by ``webhook_time_scale``.
 
 Three things are compressed in time, and only these: Retry waits (``retry_time_scale``; the waits
 the ASL asked for are recorded), the queues' visibility timeout (``visibility_timeout``), so a
@@ -38,6 +44,7 @@ from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 from saga_local.aws.driver import Driver
+from saga_local.aws.function_url import FunctionUrlServer
 from saga_local.aws.moto_adapter import SFN_CONFIG, EngineHooks, check_moto_version, patched_moto
 from saga_local.aws.schedule_source import ScheduleSource, schedules
 from saga_local.aws.stack import LOCAL_API_KEY, REGION, Stack, provision
@@ -81,6 +88,9 @@ class EmbeddedStack:
             their EMF metric lines: see :func:`saga_local.commands.output.handlers_quiet`).
         payment_api: ``(base URL, key)`` of a real provider for the functions instead of the
             emulator (``saga up --stripe-test``: Stripe's test mode). The emulator still runs, unused.
+        webhooks: serve the webhook receiver's URL, register it with the emulator and run the
+            webhook consumer (see the module's docstring).
+        webhook_time_scale: multiply Stripe's webhook retry waits (a minute, five, ...) by this.
     """
 
     def __init__(
@@ -97,6 +107,8 @@ class EmbeddedStack:
         log_dir: Path | None = None,
         quiet: bool = False,
         payment_api: tuple[str, str] | None = None,
+        webhooks: bool = False,
+        webhook_time_scale: float = 1.0,
     ) -> None:
         if runtime not in ("workers", "inprocess"):
             raise ValueError("runtime must be 'workers' or 'inprocess'")
@@ -112,7 +124,11 @@ class EmbeddedStack:
         self.log_dir = log_dir
         self.quiet = quiet
         self.payment_api = payment_api
-        self.provider = ProviderEmulator(dedupe=provider_dedupe)
+        self.webhooks = webhooks
+        self.provider = ProviderEmulator(dedupe=provider_dedupe, webhook_time_scale=webhook_time_scale)
+        #: The webhook receiver's local function URL (``webhooks=True``), and its endpoint at the emulator.
+        self.webhook_url: FunctionUrlServer | None = None
+        self.webhook_endpoint_id: str | None = None
         self._server: ThreadedMotoServer | None = None
         self._exit = contextlib.ExitStack()
         self.stack: Stack
@@ -203,6 +219,8 @@ class EmbeddedStack:
             patched_moto(self.runtime, retry_time_scale=self.retry_time_scale)
         )
         self.driver = Driver(self.client, self.stack)
+        if self.webhooks:
+            self._wire_webhooks()
         # What is alive now (moto's and botocore's service models, the modules, the provisioned
         # stack) lives as long as the stack: out of the collector's sight, a full collection walks
         # what the run adds, not the objects that never die (what it saves: docs/performance.md).
@@ -211,6 +229,13 @@ class EmbeddedStack:
         gc.freeze()
         self._exit.callback(gc.unfreeze)
         return self
+
+    def _wire_webhooks(self) -> None:
+        """Serve the receiver's URL, register it at the emulator, store its secret, run the consumer."""
+        server = wire_webhooks(self.stack, self.provider, self.client, self.driver)
+        self.webhook_url = server
+        self._exit.callback(server.stop)
+        self.webhook_endpoint_id = self.provider.webhooks.endpoints()[0]["id"]
 
     def _moto_api(self, path: str, body: dict[str, Any] | None) -> None:
         request = urllib.request.Request(  # noqa: S310 - our own loopback endpoint
@@ -267,6 +292,8 @@ class EmbeddedStack:
         ]
         if self.driver.stream_source is not None:
             threads.append(threading.Thread(target=self.driver.stream_source.run, args=(stop,), daemon=True))
+        if self.driver.webhook_source is not None:
+            threads.append(threading.Thread(target=self.driver.webhook_source.run, args=(stop,), daemon=True))
         for thread in threads:
             thread.start()
         stop.wait()
@@ -298,3 +325,33 @@ class _GuardedMotoServer(ThreadedMotoServer):
         )
         self._server_ready_event.set()
         self._server.serve_forever()
+
+
+def wire_webhooks(
+    stack: Stack, provider: ProviderEmulator, clients: Any, driver: Driver
+) -> FunctionUrlServer:
+    """Stripe's webhooks for a provisioned stack, as an operator sets them up (docs/webhooks.md): the
+    receiver served at a loopback URL as its function URL, registered with the emulator through
+    Stripe's API, the secret it answers put into the secret ``WebhookSigningSecretArn`` names, and
+    the webhook queue's event source (the consumer, with its role) on ``driver``. The caller stops
+    the returned server."""
+    import stripe  # the SDK, as an operator registers an endpoint with Stripe
+
+    from payment_saga.webhooks import PAYMENT_INTENT_EVENTS
+
+    server = FunctionUrlServer(clients("lambda"), stack.function_name("WebhookReceiverFunction")).start()
+    sdk = stripe.StripeClient(LOCAL_API_KEY, base_addresses={"api": provider.url})
+    params: Any = {
+        "url": server.url,
+        "enabled_events": sorted(PAYMENT_INTENT_EVENTS),  # docs/webhooks.md's list
+        "description": f"{stack.name} (local)",
+    }
+    endpoint = sdk.v1.webhook_endpoints.create(params)
+    # What an operator does with the secret the dashboard reveals (docs/webhooks.md, step 3).
+    clients("secretsmanager").put_secret_value(
+        SecretId=stack.resolver.parameters["WebhookSigningSecretArn"], SecretString=endpoint.secret
+    )
+    stack.outputs["WebhookEndpointUrl"] = server.url
+    driver.webhook_source = driver.consumer_source("WebhookConsumerFunction", "WebhookQueue", clients)
+    driver.webhook_deliveries_idle = provider.webhooks.idle
+    return server

@@ -338,8 +338,9 @@ def _create_functions(
         resolver.refs[logical_id] = name
         resolver.attrs[(logical_id, "Arn")] = response["FunctionArn"]
         if spec.function_url:
-            # The name AWS gives a function URL (SAM's <LogicalId>Url resource). Nothing listens on it
-            # locally: the local stack invokes the receiver directly with the request a URL would pass.
+            # The name AWS gives a function URL (SAM's <LogicalId>Url resource). The embedded stack
+            # serves it on loopback when asked to (EmbeddedStack(webhooks=True), saga_local.aws.function_url)
+            # and puts that URL in the outputs instead.
             resolver.attrs[(f"{logical_id}Url", "FunctionUrl")] = (
                 f"https://{name}.lambda-url.{REGION}.on.aws/"
             )

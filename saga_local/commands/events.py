@@ -90,8 +90,8 @@ class OutcomeEvent:
             parts.append(f"{d['amount']} {d.get('currency')}")
         if d.get("chargeId"):
             parts.append(str(d["chargeId"]))
-        if d.get("resolvedBy") == "sweeper":
-            parts.append("(sweeper)")
+        if d.get("resolvedBy") in ("sweeper", "webhook"):
+            parts.append(f"({d['resolvedBy']})")
         if d.get("delaySeconds") is not None:
             parts.append(f"next attempt {d.get('nextAttempt')} in {d['delaySeconds']} s")
         if self.detail_type == REJECTED:
@@ -378,6 +378,26 @@ def render(events: list[OutcomeEvent], *, raw: bool = False) -> str:
     tail = f" ({duplicates} duplicate deliveries left out)" if duplicates else ""
     noun = "event" if len(unique) == 1 else "events"
     return "\n".join([*lines, "", f"{len(unique)} {noun}: {summary}{tail}"]) + "\n"
+
+
+#: Who may close a claim after its execution ended, as ``resolvedBy`` names them, for a person.
+_AFTERWARDS = {"webhook": "a Stripe webhook (the consumer's write)", "sweeper": "the sweeper"}
+
+
+def after_the_execution(events: Iterable[OutcomeEvent], order_id: str) -> list[str]:
+    """What ``saga trace`` adds after an execution's own steps: the final outcomes of its order that a
+    webhook or the sweeper published (``resolvedBy``). A webhook often closes the claim while the
+    execution still retries a step whose answer it lost, so these are not only what came after."""
+    lines = []
+    for event in deduplicated(events):
+        by = event.detail.get("resolvedBy")
+        if event.order_id != order_id or not event.final or by not in _AFTERWARDS:
+            continue
+        charge = event.detail.get("chargeId")
+        when = event.detail.get("occurredAt") or event.time
+        with_charge = f", with {charge}" if charge else ""
+        lines.append(f"  {when}  {event.detail_type} by {_AFTERWARDS[str(by)]}{with_charge}")
+    return [f"Besides its steps, order {order_id}'s claim was closed by:", *lines] if lines else []
 
 
 def command(clients: Any, outputs: dict[str, str], where: str, *, order_id: str | None, raw: bool) -> str:

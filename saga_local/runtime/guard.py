@@ -49,7 +49,9 @@ class UnguardedClaimsStore(ClaimsStore):
         return ClaimOutcome(ClaimResult.NEW, row)
 
     @override
-    def complete(self, order_id: str, *, token: str, charge_id: str) -> Claim:
+    def complete(
+        self, order_id: str, *, token: str, charge_id: str, webhook_event: str | None = None
+    ) -> Claim:
         now = int(self._clock())
         return Claim(order_id, ClaimStatus.COMPLETED, token, 1, "", "", now, now, charge_id=charge_id)
 

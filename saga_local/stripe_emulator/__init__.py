@@ -3,7 +3,8 @@
 It speaks Stripe's wire format closely enough that the official ``stripe`` SDK works against it
 unchanged (``StripeClient(..., base_addresses={"api": emulator.url})``): ``POST /v1/payment_intents``,
 ``GET /v1/payment_intents/{id}``, ``POST /v1/payment_intents/{id}/cancel``,
-``GET /v1/payment_intents/search`` and ``GET /v1/payment_intents``.
+``GET /v1/payment_intents/search``, ``GET /v1/payment_intents`` and ``/v1/webhook_endpoints``, whose
+endpoints it then sends every PaymentIntent change to, signed, as Stripe sends webhooks.
 
 What it adds for tests: a ledger of every applied charge, ``dedupe=False`` (ignore
 ``Idempotency-Key`` entirely, to show that the claim alone prevents double charges), latency, and
@@ -22,6 +23,7 @@ Laid out as moto lays out a service, one room per concern:
 * :mod:`.intents`: PaymentIntents: validate, then create and confirm; test cards and customers;
 * :mod:`.search`: the search (and its lag) and the list;
 * :mod:`.admin`: faults and the ``/_emulator/`` routes;
+* :mod:`.webhooks`: webhook endpoints, Event objects, signed deliveries, retries and their disorder;
 * :mod:`.exceptions`: the errors answered in Stripe's shape.
 
 Run it alone with ``python -m saga_local.stripe_emulator --port 12111``.
@@ -53,6 +55,12 @@ from saga_local.stripe_emulator.responses import (
     Permission,
 )
 from saga_local.stripe_emulator.server import ENDPOINTS, Endpoint
+from saga_local.stripe_emulator.webhooks import (
+    RETRY_SCHEDULE_SECONDS,
+    DeliveryAttempt,
+    WebhookDisorder,
+    WebhookSender,
+)
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -63,10 +71,12 @@ __all__ = [
     "IDEMPOTENCY_TTL_SECONDS",
     "MAX_AMOUNT",
     "OTHER_TEST_CUSTOMER",
+    "RETRY_SCHEDULE_SECONDS",
     "SAVED_PAYMENT_METHOD",
     "STRIPE_VERSION",
     "TEST_CUSTOMER",
     "BadRequest",
+    "DeliveryAttempt",
     "Endpoint",
     "FailureRate",
     "FaultKind",
@@ -75,4 +85,6 @@ __all__ = [
     "ProviderEmulator",
     "ProviderFault",
     "StripeEmulatorError",
+    "WebhookDisorder",
+    "WebhookSender",
 ]

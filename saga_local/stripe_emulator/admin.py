@@ -13,11 +13,18 @@ Stripe's endpoints and no SDK reads them):
 * ``POST /_emulator/outcomes`` (``status``, ``orderId``, ``times``): force the next confirms;
 * ``POST /_emulator/config`` (``dedupe``, ``latency``, ``searchLagSeconds``, ``hangSeconds``);
 * ``POST /_emulator/clock`` (``advanceSeconds``): move the emulator's clock on;
-* ``POST /_emulator/payment_intents/{id}/status`` (``status``): settle a PaymentIntent.
+* ``POST /_emulator/payment_intents/{id}/status`` (``status``): settle a PaymentIntent;
+* ``POST /_emulator/trigger`` (``event``, ``paymentIntent`` or ``orderId``): send that webhook event
+  for the PaymentIntent, as ``stripe trigger`` does (see ``ProviderEmulator.trigger``);
+* ``GET /_emulator/webhooks``: the endpoints and every delivery attempt (``?orderId=``: of one order);
+* ``POST /_emulator/webhooks`` (``duplicate``, ``reorder``, ``reorderSeconds``, ``delay``,
+  ``delaySeconds``, ``lose``, ``downSeconds``, ``seed``): the delivery disorder, replacing the last
+  (``{}`` turns it off).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -28,6 +35,7 @@ from urllib.parse import parse_qs
 from saga_local.stripe_emulator.responses import Reply, server_error
 from saga_local.stripe_emulator.search import order_of_query
 from saga_local.stripe_emulator.server import ENDPOINTS, Endpoint
+from saga_local.stripe_emulator.webhooks import WebhookDisorder
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -242,11 +250,43 @@ def _configure(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
         emulator.search_lag_seconds = float(data["searchLagSeconds"])
     if "hangSeconds" in data:
         emulator.hang_seconds = float(data["hangSeconds"])
+    if "settleSeconds" in data:
+        emulator.settle_seconds = None if data["settleSeconds"] is None else float(data["settleSeconds"])
+    if "settleOutcome" in data:
+        if data["settleOutcome"] not in ("succeeded", "failed"):
+            raise ValueError("settleOutcome must be succeeded or failed")
+        emulator.settle_outcome = data["settleOutcome"]
+    if "webhookTimeScale" in data:
+        emulator.webhooks.time_scale = float(data["webhookTimeScale"])
     return Reply(200, {"dedupe": emulator.dedupe, "latency": emulator.latency})
 
 
 def _advance_clock(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
     return Reply(200, {"now": emulator.advance_clock(float(data.get("advanceSeconds", 0)))})
+
+
+def _trigger(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
+    if not data.get("paymentIntent") and not data.get("orderId"):
+        raise ValueError("name the PaymentIntent (paymentIntent) or its order (orderId)")
+    event = emulator.trigger(data["event"], intent_id=data.get("paymentIntent"), order_id=data.get("orderId"))
+    return Reply(200, event)
+
+
+def _webhooks(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
+    order_id = query.get("orderId", [None])[0]
+    return Reply(
+        200,
+        {
+            "endpoints": emulator.webhooks.endpoints(),
+            "attempts": [a.to_json() for a in emulator.webhooks.attempts(order_id)],
+        },
+    )
+
+
+def _disorder(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
+    disorder = WebhookDisorder.from_json(data)
+    emulator.webhooks.disorder = disorder
+    return Reply(200, {"disorder": dataclasses.asdict(disorder)})
 
 
 _ROUTES: dict[tuple[str, str], Callable[[ProviderEmulator, Query, Data], Reply]] = {
@@ -259,4 +299,7 @@ _ROUTES: dict[tuple[str, str], Callable[[ProviderEmulator, Query, Data], Reply]]
     ("POST", "/outcomes"): _force_outcome,
     ("POST", "/config"): _configure,
     ("POST", "/clock"): _advance_clock,
+    ("POST", "/trigger"): _trigger,
+    ("GET", "/webhooks"): _webhooks,
+    ("POST", "/webhooks"): _disorder,
 }

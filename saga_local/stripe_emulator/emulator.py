@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, get_args
 from urllib.parse import urlsplit
 
-from saga_local.stripe_emulator import admin, idempotency, intents, search
+from saga_local.stripe_emulator import admin, idempotency, intents, search, webhooks
 from saga_local.stripe_emulator.exceptions import BadRequest
 from saga_local.stripe_emulator.responses import (
     STRIPE_VERSION,
@@ -38,6 +38,7 @@ from saga_local.stripe_emulator.responses import (
     unrecognized_url,
 )
 from saga_local.stripe_emulator.server import ENDPOINTS, EmulatorServer, Endpoint, route
+from saga_local.stripe_emulator.webhooks import WebhookSender
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -87,6 +88,13 @@ class ProviderEmulator:
     incidents). The list, retrieve and the ledger are never behind. ``hang_seconds`` is how long
     ``timeout_after_apply`` holds a connection (``stop()`` cuts it short). ``seed`` makes failure
     rates reproducible.
+
+    Webhooks (:mod:`.webhooks`): :attr:`webhooks` sends every PaymentIntent change to the endpoints
+    registered through ``POST /v1/webhook_endpoints``, signed, retried on Stripe's schedule times
+    ``webhook_time_scale``, with the disorder it is given. ``settle_seconds`` (None: never by
+    itself) is how long a ``processing`` PaymentIntent takes to settle, as a bank debit does, into
+    :attr:`settle_outcome` (``succeeded`` or ``failed``; per order with :meth:`settle_as`); its
+    settlement sends its event like any other change.
     """
 
     def __init__(
@@ -100,6 +108,8 @@ class ProviderEmulator:
         search_lag_seconds: float = 0.0,
         hang_seconds: float = 30.0,
         seed: int | None = None,
+        settle_seconds: float | None = None,
+        webhook_time_scale: float = 1.0,
     ) -> None:
         self.host = host
         self.port = port
@@ -120,6 +130,10 @@ class ProviderEmulator:
         self._key_accounts: dict[str, str] = {}
         #: What a request to ``/_emulator/*`` must carry in :data:`ADMIN_TOKEN_HEADER`: new every run.
         self.admin_token = secrets.token_urlsafe(32)
+        self.webhooks = WebhookSender(self.now, time_scale=webhook_time_scale)
+        self.settle_seconds = settle_seconds
+        self.settle_outcome = "succeeded"
+        self._settlements: set[threading.Timer] = set()
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -139,6 +153,8 @@ class ProviderEmulator:
         self._rates: list[FailureRate] = []
         self._forced: list[ForcedOutcome] = []
         self._requests: dict[str, int] = dict.fromkeys(sorted(ENDPOINTS), 0)
+        #: order id -> how its processing payment settles (``succeeded`` or ``failed``).
+        self._settle_as: dict[str, str] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -154,6 +170,11 @@ class ProviderEmulator:
     def stop(self) -> None:
         """Stop serving, cut open connections (and hung requests) and release the port."""
         server, self._server = self._server, None
+        self.webhooks.stop()
+        with self._lock:
+            timers, self._settlements = self._settlements, set()
+        for timer in timers:
+            timer.cancel()
         if server is not None:
             server.stop()
 
@@ -297,6 +318,15 @@ class ProviderEmulator:
         """
         with self._lock:
             self._reset_state()
+        self.webhooks.reset()
+
+    def settle_as(self, order_id: str, outcome: str) -> None:
+        """How ``order_id``'s processing payment settles after ``settle_seconds``: ``succeeded`` or
+        ``failed`` (instead of :attr:`settle_outcome`)."""
+        if outcome not in ("succeeded", "failed"):
+            raise ValueError("a payment settles succeeded or failed")
+        with self._lock:
+            self._settle_as[order_id] = outcome
 
     def inject(
         self,
@@ -362,15 +392,58 @@ class ProviderEmulator:
 
     def set_status(self, intent_id: str, status: str) -> dict[str, Any]:
         """Move a PaymentIntent on, as Stripe does when a payment settles (``succeeded`` records a charge)."""
-        if status not in {"succeeded", "requires_payment_method", "canceled", "processing"}:
+        if status not in {
+            "succeeded",
+            "requires_payment_method",
+            "canceled",
+            "processing",
+            "requires_action",
+        }:
             raise ValueError(f"cannot move a PaymentIntent to {status!r}")
         with self._lock:
             intent = self._intents.get(intent_id)
             if intent is None:
                 raise KeyError(intent_id)
+            if status == "requires_payment_method" and intent["status"] == "processing":
+                # A debit that fails to settle: Stripe records why, as it does for a declined card.
+                intent["last_payment_error"] = intents.settlement_failure()
             self._transition(intent, status)
             self._publish(intent)
             return copy.deepcopy(intent)
+
+    def trigger(
+        self, event_type: str, *, intent_id: str | None = None, order_id: str | None = None
+    ) -> dict[str, Any]:
+        """Send ``event_type`` for a PaymentIntent (``intent_id``, or the latest of ``order_id``), as
+        ``stripe trigger`` and the dashboard's "Resend" do: the event of that type it already sent is
+        sent again, as it was (a duplicate, or a late one); otherwise the PaymentIntent is moved to that
+        event's status (a payment settled, failed, cancelled), which sends it. Returns the event."""
+        status = webhooks.EVENT_STATUSES.get(event_type)
+        if status is None:
+            raise ValueError(f"event must be one of {sorted(webhooks.EVENT_STATUSES)}")
+        if intent_id is None:
+            mine = self.payment_intents(order_id) if order_id else []
+            if not mine:
+                raise KeyError(f"no PaymentIntent for order {order_id!r}")
+            intent_id = mine[-1]["id"]
+        sent = [e for e in self.webhooks.events(intent_id) if e["type"] == event_type]
+        if sent:
+            return self.webhooks.resend(sent[-1]["id"])
+        self.set_status(intent_id, status)
+        sent = [e for e in self.webhooks.events(intent_id) if e["type"] == event_type]
+        if not sent:
+            raise ValueError("no webhook endpoint is registered for that event: nothing was sent")
+        return sent[-1]
+
+    def _settle(self, intent_id: str, timer: threading.Timer) -> None:
+        with self._lock:
+            self._settlements.discard(timer)
+            intent = self._intents.get(intent_id)
+            if intent is None or intent["status"] != "processing":
+                return  # cancelled, reset, or moved on by hand meanwhile
+            order_id = intent["metadata"].get("orderId")
+            outcome = self._settle_as.get(order_id, self.settle_outcome)
+        self.set_status(intent_id, "succeeded" if outcome == "succeeded" else "requires_payment_method")
 
     # -- the request pipeline ----------------------------------------------------------------
 
@@ -387,10 +460,56 @@ class ProviderEmulator:
             return admin.admin_reply(self, method, split.path, split.query, body)
         request_id = new_id("req_", 14)
         version = headers.get("Stripe-Version") or STRIPE_VERSION
-        reply = self._api(method, split.path, split.query, headers, body, request_id, version)
+        if split.path == "/v1/webhook_endpoints" or split.path.startswith("/v1/webhook_endpoints/"):
+            reply = self._webhook_endpoints(method, split.path, headers, body)
+        else:
+            reply = self._api(method, split.path, split.query, headers, body, request_id, version)
         reply.headers.setdefault("Request-Id", request_id)
         reply.headers.setdefault("Stripe-Version", version)
         return reply
+
+    def _webhook_endpoints(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
+        """``POST /v1/webhook_endpoints`` (``url``, ``enabled_events[]``, ``description``,
+        ``metadata``), ``GET`` to list them, ``DELETE /v1/webhook_endpoints/{id}``: an endpoint is of
+        its key's mode (``sk_live_`` keys make live endpoints, which receive live events only)."""
+        api_key = authenticate(headers.get("Authorization"))
+        if isinstance(api_key, Reply):
+            return api_key
+        endpoint_id = path.removeprefix("/v1/webhook_endpoints").strip("/")
+        if method == "POST" and not endpoint_id:
+            try:
+                params = decode_form(body)
+                events = params.get("enabled_events")
+                url = params.get("url")
+                if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                    raise BadRequest("Invalid URL: a webhook endpoint needs an http(s) url.", param="url")
+                if not isinstance(events, list):
+                    raise BadRequest("Missing required param: enabled_events.", param="enabled_events")
+                try:
+                    endpoint = self.webhooks.register(
+                        url,
+                        [str(e) for e in events],
+                        livemode="_live_" in api_key,
+                        description=params.get("description"),
+                        metadata=params.get("metadata") if isinstance(params.get("metadata"), dict) else None,
+                    )
+                except ValueError as exc:
+                    raise BadRequest(str(exc), param="enabled_events") from None
+            except BadRequest as exc:
+                return bad_request(exc)
+            return Reply(200, endpoint)
+        if method == "GET" and not endpoint_id:
+            mode = "_live_" in api_key
+            data = [e for e in self.webhooks.endpoints() if e["livemode"] == mode]
+            return Reply(
+                200, {"object": "list", "data": data, "has_more": False, "url": "/v1/webhook_endpoints"}
+            )
+        if method == "DELETE" and endpoint_id:
+            try:
+                return Reply(200, self.webhooks.delete(endpoint_id))
+            except KeyError:
+                return error(404, f"No such webhook endpoint: '{endpoint_id}'", code="resource_missing")
+        return unrecognized_url(method, path)
 
     def _api(
         self,
@@ -568,7 +687,7 @@ class ProviderEmulator:
                 reply = Reply(200, copy.deepcopy(intent))
             else:
                 reply = intents.decline(intent, declined, checked.method or "", call.request_id)
-            self._publish(intent)
+            self._publish(intent, {"id": call.request_id, "idempotency_key": call.key})
             return reply
 
     def _refund(self, params: dict[str, Any]) -> Reply:
@@ -653,11 +772,17 @@ class ProviderEmulator:
 
     # -- state changes (called with the lock held) -------------------------------------------
 
-    def _publish(self, intent: dict[str, Any]) -> None:
+    def _publish(self, intent: dict[str, Any], request: dict[str, Any] | None = None) -> None:
         search.publish(self._versions, intent, self.now())
+        self.webhooks.changed(intent, request=request)
 
     def _transition(self, intent: dict[str, Any], status: str) -> None:
         intents.transition(intent, status, self.now())
+        if status == "processing" and self.settle_seconds is not None and self._server is not None:
+            timer = threading.Timer(self.settle_seconds, lambda: self._settle(intent["id"], timer))
+            timer.daemon = True
+            self._settlements.add(timer)
+            timer.start()
         if status == "succeeded":
             info = self._intent_info[intent["id"]]
             self._ledger.append(intents.ledger_entry(intent, info, self.now()))

@@ -54,6 +54,10 @@ PAYMENT_METHOD_TYPES_REMOVED = "2026-09-30"
 #: Stripe refuses (functions/payment_saga/currencies.py, which cites its source).
 MAX_AMOUNT = currencies.MAX_AMOUNT
 
+#: What ``ProviderEmulator.set_status`` may move a PaymentIntent to (a payment settling, failing, ...).
+SETTABLE_STATUSES = frozenset(
+    {"succeeded", "requires_payment_method", "canceled", "processing", "requires_action"}
+)
 #: Outcomes a test can force on the next confirm (no Stripe test card produces them here).
 FORCEABLE_STATUSES = frozenset({"processing", "requires_action"})
 
@@ -658,3 +662,14 @@ def cannot_cancel(intent: dict[str, Any]) -> Reply | None:
         code="payment_intent_unexpected_state",
         extra={"payment_intent": copy.deepcopy(intent)},
     )
+
+
+def settlement_failure() -> dict[str, Any]:
+    """The ``last_payment_error`` of a payment that was ``processing`` and failed to settle (a bank
+    debit returned for insufficient funds): what ``payment_intent.payment_failed`` then carries."""
+    return {
+        "code": "payment_intent_payment_attempt_failed",
+        "decline_code": "insufficient_funds",
+        "message": "The payment failed to settle: the customer's bank returned it.",
+        "type": "invalid_request_error",
+    }

@@ -179,3 +179,21 @@ def test_an_event_for_an_order_with_no_claim_writes_no_row(store: ClaimsStore) -
     assert handle_event(store, event()).outcome is WebhookOutcome.IGNORED
     assert store.get(ORDER.order_id) is None
     assert handle_event(store, dataclasses.replace(event(), order_id=None)).outcome is WebhookOutcome.IGNORED
+
+
+@pytest.mark.parametrize(("event_live", "stack_live"), [(True, False), (False, True)])
+def test_an_event_of_the_other_mode_than_the_stacks_key_is_refused_and_moves_nothing(
+    store: ClaimsStore, event_live: bool, stack_live: bool
+) -> None:
+    store.claim(ORDER, token=A)
+    other_mode = dataclasses.replace(event(), livemode=event_live)
+
+    decision = handle_event(store, other_mode, livemode=stack_live)
+
+    assert (decision.outcome, decision.applied) == (WebhookOutcome.WRONG_MODE, False)
+    claim = store.get(ORDER.order_id)
+    assert claim is not None
+    assert (claim.status, claim.charge_id) == (ClaimStatus.CLAIMED, None)
+    # The same event in the stack's own mode is the proof it always was.
+    same_mode = dataclasses.replace(other_mode, livemode=stack_live)
+    assert handle_event(store, same_mode, livemode=stack_live).outcome is WebhookOutcome.COMPLETED

@@ -37,3 +37,20 @@ def test_throughput_prints_one_json_object_whose_goal_follows_from_its_figures()
     goal = result["goal"]
     assert goal["worst"] == min(row["of_ceiling"] for row in result["concurrency"])
     assert goal["met"] is (goal["worst"] >= goal["of_ceiling_at_least"])
+
+
+def test_webhook_latency_prints_one_json_object_whose_ratio_follows_from_its_figures() -> None:
+    command = [sys.executable, "bench/webhook_latency.py", "--orders", "2"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)  # noqa: S603
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    (line,) = done.stdout.splitlines()
+    result = json.loads(line)
+    assert result["benchmark"] == "webhook_latency"
+    assert result["promise_kept"] is True  # every order charged once, by either path
+    webhooks, sweeper = result["webhook_seconds"], result["sweeper_seconds"]
+    assert result["ratio"] == round(sweeper["median"] / webhooks["median"])
+    # The sweeper cannot act before the lease has run out, nor wait past one more sweep.
+    lease, every = result["lease_seconds"], result["sweep_every_seconds"]
+    assert lease < sweeper["min"] <= sweeper["max"] <= lease + every + 60
+    assert 0 < webhooks["min"] <= webhooks["max"] < lease

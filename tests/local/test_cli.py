@@ -10,7 +10,8 @@ import pytest
 
 from saga_local import cli
 from saga_local.aws.stack import REGION
-from tests.helpers import Saga, failed_receives
+from saga_local.runtime.faults import Fault
+from tests.helpers import Saga, deliver_webhook, failed_receives, order
 
 
 def test_send_and_trace_against_a_deployed_stack(
@@ -400,3 +401,24 @@ def test_trace_takes_an_order_id_and_lists_its_executions_when_there_are_several
     assert "2 executions start with 'ORDER-TR-2'" in listing[0]
     assert len(listing) == 3
     assert all("SUCCEEDED" in line and "ORDER-TR-2-" in line for line in listing[1:])
+
+
+def test_trace_and_events_say_when_a_webhook_closed_the_claim_after_the_executions_steps(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saga.faults.add(Fault("MarkCompleteFunction", "start", "die", times=100))
+    result = saga.driver.wait(saga.driver.start(order(), name="lost-answer"))
+    assert result.error == "NeedsReconciliation"
+    deliver_webhook(saga, "ORDER-003", "succeeded")
+    saga.driver.relay()
+    (landed,) = saga.provider.charges_for("ORDER-003")
+
+    assert cli.main(["trace", "lost-answer", "--stack", deployed, "--region", REGION]) == 0
+    steps, _, afterwards = capsys.readouterr().out.partition("Besides its steps")
+    assert "Mark Complete" in steps
+    assert "OrderCharged by a Stripe webhook" in afterwards
+    assert landed.charge_id in afterwards
+    assert cli.main(["events", "--stack", deployed, "--region", REGION, "--order-id", "ORDER-003"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    (charged,) = [line for line in printed if "OrderCharged" in line and "ORDER-003" in line]
+    assert "(webhook)" in charged

@@ -20,7 +20,12 @@ index query, its writes and reads, a death or timeout mid-sweep), besides its ke
 cannot be read and the provider's search and list down during one sweep. Sweeps are part of the
 schedule: the sweeper may run between waves, and always runs after the last, each time through
 SweeperFunction itself (its handler, lock and role) on a clock past every lease and the search
-grace, one tick after the other. It runs them through the real ASL with the real handlers, waits
+grace, one tick after the other. Stripe's webhooks are drawn too, wired as `saga up` wires them (the
+emulator's signed deliveries to the receiver's local function URL, the consumer on the webhook
+queue): never delivered, or delivered with any of duplicates, reordering, delays, losses and the
+endpoint down for a while (its deliveries retried on Stripe's schedule, compressed), so that a
+webhook may close a claim while its execution still runs, after it ended, or before a sweep.
+It runs them through the real ASL with the real handlers, waits
 for every execution, lets every late write land, runs the sweeper, and checks the invariants of
 docs/design.md at the provider, in the claims table and on the outcome bus:
 
@@ -90,7 +95,9 @@ from payment_saga.claims import SECONDS_PER_DAY, ClaimsStore
 from payment_saga.outcomes import attempt_event_id
 from payment_saga.reconcile import DEFAULT_SEARCH_GRACE_SECONDS
 from payment_saga.sweep_lock import LEASE_MARGIN_SECONDS, SweepLock
+from saga_local.aws.embedded import wire_webhooks
 from saga_local.aws.moto_adapter import Throttled
+from saga_local.aws.stack import REGION
 from saga_local.commands.chaos import (
     PROVIDER_ENDPOINTS,
     broken_invariants,
@@ -112,7 +119,7 @@ from saga_local.runtime.faults import (
     redeliver,
     valid_points,
 )
-from saga_local.stripe_emulator import FAULT_KINDS
+from saga_local.stripe_emulator import FAULT_KINDS, WebhookDisorder
 from tests.helpers import order
 from tests.local.conftest import lease_seconds
 
@@ -231,6 +238,42 @@ class SweepTroubleSpec:
 
 
 @dataclass(frozen=True)
+class WebhookSpec:
+    """How Stripe's webhooks reach the stack in this example: each delivery fault on or off (a
+    quarter of the events duplicated, reordered, delayed or never delivered), the endpoint down for
+    the example's first moments (the deliveries meanwhile retried on Stripe's compressed schedule)."""
+
+    duplicate: bool
+    reorder: bool
+    delay: bool
+    lose: bool
+    down: bool
+    seed: int
+
+    def disorder(self) -> WebhookDisorder:
+        share = 0.25
+        return WebhookDisorder(
+            duplicate=share if self.duplicate else 0.0,
+            reorder=share if self.reorder else 0.0,
+            reorder_seconds=0.2,
+            delay=share if self.delay else 0.0,
+            delay_seconds=0.3,
+            lose=share if self.lose else 0.0,
+            down_seconds=0.3 if self.down else 0.0,
+            seed=self.seed,
+        )
+
+    def __str__(self) -> str:
+        kinds = [k for k in ("duplicate", "reorder", "delay", "lose", "down") if getattr(self, k)]
+        return f"webhooks: delivered ({', '.join(kinds) or 'in order, once'}; seed {self.seed})"
+
+
+#: No webhook reaches the stack: every delivery lost (the schedules of :data:`KNOWN`, found before
+#: the stack had webhooks, and any example that draws none).
+NO_WEBHOOKS = WebhookDisorder(lose=1.0)
+
+
+@dataclass(frozen=True)
 class Scenario:
     orders: tuple[OrderPlan, ...]
     faults: tuple[FaultSpec, ...]
@@ -243,6 +286,8 @@ class Scenario:
     #: After these waves, the sweeper runs (it always runs after the last one).
     sweep_after_waves: tuple[int, ...] = ()
     sweep_troubles: tuple[SweepTroubleSpec, ...] = ()
+    #: How Stripe's webhooks are delivered (None: never).
+    webhooks: WebhookSpec | None = None
 
     def __repr__(self) -> str:
         lines = ["Scenario:"]
@@ -261,6 +306,7 @@ class Scenario:
             lines.append(f"  an unreadable closing row written before wave {self.poison_before_wave + 1}")
         lines.extend(f"  the sweeper runs after wave {w + 1}" for w in self.sweep_after_waves)
         lines.extend(f"  {trouble}" for trouble in self.sweep_troubles)
+        lines.append(f"  {self.webhooks}" if self.webhooks is not None else "  webhooks: none delivered")
         if not self.faults and not self.provider_faults:
             lines.append("  (no faults)")
         return "\n".join(lines)
@@ -417,6 +463,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     troubles = draw(
         st.lists(st.builds(SweepTroubleSpec, st.sampled_from(SWEEP_TROUBLES), st.integers(1, 2)), max_size=1)
     )
+    flags = [st.booleans()] * 5
+    webhooks = draw(st.none() | st.builds(WebhookSpec, *flags, st.integers(0, 2**16)))
     return Scenario(
         orders,
         tuple(step_faults + start_faults + relay_faults + sweeper_faults),
@@ -425,6 +473,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         poison_before_wave=poison,
         sweep_after_waves=tuple(sweep_after),
         sweep_troubles=tuple(troubles),
+        webhooks=webhooks,
     )
 
 
@@ -442,8 +491,10 @@ class Outcome:
 def run(saga: Saga, scenario: Scenario, ids: list[str], sweeps: SweepSchedule) -> None:
     saga.faults.clear()
     saga.provider.clear_faults()
-    for spec in scenario.faults:
-        saga.faults.add(spec.fault(ids))
+    spec = scenario.webhooks
+    saga.provider.webhooks.disorder = spec.disorder() if spec is not None else NO_WEBHOOKS
+    for fault_spec in scenario.faults:
+        saga.faults.add(fault_spec.fault(ids))
     for provider_spec in scenario.provider_faults:
         # A timeout is held briefly then cut: to the SDK, the same unknown outcome as a read timeout.
         seconds = 0.1 if provider_spec.kind == "timeout_after_apply" else None
@@ -899,6 +950,11 @@ def hold_the_promise(saga: Saga, examples: int) -> None:
     began = time.monotonic()
     hunt = Hunt()
     schedule = SweepSchedule(saga)
+    # Stripe's webhooks as `saga up` wires them; their retries (a minute, five...) in milliseconds.
+    url = wire_webhooks(
+        saga.stack, saga.provider, lambda service: boto3.client(service, region_name=REGION), saga.driver
+    )
+    saga.provider.webhooks.time_scale = 0.001
 
     @settings(
         max_examples=examples,
@@ -936,11 +992,17 @@ def hold_the_promise(saga: Saga, examples: int) -> None:
         ran["refused PutEvents entries"] += len(refused)
         ran["unreadable rows"] += scenario.poison_before_wave is not None
         ran.update(f"sweeps {how}" for how in sweeps.ends.elements())
+        attempts = [a for a in saga.provider.webhooks.attempts() if a.order_id in ids]
+        ran["webhook deliveries"] += sum(a.delivered for a in attempts)
+        ran["webhook attempts failed"] += sum(not a.delivered for a in attempts)
         after = judge(saga, ids, swept=True)
         note(f"after the sweep: {after.endings}")
         hunt.check(after, "after the sweep")
 
-    promise_holds()
+    try:
+        promise_holds()
+    finally:
+        url.stop()
     elapsed = time.monotonic() - began
     covered = ", ".join(f"{what} {n}" for what, n in sorted(ran.items()) if what != "examples")
     print(f"\n{ran['examples']} examples in {elapsed:.1f} s; endings before the sweep, faults fired, sweeps:")

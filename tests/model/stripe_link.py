@@ -35,8 +35,12 @@ if TYPE_CHECKING:
     Send = Callable[[], Reply]
     LinkInterceptor = Callable[[str, str, dict[str, str], bytes, Send], Reply]
 
-#: Instance attributes of the emulator that are machinery, not state.
-_MACHINERY = frozenset({"_lock", "_stopping", "_server", "_thread", "_connections", "_clock"})
+#: Instance attributes of the emulator that are machinery, not state: the lock, the server, and the
+#: webhook sender and settlement timers (threads; the model registers no webhook endpoint and sets no
+#: settlement delay, so they never act).
+_MACHINERY = frozenset(
+    {"_lock", "_stopping", "_server", "_thread", "_connections", "_clock", "webhooks", "_settlements"}
+)
 _LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()), threading.Event, threading.Thread)
 
 

@@ -5,35 +5,15 @@ the webhook alone resolves the claim an execution could not."""
 
 from __future__ import annotations
 
-import json
 import threading
-import time
 from typing import TYPE_CHECKING, Any
 
 from handlers import runtime as handler_runtime
 from saga_local.runtime.faults import Fault
-from tests.helpers import Saga, order, signed_webhook_request, webhook_event_source, webhook_signing_secret
+from tests.helpers import Saga, deliver_webhook, order
 
 if TYPE_CHECKING:
     import pytest
-
-
-def deliver(saga: Saga, order_id: str, kind: str) -> None:
-    """Stripe's ``payment_intent.<kind>`` event for the order's PaymentIntent, delivered and applied."""
-    (intent,) = saga.provider.payment_intents(order_id)
-    event = {
-        "id": f"evt_{kind}_{order_id}",
-        "object": "event",
-        "type": f"payment_intent.{kind}",
-        "created": int(time.time()),
-        "livemode": False,
-        "data": {"object": intent},
-    }
-    request = signed_webhook_request(json.dumps(event), webhook_signing_secret(saga.stack))
-    with saga.runtime.outside_invocation():
-        answer = saga.runtime.invoke(saga.stack.function_name("WebhookReceiverFunction"), request)
-        assert json.loads(answer.payload)["statusCode"] == 200, answer.payload
-        assert webhook_event_source(saga).poll_once() == 1
 
 
 def finals(saga: Saga, order_id: str) -> list[str]:
@@ -51,7 +31,7 @@ def test_a_charge_whose_mark_complete_never_answered_is_completed_by_its_webhook
     assert result.error == "NeedsReconciliation"
     assert saga.driver.claim("ORDER-003")["status"] == "CLAIMED"  # type: ignore[index]
 
-    deliver(saga, "ORDER-003", "succeeded")
+    deliver_webhook(saga, "ORDER-003", "succeeded")
 
     (landed,) = saga.provider.charges_for("ORDER-003")
     claim = saga.driver.claim("ORDER-003")
@@ -69,7 +49,7 @@ def test_a_decline_whose_release_never_ran_is_released_by_its_failed_webhook(sag
     result = saga.driver.wait(saga.driver.start(declined, name="release-fails"))
     assert result.error == "ReleaseFailed"
 
-    deliver(saga, "ORDER-D", "payment_failed")
+    deliver_webhook(saga, "ORDER-D", "payment_failed")
 
     claim = saga.driver.claim("ORDER-D")
     assert claim is not None
@@ -94,7 +74,7 @@ def test_a_webhook_that_completes_the_claim_before_the_charges_retry_ends_the_or
         if saga.provider.charges_for(order_id) and not delivered:
             delivered.append(order_id)
             # Stripe, the receiver and the consumer are not this invocation: another thread, as on AWS.
-            stripe_side = threading.Thread(target=deliver, args=(saga, order_id, "succeeded"))
+            stripe_side = threading.Thread(target=deliver_webhook, args=(saga, order_id, "succeeded"))
             stripe_side.start()
             stripe_side.join()
         return real_check_held(order_id, **kwargs)
@@ -110,3 +90,19 @@ def test_a_webhook_that_completes_the_claim_before_the_charges_retry_ends_the_or
     assert claim is not None
     assert (claim["status"], claim["chargeId"]) == ("COMPLETED", landed.charge_id)
     assert finals(saga, "ORDER-003") == ["OrderCharged"]
+
+
+def test_a_live_mode_event_signed_for_a_test_stack_completes_nothing(saga: Saga) -> None:
+    """The stack's key is a test key (PaymentApiMode=test): a live event, however well signed (the live
+    endpoint's secret copied into the test stack's), is no proof about its orders."""
+    saga.faults.add(Fault("MarkCompleteFunction", "start", "die", times=100))
+    saga.driver.wait(saga.driver.start(order(), name="live-event"))
+
+    deliver_webhook(saga, "ORDER-003", "succeeded", livemode=True)
+
+    claim = saga.driver.claim("ORDER-003")
+    assert claim is not None
+    assert claim["status"] == "CLAIMED"
+    assert "OrderCharged" not in finals(saga, "ORDER-003")
+    deliver_webhook(saga, "ORDER-003", "succeeded")  # the test-mode event: completes it
+    assert saga.driver.claim("ORDER-003")["status"] == "COMPLETED"  # type: ignore[index]

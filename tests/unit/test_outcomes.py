@@ -212,6 +212,15 @@ def test_a_mark_left_by_an_earlier_sweep_does_not_make_the_sagas_write_the_sweep
     assert json.loads(events.entries[0]["Detail"])["resolvedBy"] == "saga"
 
 
+def test_a_claim_a_webhook_closed_is_published_as_resolved_by_the_webhook() -> None:
+    events = FakeEvents()
+    relay(events, FakeSqs()).relay(
+        row("CLAIMED"),
+        row("COMPLETED", chargeId="pi_1", webhookEventId="evt_1", reconciledAt="2026-01-01T01:00:00Z"),
+    )
+    assert json.loads(events.entries[0]["Detail"])["resolvedBy"] == "webhook"
+
+
 def test_a_refused_entry_raises_so_the_record_is_retried() -> None:
     with pytest.raises(OutcomeNotPublished):
         relay(FakeEvents(fail=True), FakeSqs()).relay(row("CLAIMED"), row("COMPLETED"))
