@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import stripe
 
+from payment_saga.errors import PaymentDeclined, PaymentOutcomeUnknown
 from payment_saga.orders import Order
-from payment_saga.payments import PaymentDeclined, PaymentOutcomeUnknown, StripeProvider, idempotency_key
+from payment_saga.payments import StripeProvider, idempotency_key
 from saga_local.aws.stack import LOCAL_API_KEY
 from saga_local.stripe_emulator import ProviderEmulator, WebhookDisorder
 
@@ -88,7 +89,7 @@ def sdk(emulator: ProviderEmulator, api_key: str = LOCAL_API_KEY) -> stripe.Stri
 def endpoint(emulator: ProviderEmulator, receiver: Receiver, api_key: str = LOCAL_API_KEY) -> str:
     """Register the receiver as the saga registers its endpoint; return the signing secret."""
     made = sdk(emulator, api_key).v1.webhook_endpoints.create(
-        {"url": receiver.url, "enabled_events": SAGA_EVENTS}
+        {"url": receiver.url, "enabled_events": SAGA_EVENTS}  # type: ignore[typeddict-item]
     )
     assert made.secret is not None
     assert made.secret.startswith("whsec_")
