@@ -8,8 +8,15 @@ could be stale, and no index is consulted on the way to a charge.
 Lifecycle (the words people and tools read in the table)::
 
     (none) --claim--> CLAIMED --complete--> COMPLETED      (never claimed again)
-                         |
+                         |  |
+                         |  +--await settlement--> CLAIMED, settlementIntentId, lease = settleBy
+                         |                            (complete on succeeded, release on failed)
                          +----release----> RELEASED --claim--> CLAIMED (attempt + 1)
+
+Awaiting settlement is not a status of its own: the claim stays ``CLAIMED`` under its holder's token,
+so the gate and every fenced write read it as they read any open claim, and it is closed by the same
+two writes. What it adds is the PaymentIntent the provider settles later and a lease that runs to the
+settle-by deadline (``payment_saga.claims.settlement``).
 
 A claim is held by a *token*: the Step Functions execution id. Complete and release are fenced
 on it (invariant 7); a retried Claim step of the same execution finds its own token and is
@@ -39,6 +46,8 @@ Attributes beyond the obvious ones:
   conditional write (``ADD #version :one``; the tombstone is put at 1), so it grows strictly with
   every change of the row: the outcome events carry it as ``sequence``, which lets a consumer find
   an order's latest outcome whatever order the events arrive in.
+* ``settlementIntentId``, ``awaitingSettlementSince``, ``settleBy``: set while the claim awaits a
+  payment the provider settles later (``processing``); a claim after a release removes them.
 * ``expiresAt`` (TTL): set only once the claim is ``COMPLETED`` or ``RELEASED``. An open claim never
   expires: deleting it would let a duplicate claim the order afresh under a forgotten key.
 """
@@ -49,6 +58,7 @@ from payment_saga.claims.rows import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_REPLAY_HORIZON_SECONDS,
     DEFAULT_RETENTION_SECONDS,
+    DEFAULT_SETTLEMENT_WINDOW_DAYS,
     MAX_CLAIM_WRITES,
     NO_OWNER,
     OPEN,
@@ -73,6 +83,7 @@ __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_REPLAY_HORIZON_SECONDS",
     "DEFAULT_RETENTION_SECONDS",
+    "DEFAULT_SETTLEMENT_WINDOW_DAYS",
     "MAX_CLAIM_WRITES",
     "NO_OWNER",
     "OPEN",

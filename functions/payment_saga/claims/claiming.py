@@ -203,7 +203,9 @@ class ClaimWrites(ClaimsTable):
                     " paymentAttempt = :pa, attempt = :next, attemptStartedAt = :now,"
                     " attemptStartedBy = :token,"
                     " claimedAt = :now_iso, openClaim = :open, #order = :order"
-                    " REMOVE releaseReason, releasedAt, expiresAt"
+                    # A new attempt awaits nothing: the last one's settlement ended in its release.
+                    " REMOVE releaseReason, releasedAt, expiresAt,"
+                    " settlementIntentId, awaitingSettlementSince, awaitingSettlementAt, settleBy"
                 ),
                 "ConditionExpression": (
                     f"{released_at_seen_attempt} AND {same_order} AND {not_declined} AND {_NOT_FENCED}"

@@ -39,6 +39,11 @@ OPEN_SHARDS = 16
 MAX_CLAIM_WRITES = 4
 #: ``attemptStartedBy`` after a takeover: nobody can prove that nothing was charged under the attempt.
 NO_OWNER = ""
+#: How long a payment that settles later (a SEPA or ACH debit) may stay ``processing`` before the sweeper
+#: asks the provider and alarms if it still has not settled: the template's SettlementWindowDays
+#: default. Stripe documents up to 14 business days for a SEPA Direct Debit to succeed or fail (ACH:
+#: 4); 14 business days are at most 20 calendar days, and one more leaves a day for a bank holiday.
+DEFAULT_SETTLEMENT_WINDOW_DAYS = 21
 
 
 def open_shard(order_id: str) -> str:
@@ -87,6 +92,11 @@ def _string_set(item: dict[str, Any], name: str) -> frozenset[str]:
     return frozenset(item.get(name, {}).get("SS", ()))
 
 
+def _optional_number(item: dict[str, Any], name: str) -> int | None:
+    value = item.get(name, {}).get("N")
+    return int(value) if value is not None else None
+
+
 @dataclass(frozen=True)
 class Claim:
     """A claim row as DynamoDB holds it."""
@@ -113,6 +123,19 @@ class Claim:
     #: ``order``), None when it names none or the row holds no order message. Every charge request
     #: that execution sends carries it as ``customer``; a takeover's order may name another.
     provider_customer_id: str | None = None
+    #: The PaymentIntent the provider settles later (``settlementIntentId``), once the claim awaits
+    #: settlement; None otherwise. Its lease then runs to ``settle_by``.
+    settlement_intent_id: str | None = None
+    #: When the claim started to await settlement (``awaitingSettlementSince``): every charge request
+    #: of the attempt was sent before it.
+    awaiting_settlement_since: int | None = None
+    #: Until when the provider may take to settle (``settleBy``), after which the sweeper asks.
+    settle_by: int | None = None
+
+    @property
+    def awaiting_settlement(self) -> bool:
+        """Whether the claim is held open for a payment the provider settles later."""
+        return self.status is ClaimStatus.CLAIMED and self.settlement_intent_id is not None
 
     def lease_expired(self, now: float) -> bool:
         """Whether the lease ran out: strictly after its last second (``leaseExpiresAt < now``)."""
@@ -147,6 +170,9 @@ class Claim:
             release_log=_string_set(item, "releaseLog"),
             version=int(item.get("version", {}).get("N", 0)),
             provider_customer_id=item.get("order", {}).get("M", {}).get("providerCustomerId", {}).get("S"),
+            settlement_intent_id=item.get("settlementIntentId", {}).get("S"),
+            awaiting_settlement_since=_optional_number(item, "awaitingSettlementSince"),
+            settle_by=_optional_number(item, "settleBy"),
         )
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from payment_saga.claims.claiming import ClaimWrites
 from payment_saga.claims.closing import ClosingWrites
+from payment_saga.claims.settlement import SettlementWrites
 
 
-class ClaimsStore(ClaimWrites, ClosingWrites):
+class ClaimsStore(ClaimWrites, ClosingWrites, SettlementWrites):
     """Conditional claim / complete / release on the claims table.
 
     Args:
@@ -16,4 +17,6 @@ class ClaimsStore(ClaimWrites, ClosingWrites):
         lease_seconds: how long a claim protects its holder (see ``DEFAULT_LEASE_SECONDS``).
         retention_seconds: TTL after which DynamoDB may delete a closed (completed or released) row.
         replay_horizon_seconds: the oldest attempt a takeover may continue.
+        settlement_window_seconds: how long a payment that settles later may take (the claim's lease
+            while it awaits settlement; see ``DEFAULT_SETTLEMENT_WINDOW_DAYS``).
     """

@@ -16,8 +16,10 @@ from payment_saga.claims.rows import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_REPLAY_HORIZON_SECONDS,
     DEFAULT_RETENTION_SECONDS,
+    DEFAULT_SETTLEMENT_WINDOW_DAYS,
     OPEN_CLAIMS_INDEX,
     OPEN_SHARD_VALUES,
+    SECONDS_PER_DAY,
     Claim,
     ClaimStatus,
 )
@@ -45,6 +47,7 @@ class ClaimsTable:
         lease_seconds: int = DEFAULT_LEASE_SECONDS,
         retention_seconds: int = DEFAULT_RETENTION_SECONDS,
         replay_horizon_seconds: int = DEFAULT_REPLAY_HORIZON_SECONDS,
+        settlement_window_seconds: int = DEFAULT_SETTLEMENT_WINDOW_DAYS * SECONDS_PER_DAY,
     ) -> None:
         self.table_name = table_name
         self._client = client
@@ -52,6 +55,7 @@ class ClaimsTable:
         self.lease_seconds = lease_seconds
         self.retention_seconds = retention_seconds
         self.replay_horizon_seconds = replay_horizon_seconds
+        self.settlement_window_seconds = settlement_window_seconds
 
     def now(self) -> int:
         """The store's clock, in whole seconds (leases are whole seconds)."""

@@ -169,8 +169,8 @@ WRITES.text(
 )
 WRITES.text(
     "claims-reclaim-keeps-ttl",
-    '" REMOVE releaseReason, releasedAt, expiresAt"',
-    '" REMOVE releaseReason, releasedAt"',
+    '" REMOVE releaseReason, releasedAt, expiresAt,"',
+    '" REMOVE releaseReason, releasedAt,"',
     "a re-claimed row keeps its release's TTL: DynamoDB deletes an open claim (hole 3)",
 )
 WRITES.text(
