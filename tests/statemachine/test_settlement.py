@@ -15,6 +15,7 @@ from payment_saga.claims import DEFAULT_SETTLEMENT_WINDOW_DAYS, SECONDS_PER_DAY,
 from payment_saga.payments import StripeProvider
 from payment_saga.reconcile import ReconcileOutcome, ReconcileReport, reconcile
 from saga_local.aws.stack import LOCAL_API_KEY, REGION
+from saga_local.runtime.faults import Fault
 from tests.helpers import Saga, order
 from tests.statemachine.test_webhooks import deliver
 
@@ -76,6 +77,20 @@ def test_a_debit_that_settles_later_ends_awaiting_settlement_with_its_claim_kept
     copy = saga.driver.wait(saga.driver.start(order("ORDER-SEPA"), name="ORDER-SEPA-copy"))
     assert copy.outcome == "DUPLICATE"
     assert len(saga.provider.payment_intents("ORDER-SEPA")) == 1
+
+
+def test_an_await_settlement_that_died_after_its_write_is_retried_into_awaiting_settlement(
+    saga: Saga,
+) -> None:
+    saga.faults.add(Fault("MarkCompleteFunction", "after:dynamodb.UpdateItem", "die", times=1))
+
+    result = settles_later(saga)
+
+    assert result.path[-1] == "Awaiting Settlement", result  # its write found again, no page
+    claim = saga.driver.claim("ORDER-SEPA")
+    assert claim is not None
+    assert claim["status"] == "CLAIMED"
+    assert [e["type"] for e in published(saga, "ORDER-SEPA")] == ["OrderPaymentProcessing"]
 
 
 def test_the_succeeded_webhook_completes_an_awaiting_claim_once_and_late_events_change_nothing(

@@ -16,6 +16,8 @@ SWEEPER = "tests/functional/test_sweeper.py"
 DECLINED = "tests/functional/test_declined_attempts.py"
 EDGES = "tests/statemachine/test_gate_edges.py"
 PROPERTIES = "tests/local/test_properties.py"
+WEBHOOK_WRITES = "tests/functional/test_webhook_writes.py"
+SETTLING = "tests/statemachine/test_settlement.py"
 
 _DEFAULT_TESTS = (PROTOCOL, CLAIMS_TESTS, HOLES, TAKEOVER)
 _PACKAGE = "functions/payment_saga/claims"
@@ -25,7 +27,8 @@ ROWS = Catalogue(f"{_PACKAGE}/rows.py", _DEFAULT_TESTS)
 WRITES = Catalogue(f"{_PACKAGE}/claiming.py", _DEFAULT_TESTS)
 TABLE = Catalogue(f"{_PACKAGE}/table.py", _DEFAULT_TESTS)
 CLOSING = Catalogue(f"{_PACKAGE}/closing.py", _DEFAULT_TESTS)
-CLAIMS = (ROWS, WRITES, TABLE, CLOSING)
+SETTLEMENT = Catalogue(f"{_PACKAGE}/settlement.py", (WEBHOOK_WRITES, SETTLING))
+CLAIMS = (ROWS, WRITES, TABLE, CLOSING, SETTLEMENT)
 
 # -- what a lost write's returned row says --
 WRITES.text(
@@ -254,4 +257,47 @@ CLOSING.text(
     equivalent="the resend then fails its condition and returns our tombstone; the next pass of "
     "fence_failed_claim ADDs the token to fencedTokens (already there) and wins: one write more, "
     "the same fence and the same answer (None)",
+)
+
+# -- the wait for a payment that settles later --
+SETTLEMENT.text(
+    "claims-await-settlement-not-fenced",
+    '"#status = :claimed AND claimToken = :token AND attempt = :attempt"\n'
+    '                " AND attribute_not_exists(chargeId)"',
+    '"#status = :claimed AND attempt = :attempt"\n                " AND attribute_not_exists(chargeId)"',
+    "another execution's write keeps a claim it does not hold open for weeks (invariant 7)",
+)
+SETTLEMENT.text(
+    "claims-await-settlement-any-attempt",
+    '"#status = :claimed AND claimToken = :token AND attempt = :attempt"',
+    '"#status = :claimed AND claimToken = :token"',
+    "a late Await Settlement of an earlier attempt moves the lease of the attempt that followed",
+)
+SETTLEMENT.text(
+    "claims-await-settlement-reopens-a-closed-claim",
+    '"#status = :claimed AND claimToken = :token AND attempt = :attempt"',
+    '"claimToken = :token AND attempt = :attempt"',
+    "a claim the webhook released as declined first is marked awaiting settlement again",
+)
+SETTLEMENT.text(
+    "claims-await-settlement-any-intent",
+    '" AND (attribute_not_exists(settlementIntentId) OR settlementIntentId = :pi)"',
+    '""',
+    "a claim awaiting one PaymentIntent is made to await another (the first one's failure then"
+    " releases nothing, its success is a duplicate charge)",
+)
+SETTLEMENT.text(
+    "claims-await-settlement-keeps-the-lease",
+    '"SET leaseExpiresAt = :settle_by, settleBy = :settle_by,',
+    '"SET settleBy = :settle_by,',
+    "the lease is not moved to the settle-by deadline: the claim is taken over and re-charged, and the"
+    " sweeper polls it from the next hour on",
+    tests=(WEBHOOK_WRITES, SETTLING),
+)
+WRITES.text(
+    "claims-reclaim-keeps-the-settlement",
+    '" settlementIntentId, awaitingSettlementSince, awaitingSettlementAt, settleBy"',
+    '" awaitingSettlementAt"',
+    "a new attempt after a released debit still looks like it awaits the old PaymentIntent",
+    tests=(WEBHOOK_WRITES,),
 )
