@@ -14,7 +14,13 @@ import stripe  # noqa: F401
 
 from handlers.runtime import claims_store, count, log_event, logger, metrics, provider, tracer
 from payment_saga.claims import ClaimStatus
-from payment_saga.errors import ChargeNotAttempted, ClaimLost, PaymentDeclined, PaymentOutcomeUnknown
+from payment_saga.errors import (
+    ChargeNotAttempted,
+    ClaimLost,
+    PaymentDeclined,
+    PaymentOutcomeUnknown,
+    PaymentProcessing,
+)
 from payment_saga.orders import order_from_message
 from payment_saga.payments import idempotency_key
 from payment_saga.proof import first_request_of_attempt
@@ -115,6 +121,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     except PaymentDeclined as exc:
         log_event("charge_declined", declineCode=exc.decline_code)
         count("ChargeDeclined")
+        raise
+    except PaymentProcessing as exc:
+        # Not unknown: the provider settles it later and says how in a webhook. The state machine
+        # keeps the claim for it (Await Settlement); nothing to retry, nothing to page.
+        log_event("charge_processing", chargeId=exc.payment_intent_id)
+        count("ChargeProcessing")
         raise
     except PaymentOutcomeUnknown as exc:
         logger.warning(

@@ -1,7 +1,12 @@
-"""Mark Complete: the fenced write that closes the claim once the money moved."""
+"""Mark Complete: the fenced write that closes the claim once the money moved.
+
+The same function makes the state machine's other write on a held claim, in state "Await
+Settlement": a payment the provider settles later keeps the claim open, fenced on its token.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from handlers.runtime import claims_store, count, log_event, logger, metrics, tracer
@@ -9,6 +14,37 @@ from payment_saga.errors import ClaimLost
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
+
+
+def settling_intent(error: dict[str, Any]) -> str:
+    """The PaymentIntent named by Charge Payment's ``PaymentProcessing`` as the state machine caught it.
+
+    ``error`` is the Catch's ``{"Error", "Cause"}``; ``Cause`` is Lambda's error JSON, whose
+    ``errorMessage`` is the JSON the provider client wrote (``payments.PaymentProcessing``).
+    """
+    message = json.loads(error["Cause"])["errorMessage"]
+    intent = json.loads(message)["paymentIntentId"]
+    if not isinstance(intent, str) or not intent:
+        raise ValueError("PaymentProcessing names no PaymentIntent")
+    return intent
+
+
+def _await_settlement(event: dict[str, Any]) -> dict[str, Any]:
+    order_id = event["orderId"]
+    token = event["claimToken"]
+    attempt = int(event["attempt"])
+    intent = settling_intent(event["settlement"])
+    try:
+        claim = claims_store().await_settlement(
+            order_id, token=token, attempt=attempt, payment_intent_id=intent
+        )
+    except ClaimLost as exc:
+        logger.error("settlement_refused", extra={"event": "settlement_refused", "reason": str(exc)})
+        count("SettlementRefused")
+        raise
+    log_event("awaiting_settlement", chargeId=intent, attempt=attempt, settleBy=claim.settle_by)
+    count("AwaitingSettlement")
+    return {"orderId": order_id, "paymentIntentId": intent, "attempt": attempt, "settleBy": claim.settle_by}
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -21,11 +57,18 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     "amount", "currency"}`` (Mark Complete is the last state: no Pass state after it). Also when the
     claim was completed with this very charge by the execution that took the attempt over: the
     order is charged, once, and there is nothing to reconcile.
+
+    With ``"settlement"`` (state "Await Settlement": ``{"orderId", "claimToken", "attempt",
+    "settlement": <the caught PaymentProcessing>}``) it records that the claim awaits the
+    settlement of the PaymentIntent instead; output ``{"orderId", "paymentIntentId", "attempt",
+    "settleBy"}``.
     """
+    logger.append_keys(orderId=event["orderId"], execution=event["claimToken"])
+    if "settlement" in event:
+        return _await_settlement(event)
     order_id = event["orderId"]
     token = event["claimToken"]
     charge = event["charge"]
-    logger.append_keys(orderId=order_id, execution=token)
     try:
         claim = claims_store().complete(order_id, token=token, charge_id=charge["chargeId"])
     except ClaimLost as exc:

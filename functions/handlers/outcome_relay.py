@@ -1,9 +1,10 @@
 """Outcome Relay: the claims table's stream -> one outcome event per closing transition (an outbox).
 
 The event source mapping (template.yaml) filters the stream down to writes that made a row
-``COMPLETED`` or ``RELEASED`` (``payment_saga.outcomes.closing_transition`` checks again: a filter is
-configuration, the rule lives in the domain). For each, ``OutcomeRelay`` publishes the outcome on the
-bus and re-queues an order proven never charged, within its bound.
+``COMPLETED`` or ``RELEASED``, or made an open claim await settlement
+(``payment_saga.outcomes.read_change`` checks again: a filter is configuration, the rule lives in the
+domain). For each, ``OutcomeRelay`` publishes the outcome on the bus and re-queues an order proven
+never charged, within its bound.
 
 * In stream order, and stopping at the first failure: the records of a batch are handled one by
   one; the first that fails is reported in ``batchItemFailures`` with every record after it, none

@@ -17,7 +17,12 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from botocore.config import Config
 
-from payment_saga.claims import DEFAULT_LEASE_SECONDS, SECONDS_PER_DAY, ClaimsStore
+from payment_saga.claims import (
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_SETTLEMENT_WINDOW_DAYS,
+    SECONDS_PER_DAY,
+    ClaimsStore,
+)
 from payment_saga.payments import StripeProvider, stripe_secret_from_string
 
 if TYPE_CHECKING:
@@ -55,8 +60,8 @@ def _client(service: str) -> Any:
 
 @functools.cache
 def claims_store() -> ClaimsStore:
-    """The claims store configured from ``CLAIMS_TABLE_NAME``, ``CLAIM_LEASE_SECONDS`` and
-    ``CLAIM_RETENTION_DAYS``.
+    """The claims store configured from ``CLAIMS_TABLE_NAME``, ``CLAIM_LEASE_SECONDS``,
+    ``CLAIM_RETENTION_DAYS`` and ``SETTLEMENT_WINDOW_DAYS``.
 
     The retention has no default here: a closed claim kept too briefly lets a redriven copy of a
     charged order be charged again, so the one figure is the template's ``ClaimRetentionDays``
@@ -67,6 +72,9 @@ def claims_store() -> ClaimsStore:
         client=client("dynamodb"),
         lease_seconds=int(env("CLAIM_LEASE_SECONDS", str(DEFAULT_LEASE_SECONDS))),
         retention_seconds=int(env("CLAIM_RETENTION_DAYS")) * SECONDS_PER_DAY,
+        # Only the writes that start a wait for settlement read it (Mark Complete, the webhook consumer).
+        settlement_window_seconds=int(env("SETTLEMENT_WINDOW_DAYS", str(DEFAULT_SETTLEMENT_WINDOW_DAYS)))
+        * SECONDS_PER_DAY,
     )
 
 

@@ -96,10 +96,18 @@ def record_decision(decision: ReconcileDecision) -> None:
         )
         count("ChargeOnReleasedClaim")
     elif outcome is ReconcileOutcome.PENDING:
-        log_event("reconciliation_pending", **fields, listCapReached=decision.list_cap_reached)
+        log_event(
+            "reconciliation_pending",
+            **fields,
+            listCapReached=decision.list_cap_reached,
+            settlementOverdue=decision.settlement_overdue,
+        )
         count("ReconciliationPending")
         if decision.list_cap_reached:
             count("ReconciliationListCapped")
+        if decision.settlement_overdue:
+            # A debit still unsettled past the window its payment method allows: SettlementOverdueAlarm.
+            count("SettlementOverdue")
     elif outcome is ReconcileOutcome.CHANGED:
         # Someone else moved the claim on between discovery and the write: not an error.
         log_event("reconciliation_changed", **fields)

@@ -63,6 +63,22 @@ class PaymentOutcomeUnknown(SagaError):
     """
 
 
+class PaymentProcessing(PaymentOutcomeUnknown):
+    """The provider accepted the payment for later settlement (``processing``: a SEPA or ACH debit).
+
+    Not an unknown outcome: the provider says what happens next, days later, in a webhook
+    (``payment_intent.succeeded`` or ``payment_intent.payment_failed``). Charge Payment raises it
+    without retrying; the state machine records the wait on the claim (state "Await Settlement") and
+    ends in "Awaiting Settlement". A subclass of :class:`PaymentOutcomeUnknown` so that any caller that
+    does not know it still treats it as unknown (keeps the claim). Its message is JSON naming the
+    PaymentIntent (``paymentIntentId``), which the state machine hands on in ``error.Cause``.
+    """
+
+    def __init__(self, message: str, *, payment_intent_id: str) -> None:
+        super().__init__(message)
+        self.payment_intent_id = payment_intent_id
+
+
 class ChargeNotAttempted(SagaError):
     """Nothing was charged: the provider was not reached, or refused the request itself (an HTTP 4xx
     that created no payment), so the claim may be released."""
@@ -86,6 +102,7 @@ NON_RETRYABLE = (
     "InvalidOrder",
     "OrderConflict",
     "PaymentDeclined",
+    "PaymentProcessing",
     "ClaimLost",
     "ReleaseRefused",
 )

@@ -16,6 +16,8 @@ RELEASED / DECLINED       ``OrderDeclined``
 RELEASED / NOT_CHARGED    ``OrderReleased`` (proven never charged), then the order is sent again to
                           the orders queue with a delay and ``OrderRequeued`` is published, while
                           its attempt is below the bound; past it, ``OrderNeedsAttention``.
+CLAIMED, awaiting         ``OrderPaymentProcessing`` (not a closing transition and not final: the
+settlement                claim stays open until the payment settles, then closes as above)
 ========================  =========================================================================
 
 The attempt number grows by one each time a released order is claimed again, so it bounds the
@@ -73,6 +75,9 @@ class Outcome(enum.StrEnum):
     CONFLICT = "OrderConflict"
     REJECTED = "OrderRejected"
     NEEDS_RECONCILIATION = "OrderNeedsReconciliation"
+    #: The provider settles the payment later (a SEPA or ACH debit): the claim awaits settlement.
+    #: Not final: ``OrderCharged`` or ``OrderDeclined`` follows when it settles.
+    PAYMENT_PROCESSING = "OrderPaymentProcessing"
 
 
 #: Outcomes after which nothing more happens to the order without a person or the producer.
@@ -208,6 +213,16 @@ def closing_transition(old: dict[str, Any] | None, new: dict[str, Any] | None) -
     return _status(old) != status
 
 
+def settlement_started(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    """Whether a write made an open claim await settlement: the new row is ``CLAIMED`` with a
+    ``settlementIntentId`` the old one did not have. A resent settlement write (the mark already
+    there) starts nothing.
+    """
+    if _status(new) != ClaimStatus.CLAIMED.value or not (new or {}).get("settlementIntentId"):
+        return False
+    return not (old or {}).get("settlementIntentId")
+
+
 def order_message(item: dict[str, Any]) -> dict[str, Any] | None:
     """The order's canonical message kept in the row's ``order`` map, or None (a row written before)."""
     stored = item.get("order", {}).get("M")
@@ -273,7 +288,9 @@ class Closed:
         """Read the transition; raises :class:`UnreadableChange` when the images cannot be read."""
         try:
             claim = Claim.from_item(new)
-            stamp = "completedAt" if claim.status is ClaimStatus.COMPLETED else "releasedAt"
+            stamp = {ClaimStatus.COMPLETED: "completedAt", ClaimStatus.RELEASED: "releasedAt"}.get(
+                claim.status, "awaitingSettlementAt"
+            )
             late = new.get("lateChargeAttempt", {}).get("N")
             return cls(
                 claim=claim,
@@ -315,7 +332,8 @@ class Closed:
 
 
 def read_change(old: Any, new: Any, now: float) -> Closed | None:
-    """The closing transition a change of a claim row makes, or None when it closes nothing.
+    """The closing transition a change of a claim row makes (or the start of a wait for settlement,
+    read the same way), or None when it publishes nothing.
 
     Reads only, sends nothing: what the relay does first, and what a dry run of a replay asks.
 
@@ -327,7 +345,7 @@ def read_change(old: Any, new: Any, now: float) -> Closed | None:
     if old is not None and not isinstance(old, dict):
         raise UnreadableChange(f"the old image is not a DynamoDB item: {type(old).__name__}")
     try:
-        closing = new is not None and closing_transition(old, new)
+        closing = new is not None and (closing_transition(old, new) or settlement_started(old, new))
     except (TypeError, AttributeError) as exc:
         raise UnreadableChange(f"the claim row's status cannot be read: {exc!r}") from exc
     if new is None or not closing:
@@ -386,6 +404,15 @@ class OutcomeRelay:
         if closed is None:
             return None
         claim = closed.claim
+        if claim.awaiting_settlement:
+            processing = closed.event(
+                Outcome.PAYMENT_PROCESSING,
+                "payment-processing",
+                reason="processing",
+                paymentIntentId=claim.settlement_intent_id,
+                settleBy=iso_utc(claim.settle_by) if claim.settle_by is not None else None,
+            )
+            return self._published(claim.order_id, processing)
         if claim.status is ClaimStatus.COMPLETED:
             return self._published(claim.order_id, closed.event(Outcome.CHARGED, "charged", reason=None))
         if claim.release_reason is ReleaseReason.DECLINED:

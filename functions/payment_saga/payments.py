@@ -20,8 +20,9 @@ required`` because we confirm ``off_session``)
 (parameter validation, or a saved 400 from execution)
 400 ``idempotency_error`` (key reused, other parameters)     :class:`PaymentOutcomeUnknown`
 429 ``rate_limit`` / ``lock_timeout``                       :class:`PaymentOutcomeUnknown`
+``processing`` (a debit that settles later: SEPA, ACH)        :class:`PaymentProcessing`
 400 carrying a PaymentIntent, 409 (same key in flight),      :class:`PaymentOutcomeUnknown`
-5xx, connection errors, timeouts, ``processing``,
+5xx, connection errors, timeouts,
 ``requires_capture``, anything unexpected
 ==========================================================  ==============================
 
@@ -64,7 +65,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from payment_saga.errors import ChargeNotAttempted, PaymentDeclined, PaymentOutcomeUnknown
+from payment_saga.errors import ChargeNotAttempted, PaymentDeclined, PaymentOutcomeUnknown, PaymentProcessing
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -331,8 +332,8 @@ class StripeProvider:
             # allow_redirects=never Stripe offers only methods that complete without sending
             # the customer to another page, which no one could follow from an SQS-driven
             # saga anyway. A card answers synchronously (succeeded, or a 402); any
-            # delayed-notification method (SEPA, ACH) ends in `processing` and therefore in
-            # reconciliation, never in a release.
+            # delayed-notification method (SEPA, ACH) ends in `processing`: the claim is kept
+            # awaiting settlement, never released on it.
             "automatic_payment_methods": {"enabled": True, "allow_redirects": "never"},
             "confirm": True,
             # No customer is present in an SQS-driven saga to complete 3-D Secure. With
@@ -506,8 +507,22 @@ class StripeProvider:
             )
         if status == "requires_action":
             return self._abandon_unauthenticated(intent, order, key)
-        # processing: the payment method settles later (it may yet succeed); requires_capture: the
-        # funds are held; anything else is unexpected. None of these proves nothing will be charged.
+        if status == "processing":
+            # The payment method settles later (a SEPA or ACH debit): it may yet succeed or fail, and
+            # the provider says which in a webhook. Not a release, not a retry: a wait on the claim.
+            raise PaymentProcessing(
+                json.dumps(
+                    {
+                        "paymentIntentId": intent.id,
+                        "status": status,
+                        "reason": f"payment for order {order.order_id} ({key}) settles later",
+                    },
+                    sort_keys=True,
+                ),
+                payment_intent_id=intent.id,
+            )
+        # requires_capture: the funds are held; anything else is unexpected. None of these proves
+        # nothing will be charged.
         raise PaymentOutcomeUnknown(
             f"payment for order {order.order_id} ({key}) is not final: PaymentIntent {intent.id} is {status}"
         )

@@ -71,6 +71,11 @@ Why each branch is safe:
   charge and refunds it.
 * **Pending.** Doing nothing is always safe: the claim keeps every other execution from charging,
   and the next sweep asks again. A claim pending for long needs a person (the metric says so).
+* **Awaiting settlement.** A claim whose payment settles later (a SEPA or ACH debit) has its lease
+  moved to its settle-by deadline, so discovery does not find it before: the provider's webhook
+  settles it first. Found past the deadline, it is asked about like any other (its list window ends
+  when it started to await settlement); still in flight, it is pending with ``settlement_overdue``
+  (its own alarm), outside the pending age.
 * **Races.** Discovery reads the ``OpenClaimsByLease`` index, which lags (allowed: docs/design.md).
   Every change is one conditional write on the base table, fenced on what discovery saw -- still
   ``CLAIMED``, the same claim token, attempt and lease, and the lease run out -- so a claim taken
@@ -84,6 +89,7 @@ attempt: a key forgotten after 24 hours, or a provider fault) is reported in the
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -151,6 +157,9 @@ class ReconcileDecision:
     #: PENDING only: the attempt's window held more PaymentIntents than the list may read. It stays
     #: pending at every sweep: a person decides (runbook).
     list_cap_reached: bool = False
+    #: PENDING only: the claim awaits a payment the provider settles later, and its settle-by deadline
+    #: has passed without a settlement: its own alarm (``SettlementOverdue``), not the pending age.
+    settlement_overdue: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -166,6 +175,7 @@ class ReconcileDecision:
             "releaseReason": self.release_reason.value if self.release_reason else None,
             "extraChargeIds": list(self.extra_charge_ids),
             "listCapReached": self.list_cap_reached,
+            "settlementOverdue": self.settlement_overdue,
         }
 
 
@@ -203,7 +213,7 @@ class ReconcileReport:
         ages = [
             int(self.now - decision.attempt_started_at)
             for decision in self.decisions
-            if decision.outcome in _UNRESOLVED
+            if decision.outcome in _UNRESOLVED and not decision.settlement_overdue
         ]
         return max([0, *ages])
 
@@ -301,6 +311,31 @@ def _settle(
     page_cap: int,
     keep_going: Callable[[], bool] | None,
 ) -> ReconcileDecision:
+    decision = _ask_provider(
+        store, provider, seen, now=now, apply=apply, grace=grace, page_cap=page_cap, keep_going=keep_going
+    )
+    if seen.awaiting_settlement and decision.outcome is ReconcileOutcome.PENDING:
+        # Its lease ran to the settle-by deadline, so the sweeper sees it only past that: the provider
+        # took longer to settle than the payment method allows. A person looks (the runbook).
+        return dataclasses.replace(
+            decision,
+            reason=f"the settlement of {seen.settlement_intent_id} is overdue: {decision.reason}",
+            settlement_overdue=True,
+        )
+    return decision
+
+
+def _ask_provider(
+    store: ClaimsStore,
+    provider: PaymentProvider,
+    seen: Claim,
+    *,
+    now: float,
+    apply: bool,
+    grace: int,
+    page_cap: int,
+    keep_going: Callable[[], bool] | None,
+) -> ReconcileDecision:
     decided = _Decide(seen)
     try:
         key = idempotency_key(seen.order_id, seen.attempt)
@@ -311,7 +346,7 @@ def _settle(
             return decided(ReconcileOutcome.PENDING, f"the provider cannot tell yet: {exc}")
         # Every charge request of the attempt was made while a lease on it was live: the attempt has
         # been quiet since the later of its start and the end of the lease seen.
-        quiet_since = max(seen.attempt_started_at, seen.lease_expires_at)
+        quiet_since = _last_request_by(seen)
         if found.charge is None:
             if now - quiet_since < grace:
                 return decided(
@@ -425,8 +460,20 @@ def attempt_window(claim: Claim) -> tuple[int, int]:
     clocks and a request still on the wire. Fixed by the claim: it does not grow while the claim
     stays stale.
     """
-    sent_until = max(claim.attempt_started_at, claim.lease_expires_at)
+    sent_until = _last_request_by(claim)
     return claim.attempt_started_at - CLOCK_MARGIN_SECONDS, sent_until + CLOCK_MARGIN_SECONDS
+
+
+def _last_request_by(claim: Claim) -> int:
+    """When the attempt's last charge request was sent, at the latest.
+
+    The end of the lease seen; but a claim awaiting settlement had its lease moved to the settle-by
+    deadline by a write made after its charge was answered ``processing``, so its requests were all
+    sent by then (``awaitingSettlementSince``): the window stays the attempt's own, not weeks wide.
+    """
+    if claim.awaiting_settlement and claim.awaiting_settlement_since is not None:
+        return max(claim.attempt_started_at, claim.awaiting_settlement_since)
+    return max(claim.attempt_started_at, claim.lease_expires_at)
 
 
 def listable_customer(claim: Claim) -> str | None:

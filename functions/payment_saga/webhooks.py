@@ -24,13 +24,17 @@ The event (the PaymentIntent's snapshot)       The claim                    Deci
 ``succeeded``, the claim's attempt or an       RELEASED, or moved on to a   CHARGE_ON_RELEASED:
 earlier one                                    later attempt                ``complete_released``,
                                                                             alarm
-``payment_failed`` / ``canceled``, the         CLAIMED, no charge recorded  RELEASE_DECLINED:
-claim's attempt, the PI failed for good                                     ``release`` fenced on the
+``payment_failed`` / ``canceled``, the         CLAIMED, no charge recorded, RELEASE_DECLINED:
+claim's attempt, the PI failed for good        awaiting no other PI         ``release`` fenced on the
                                                                             holder's token
 ``payment_failed`` / ``canceled``              anything else                LEAVE (a succeeded PI of
                                                                             the attempt, or a release,
                                                                             already decided)
-``processing``, ``requires_action``, any       any                          LEAVE: in flight, not
+``processing``, the claim's attempt            CLAIMED, no charge recorded, AWAIT_SETTLEMENT:
+                                               awaiting nothing yet         ``await_settlement``
+                                                                            fenced on the holder's
+                                                                            token, with this PI
+``processing``, ``requires_action``, any       any other                    LEAVE: in flight, not
 status that is not final                                                    proof of anything
 no ``orderId``/``attempt`` metadata, no        -                            IGNORE: not a PaymentIntent
 claim, an attempt the claim never reached                                   of this saga's, or gone
@@ -53,6 +57,13 @@ Why each is safe:
   execution's own Release Claim (same token, same reason) is re-entrant on it, and the payment
   attempt joins ``declinedAttempts``, so no redelivery of it reaches the provider again. Only while
   no charge is recorded for the attempt: a ``succeeded`` PaymentIntent decided first wins.
+* **Await settlement.** A ``processing`` PaymentIntent of the claim's attempt is a payment the
+  provider settles later (a SEPA or ACH debit): the claim is kept, as Charge Payment's own "Await
+  Settlement" step keeps it (the same write, fenced on the holder's token, re-entrant for the same
+  PaymentIntent), so that the sweeper does not poll it before its settle-by deadline, even when the
+  execution never learned the answer. It writes no charge and releases nothing: only the
+  ``succeeded`` or ``payment_failed`` event that follows ends it. A claim awaiting a PaymentIntent is
+  released only on the failure of that very PaymentIntent.
 * **Reordered, duplicated, late.** Every rule reads the claim as it is now and moves it only forward
   (CLAIMED to COMPLETED or RELEASED), never back: a ``processing`` after ``succeeded`` is LEAVE, a
   second delivery of any event meets the row its first one wrote and is LEAVE, a ``payment_failed``
@@ -106,6 +117,7 @@ class WebhookOutcome(enum.StrEnum):
     """What one PaymentIntent event did (or would do) to its order's claim."""
 
     COMPLETED = "completed"  # the claim is COMPLETED with the event's PaymentIntent
+    AWAITING_SETTLEMENT = "awaiting_settlement"  # the claim is kept, awaiting the PaymentIntent's settlement
     RELEASED = "released"  # the claim is RELEASED as DECLINED
     LEFT = "left"  # nothing to do: in flight, a duplicate, late, or decided already
     IGNORED = "ignored"  # not this saga's PaymentIntent, or no claim to act on
@@ -257,7 +269,13 @@ def decide(event: PaymentIntentEvent, claim: Claim | None) -> WebhookDecision:
     if event.status == "succeeded":
         return _succeeded(event, claim, current_attempt, decided)
     if event.type in _FAILURE_EVENTS and event.status in FAILED_STATUSES:
-        if current_attempt and claim.status is ClaimStatus.CLAIMED and claim.charge_id is None:
+        awaited = claim.settlement_intent_id
+        if (
+            current_attempt
+            and claim.status is ClaimStatus.CLAIMED
+            and claim.charge_id is None
+            and awaited in (None, event.payment_intent_id)
+        ):
             return decided(
                 WebhookOutcome.RELEASED, f"{pi} of attempt {event.attempt} is {event.status}: nothing charged"
             )
@@ -265,6 +283,17 @@ def decide(event: PaymentIntentEvent, claim: Claim | None) -> WebhookDecision:
             WebhookOutcome.LEFT,
             f"{pi} is {event.status}; the claim is {claim.status.value} at attempt {claim.attempt}:"
             " decided already",
+        )
+    if (
+        event.type == "payment_intent.processing"
+        and event.status == "processing"
+        and current_attempt
+        and claim.status is ClaimStatus.CLAIMED
+        and claim.charge_id is None
+        and claim.settlement_intent_id is None
+    ):
+        return decided(
+            WebhookOutcome.AWAITING_SETTLEMENT, f"{pi} of attempt {event.attempt} settles later: claim kept"
         )
     return decided(WebhookOutcome.LEFT, f"{pi} is {event.status}: not final, the claim stays as it is")
 
@@ -311,6 +340,14 @@ def apply(store: ClaimsStore, decision: WebhookDecision) -> WebhookDecision:
             token=seen.claim_token,
             charge_id=decision.payment_intent_id,
             webhook_event=decision.event_id,
+        )
+    elif decision.outcome is WebhookOutcome.AWAITING_SETTLEMENT:
+        assert seen is not None
+        store.await_settlement(
+            seen.order_id,
+            token=seen.claim_token,
+            attempt=seen.attempt,
+            payment_intent_id=decision.payment_intent_id,
         )
     elif decision.outcome is WebhookOutcome.RELEASED:
         assert seen is not None

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 #: (``payment_saga.outcomes.FINAL_OUTCOMES``, by name: this module does not import the functions).
 FINAL = frozenset({"OrderCharged", "OrderDeclined", "OrderConflict", "OrderNeedsAttention"})
 #: Outcomes on the way to a final one: the order is not over.
-INTERIM = frozenset({"OrderReleased", "OrderRequeued", "OrderNeedsReconciliation"})
+INTERIM = frozenset({"OrderReleased", "OrderRequeued", "OrderNeedsReconciliation", "OrderPaymentProcessing"})
 #: The end of a *message* the start function refused: it names no order (``orderId`` is null), and
 #: the id its body claims (``claimedOrderId``) is untrusted, so it is never an order's outcome.
 REJECTED = "OrderRejected"

@@ -7,7 +7,7 @@ Usage (from the repository root; ``make mutants`` runs it with the project's ven
     python scripts/mutants/run.py --list          # print the catalogue, run nothing
     python scripts/mutants/run.py --check         # does every mutant still apply? (no tests)
 
-Each mutant (see ``catalogue/``) is one deliberate bug: an exact snippet of claims.py, payments.py, a
+Each mutant (see ``catalogue/``) is one deliberate bug: an exact snippet of the claims package, payments.py, a
 handler, replaced by another, or a transform of the state machine's Retry and Catch. The runner
 
 1. copies the working tree (or ``--rev``'s files) to a temporary directory: the checkout itself is

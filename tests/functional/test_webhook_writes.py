@@ -197,3 +197,119 @@ def test_an_event_of_the_other_mode_than_the_stacks_key_is_refused_and_moves_not
     # The same event in the stack's own mode is the proof it always was.
     same_mode = dataclasses.replace(other_mode, livemode=stack_live)
     assert handle_event(store, same_mode, livemode=stack_live).outcome is WebhookOutcome.COMPLETED
+
+
+# -- a payment that settles later ------------------------------------------------------------------
+
+WINDOW = 21 * 24 * 3600
+
+
+def awaiting_store(dynamodb: Any, claims_table: str, clock: FakeClock) -> ClaimsStore:
+    return ClaimsStore(
+        claims_table, client=dynamodb, clock=clock, lease_seconds=LEASE, settlement_window_seconds=WINDOW
+    )
+
+
+def test_a_processing_webhook_keeps_the_claim_awaiting_settlement_until_the_window_ends(
+    dynamodb: Any, claims_table: str, clock: FakeClock
+) -> None:
+    store = awaiting_store(dynamodb, claims_table, clock)
+    store.claim(ORDER, token=A)
+    decision = handle_event(store, event("processing"))
+    assert (decision.outcome, decision.applied) == (WebhookOutcome.AWAITING_SETTLEMENT, True)
+    claim = store.get(ORDER.order_id)
+    assert claim is not None
+    assert claim.awaiting_settlement
+    assert claim.settlement_intent_id == "pi_1"
+    assert claim.lease_expires_at == claim.settle_by == int(clock()) + WINDOW
+    # The execution's own Await Settlement for the same PaymentIntent is re-entrant on it.
+    store.await_settlement(ORDER.order_id, token=A, attempt=1, payment_intent_id="pi_1")
+    # Nothing takes the order over while it settles: another execution's claim is a duplicate.
+    clock.advance(LEASE + 1)
+    assert store.claim(ORDER, token=B).result is ClaimResult.DUPLICATE
+    # A processing delivered again writes nothing.
+    before = dynamodb.get_item(TableName=claims_table, Key={"orderId": {"S": ORDER.order_id}})["Item"]
+    assert handle_event(store, event("processing")).outcome is WebhookOutcome.LEFT
+    assert dynamodb.get_item(TableName=claims_table, Key={"orderId": {"S": ORDER.order_id}})["Item"] == before
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "reason"),
+    [
+        ("succeeded", ClaimStatus.COMPLETED, None),
+        ("payment_failed", ClaimStatus.RELEASED, ReleaseReason.DECLINED),
+    ],
+    ids=["succeeded", "payment-failed"],
+)
+def test_the_settling_webhook_closes_an_awaiting_claim(
+    dynamodb: Any,
+    claims_table: str,
+    clock: FakeClock,
+    kind: str,
+    status: ClaimStatus,
+    reason: ReleaseReason | None,
+) -> None:
+    store = awaiting_store(dynamodb, claims_table, clock)
+    store.claim(ORDER, token=A)
+    store.await_settlement(ORDER.order_id, token=A, attempt=1, payment_intent_id="pi_1")
+    clock.advance(5 * 24 * 3600)  # the bank answers days later
+    assert handle_event(store, event(kind)).applied
+    claim = store.get(ORDER.order_id)
+    assert claim is not None
+    assert (claim.status, claim.release_reason) == (status, reason)
+
+
+def test_awaiting_settlement_is_refused_once_the_claim_is_no_longer_the_executions_open_one(
+    dynamodb: Any, claims_table: str, clock: FakeClock
+) -> None:
+    store = awaiting_store(dynamodb, claims_table, clock)
+    store.claim(ORDER, token=A)
+    with pytest.raises(ClaimLost):
+        store.await_settlement(ORDER.order_id, token=B, attempt=1, payment_intent_id="pi_1")  # not its claim
+    with pytest.raises(ClaimLost):
+        store.await_settlement(
+            ORDER.order_id, token=A, attempt=2, payment_intent_id="pi_1"
+        )  # not its attempt
+    store.await_settlement(ORDER.order_id, token=A, attempt=1, payment_intent_id="pi_1")
+    with pytest.raises(ClaimLost):
+        store.await_settlement(ORDER.order_id, token=A, attempt=1, payment_intent_id="pi_2")  # another PI
+    store.complete(ORDER.order_id, token=A, charge_id="pi_1")  # the webhook settled it first
+    with pytest.raises(ClaimLost):
+        store.await_settlement(ORDER.order_id, token=A, attempt=1, payment_intent_id="pi_1")
+    claim = store.get(ORDER.order_id)
+    assert claim is not None
+    assert (claim.status, claim.charge_id) == (ClaimStatus.COMPLETED, "pi_1")
+
+
+def test_a_claim_after_a_declined_settlement_awaits_nothing(
+    dynamodb: Any, claims_table: str, clock: FakeClock
+) -> None:
+    store = awaiting_store(dynamodb, claims_table, clock)
+    store.claim(ORDER, token=A)
+    store.await_settlement(ORDER.order_id, token=A, attempt=1, payment_intent_id="pi_1")
+    store.release(
+        ORDER.order_id, token=A, reason=ReleaseReason.NOT_CHARGED, payment_attempt=ORDER.payment_attempt
+    )
+    outcome = store.claim(ORDER, token=B)
+    assert outcome.result is ClaimResult.NEW_ATTEMPT
+    claim = store.get(ORDER.order_id)
+    assert claim is not None
+    assert (claim.attempt, claim.settlement_intent_id, claim.settle_by) == (2, None, None)
+    assert claim.lease_expires_at == int(clock()) + LEASE
+
+
+def test_a_decline_that_came_first_is_not_reopened_by_awaiting_settlement(
+    dynamodb: Any, claims_table: str, clock: FakeClock
+) -> None:
+    store = awaiting_store(dynamodb, claims_table, clock)
+    store.claim(ORDER, token=A)
+    handle_event(store, event("payment_failed"))  # the webhook beat the execution's Await Settlement
+    with pytest.raises(ClaimLost):
+        store.await_settlement(ORDER.order_id, token=A, attempt=1, payment_intent_id="pi_1")
+    claim = store.get(ORDER.order_id)
+    assert claim is not None
+    assert (claim.status, claim.release_reason, claim.settle_by) == (
+        ClaimStatus.RELEASED,
+        ReleaseReason.DECLINED,
+        None,
+    )

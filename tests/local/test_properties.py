@@ -53,8 +53,9 @@ schedule and prints it as a readable list (see :class:`Scenario`).
 Sampling is aimed where the protocol breaks, without fixing any schedule: every attempt of a
 customer's story is delivered (the claim after a decline's release is where the order changes
 hands), and half the lost answers and late writes hit the claim write. With hole 1 put back into
-claims.py (mutant ``claims-reclaim-resend-is-duplicate``: a customer's retry re-claims after the
-decline, the answer is lost, the resend meets its own row and is called a duplicate), sampling alone
+the claim write (``payment_saga/claims/claiming.py``, mutant ``claims-reclaim-resend-is-duplicate``:
+a customer's retry re-claims after the decline, the answer is lost, the resend meets its own row and
+is called a duplicate), sampling alone
 finds it within 30-130 examples (six seeds); hole 2 (a late copy of a declined attempt charged)
 within 10-15 (both measured before the relay's and the sweeper's faults were drawn too).
 

@@ -76,7 +76,7 @@ def test_hole_3_an_open_claim_has_no_expiry_and_a_closed_one_does(saga: Saga) ->
     stuck = saga.driver.wait(saga.driver.start(order("ORDER-OPEN"), name="open"))
     charged = saga.driver.wait(saga.driver.start(order("ORDER-DONE"), name="done"))
 
-    assert stuck.error == "NeedsReconciliation"
+    assert stuck.outcome == "AWAITING_SETTLEMENT"  # a debit that settles later keeps its claim open
     assert charged.outcome == "CHARGED"
     open_claim = saga.driver.claim("ORDER-OPEN")
     closed_claim = saga.driver.claim("ORDER-DONE")
@@ -208,7 +208,7 @@ def test_a_customer_retry_while_the_first_attempt_is_open_waits_on_the_queue_ins
 ) -> None:
     saga.provider.force_outcome("processing", order_id="ORDER-003", times=100)
     first = saga.driver.wait(saga.driver.start(order(), name="initial"))
-    assert first.error == "NeedsReconciliation"  # its claim stays open for the sweeper
+    assert first.outcome == "AWAITING_SETTLEMENT"  # its claim stays open until the debit settles
 
     retry = saga.driver.wait(saga.driver.start(order(paymentAttempt="retry-1"), name="retry"))
 

@@ -212,10 +212,10 @@ def test_a_failed_claim_at_the_bound_is_not_sent_again_and_needs_attention(saga:
 
 
 def hold_the_first_attempt_open(saga: Saga, order_id: str) -> None:
-    """The first payment attempt's charge stays unknown: its claim stays open for the sweeper."""
+    """The first payment attempt's charge settles later: its claim stays open, awaiting settlement."""
     saga.provider.force_outcome("processing", order_id=order_id, times=100)
     first = saga.driver.wait(saga.driver.start(order(order_id), name=f"{order_id}-initial"))
-    assert first.error == "NeedsReconciliation"
+    assert first.outcome == "AWAITING_SETTLEMENT"
 
 
 def test_claim_busy_puts_the_order_back_with_its_count(saga: Saga) -> None:

@@ -83,11 +83,16 @@ def reachable(states: dict[str, Any], start: str) -> set[str]:
     return seen
 
 
-def step(template: Template, task_functions: dict[str, str], handler: str) -> str:
-    """The one Task state that runs ``handlers.<handler>`` (found by code, not by state name)."""
+def steps(template: Template, task_functions: dict[str, str], handler: str) -> list[str]:
+    """Every Task state that runs ``handlers.<handler>`` (found by code, not by state name)."""
     function = template.function_by_handler(f"handlers.{handler}.handler")
-    names = [name for name, invoked in task_functions.items() if invoked == function]
-    assert len(names) == 1, f"expected one Task invoking {function}, found {names}"
+    return [name for name, invoked in task_functions.items() if invoked == function]
+
+
+def step(template: Template, task_functions: dict[str, str], handler: str) -> str:
+    """The one Task state that runs ``handlers.<handler>``."""
+    names = steps(template, task_functions, handler)
+    assert len(names) == 1, f"expected one Task invoking handlers.{handler}, found {names}"
     return names[0]
 
 
@@ -239,16 +244,17 @@ def test_the_charge_releases_its_claim_only_on_a_decline_or_a_charge_not_attempt
 def test_an_ambiguous_charge_failure_never_reaches_release(
     template: Template, saga: StateMachine, task_functions: dict[str, str]
 ) -> None:
-    """Nothing after a possible charge (the charge's success path, Mark Complete, the other catchers)
-    can lead to Release Claim."""
+    """Nothing after a possible charge (the charge's success path, Mark Complete and Await Settlement,
+    the other catchers: a payment that settles later among them) can lead to Release Claim."""
     states = saga.definition["States"]
     charge = step(template, task_functions, "charge_payment")
-    complete = step(template, task_functions, "mark_complete")
+    writes = steps(template, task_functions, "mark_complete")
     release = step(template, task_functions, "release_claim")
     proof = {"PaymentDeclined", "ChargeNotAttempted"}
 
-    assert all(catcher["Next"] != release for catcher in states[complete]["Catch"])
-    after_a_possible_charge = [states[charge]["Next"], complete] + [
+    assert len(writes) == 2, writes  # Mark Complete, and Await Settlement
+    assert all(catcher["Next"] != release for write in writes for catcher in states[write]["Catch"])
+    after_a_possible_charge = [states[charge]["Next"], *writes] + [
         catcher["Next"] for catcher in states[charge]["Catch"] if not set(catcher["ErrorEquals"]) <= proof
     ]
     for start in after_a_possible_charge:

@@ -48,6 +48,14 @@ def stream_record(event_name: str, old: str | None, new: str | None) -> dict[str
     return {"eventName": event_name, "eventSource": "aws:dynamodb", "dynamodb": change}
 
 
+def awaiting(record: dict[str, Any], *, old: bool = False, new: bool = False) -> dict[str, Any]:
+    """``record`` with the mark of a claim awaiting settlement in its old and/or new image."""
+    for image, marked in (("OldImage", old), ("NewImage", new)):
+        if marked:
+            record["dynamodb"][image]["settlementIntentId"] = {"S": "pi_settles_later"}
+    return record
+
+
 # -- the outbox -------------------------------------------------------------------------------------
 
 
@@ -106,6 +114,9 @@ def test_the_relay_parks_what_it_can_never_read_on_an_alarmed_queue(template: Te
         (stream_record("INSERT", None, "CLAIMED"), False),
         (stream_record("MODIFY", "RELEASED", "CLAIMED"), False),
         (stream_record("MODIFY", "CLAIMED", "CLAIMED"), False),  # a takeover, a lease renewed
+        (awaiting(stream_record("MODIFY", "CLAIMED", "CLAIMED"), new=True), True),  # awaits settlement
+        (awaiting(stream_record("MODIFY", "CLAIMED", "CLAIMED"), old=True, new=True), False),  # resent
+        (awaiting(stream_record("MODIFY", "CLAIMED", "COMPLETED"), old=True), True),  # settled
         (stream_record("REMOVE", "COMPLETED", None), False),  # TTL
         (stream_record("INSERT", None, None) | {"dynamodb": {"NewImage": {"holder": {"S": "x"}}}}, False),
     ],
@@ -295,7 +306,7 @@ def test_the_relay_reads_only_the_claims_stream_and_sends_only_to_its_queues(
         if r["Type"] == "AWS::Lambda::EventSourceMapping"
         and r["Properties"]["EventSourceArn"] == claims_table_value["StreamArn"]
     ]
-    assert len(mapping["FilterCriteria"]["Filters"]) == 3, "SAM passes the filter on to Lambda"
+    assert len(mapping["FilterCriteria"]["Filters"]) == 4, "SAM passes the filter on to Lambda"
     assert mapping["MaximumRetryAttempts"] == -1, "SAM passes the unbounded retries on to Lambda"
 
 

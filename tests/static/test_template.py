@@ -178,9 +178,10 @@ def test_claims_expire_through_the_attribute_the_code_writes(template: Template)
     _, table = claims_table(template)
     ttl = table["Properties"]["TimeToLiveSpecification"]
     assert ttl["Enabled"] is True
-    source = Path(claims.__file__).read_text(encoding="utf-8")
+    package = Path(claims.__file__).parent
+    source = "".join(module.read_text(encoding="utf-8") for module in sorted(package.glob("*.py")))
     assert re.search(rf"\b{re.escape(ttl['AttributeName'])} = :", source), (
-        f"claims.py never sets the TTL attribute {ttl['AttributeName']!r}"
+        f"the claims package never sets the TTL attribute {ttl['AttributeName']!r}"
     )
 
 

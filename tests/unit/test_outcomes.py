@@ -10,6 +10,7 @@ import pytest
 from payment_saga.claims import order_attribute
 from payment_saga.orders import order_from_message
 from payment_saga.outcomes import (
+    FINAL_OUTCOMES,
     MAX_DELAY_SECONDS,
     Outcome,
     OutcomeNotPublished,
@@ -131,6 +132,46 @@ def test_a_completion_publishes_order_charged_with_a_stable_id() -> None:
     assert detail["occurredAt"] == "2026-01-01T00:00:00Z"
     assert detail["resolvedBy"] == "saga"
     assert sqs.sent == []
+
+
+def awaiting(status: str = "CLAIMED", **extra: Any) -> dict[str, Any]:
+    """A claim row awaiting the settlement of ``pi_debit`` (a SEPA debit in ``processing``)."""
+    return row(
+        status,
+        settlementIntentId="pi_debit",
+        awaitingSettlementSince=1_790_000_100,
+        awaitingSettlementAt="2026-09-21T13:35:00Z",
+        settleBy=1_791_814_500,
+        **extra,
+    )
+
+
+def test_a_claim_that_starts_to_await_settlement_publishes_order_payment_processing_once() -> None:
+    events, sqs = FakeEvents(), FakeSqs()
+    started = relay(events, sqs).relay(row("CLAIMED", version=1), awaiting(version=2))
+    resent = relay(events, sqs).relay(awaiting(version=2), awaiting(version=3))
+
+    assert started is not None
+    assert started.outcomes == ["OrderPaymentProcessing"]
+    assert resent is None  # the same wait written again announces nothing
+    (entry,) = events.entries
+    detail = json.loads(entry["Detail"])
+    assert detail["eventId"] == "ORDER-U1/attempt-1/payment-processing"
+    assert (detail["paymentIntentId"], detail["chargeId"], detail["sequence"]) == ("pi_debit", None, 2)
+    assert (detail["occurredAt"], detail["settleBy"]) == ("2026-09-21T13:35:00Z", "2026-10-12T14:15:00Z")
+    assert "OrderPaymentProcessing" not in FINAL_OUTCOMES
+    assert sqs.sent == []
+
+
+def test_an_awaiting_claim_that_settles_publishes_its_final_outcome_after_the_processing_one() -> None:
+    events, sqs = FakeEvents(), FakeSqs()
+    relay(events, sqs).relay(awaiting(version=2), awaiting("COMPLETED", chargeId="pi_debit", version=3))
+    relay(events, sqs).relay(awaiting(version=2), awaiting("RELEASED", releaseReason="DECLINED", version=3))
+
+    assert [(e["DetailType"], json.loads(e["Detail"])["sequence"]) for e in events.entries] == [
+        ("OrderCharged", 3),
+        ("OrderDeclined", 3),
+    ]
 
 
 def test_every_event_of_a_transition_carries_the_rows_version_as_its_sequence() -> None:

@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 import stripe
 
-from payment_saga.errors import ChargeNotAttempted, PaymentDeclined, PaymentOutcomeUnknown
+from payment_saga.errors import ChargeNotAttempted, PaymentDeclined, PaymentOutcomeUnknown, PaymentProcessing
 from payment_saga.orders import Order
 from payment_saga.payments import (
     Charge,
@@ -208,13 +208,16 @@ def test_a_failed_cancel_of_requires_action_keeps_the_outcome_unknown(
         charge(provider, make_order())
 
 
-def test_a_processing_payment_is_unknown_until_it_settles(
+def test_a_processing_payment_settles_later_and_names_its_payment_intent(
     provider: StripeProvider, emulator: ProviderEmulator
 ) -> None:
     emulator.force_outcome("processing", order_id="ORDER-003")
 
-    with pytest.raises(PaymentOutcomeUnknown, match="processing"):
+    with pytest.raises(PaymentProcessing, match="processing") as settles:
         charge(provider, make_order())
+    [pending] = emulator.payment_intents("ORDER-003")
+    assert settles.value.payment_intent_id == pending["id"]
+    assert json.loads(str(settles.value))["paymentIntentId"] == pending["id"]  # the state machine reads it
     with pytest.raises(PaymentOutcomeUnknown, match="in flight"):
         find(provider, make_order())
 

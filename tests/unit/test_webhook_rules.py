@@ -27,6 +27,14 @@ OPEN = Claim(
 COMPLETED = dataclasses.replace(OPEN, status=ClaimStatus.COMPLETED, charge_id="pi_1")
 DECLINED = dataclasses.replace(OPEN, status=ClaimStatus.RELEASED, release_reason=ReleaseReason.DECLINED)
 NOT_CHARGED = dataclasses.replace(OPEN, status=ClaimStatus.RELEASED, release_reason=ReleaseReason.NOT_CHARGED)
+#: The open claim once its payment settles later (a debit in ``processing``): lease to the settle-by.
+AWAITING = dataclasses.replace(
+    OPEN,
+    settlement_intent_id="pi_1",
+    awaiting_settlement_since=1_790_000_020,
+    settle_by=1_791_814_420,
+    lease_expires_at=1_791_814_420,
+)
 
 
 def event(kind: str = "succeeded", **overrides: Any) -> PaymentIntentEvent:
@@ -101,13 +109,34 @@ def test_a_payment_failed_event_whose_payment_intent_is_not_failed_releases_noth
     assert decide(event("payment_failed", status="processing"), OPEN).outcome is WebhookOutcome.LEFT
 
 
-@pytest.mark.parametrize("kind", ["processing", "requires_action"])
-def test_a_payment_still_in_flight_keeps_the_claim(kind: str) -> None:
-    assert decide(event(kind), OPEN).outcome is WebhookOutcome.LEFT
+def test_a_payment_waiting_for_authentication_keeps_the_claim_as_it_is() -> None:
+    assert decide(event("requires_action"), OPEN).outcome is WebhookOutcome.LEFT
 
 
-def test_a_processing_event_arriving_after_succeeded_changes_nothing() -> None:
-    assert decide(event("processing"), COMPLETED).outcome is WebhookOutcome.LEFT
+def test_a_processing_payment_intent_of_the_open_attempt_keeps_the_claim_awaiting_settlement() -> None:
+    assert decide(event("processing"), OPEN).outcome is WebhookOutcome.AWAITING_SETTLEMENT
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [COMPLETED, DECLINED, NOT_CHARGED, AWAITING, dataclasses.replace(OPEN, attempt=2)],
+    ids=["completed", "declined", "not-charged", "awaiting-already", "later-attempt"],
+)
+def test_a_processing_event_arriving_late_or_again_changes_nothing(claim: Claim) -> None:
+    assert decide(event("processing"), claim).outcome is WebhookOutcome.LEFT
+
+
+def test_a_succeeded_payment_intent_of_an_awaiting_claim_completes_it() -> None:
+    assert decide(event(), AWAITING).outcome is WebhookOutcome.COMPLETED
+
+
+def test_the_failure_of_the_awaited_payment_intent_releases_the_claim_as_declined() -> None:
+    assert decide(event("payment_failed"), AWAITING).outcome is WebhookOutcome.RELEASED
+
+
+def test_the_failure_of_another_payment_intent_than_the_awaited_one_releases_nothing() -> None:
+    failed = event("payment_failed", payment_intent_id="pi_other")
+    assert decide(failed, AWAITING).outcome is WebhookOutcome.LEFT
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Every mutant, file by file (claims.py, payments.py, the charge and release handlers, the ASL, the
+"""Every mutant, file by file (the claims package, payments.py, the charge and release handlers, the ASL, the
 template's IAM grants, the sweeper, its Lambda, the outcome relay and the order message)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from catalogue.payments import PAYMENTS
 from catalogue.template import TEMPLATE_GRANTS
 
 CATALOGUES = (
-    CLAIMS,
+    *CLAIMS,
     PROOF,
     CHARGE,
     RELEASE,

@@ -13,6 +13,7 @@ PATHS = "tests/statemachine/test_paths.py"
 CRASHES = "tests/statemachine/test_crashes.py"
 POLICIES = "tests/statemachine/test_retry_policies.py"
 HOLES = "tests/statemachine/test_holes.py"
+SETTLING = "tests/statemachine/test_settlement.py"
 
 ASL = Catalogue(ASL_PATH, (STATIC, PATHS, CRASHES))
 m = ASL
@@ -214,4 +215,18 @@ m.asl(
     tests=(
         "tests/static/test_template.py::test_a_claim_outlasts_every_execution_that_could_still_act_on_it",
     ),
+)
+
+# -- a payment that settles later --
+m.asl(
+    "asl-processing-goes-to-reconciliation",
+    drop_rule(CHARGE, "Catch", "PaymentProcessing"),
+    "a debit that settles later ends in Needs Reconciliation and pages, as every bank debit did before",
+    tests=(SETTLING,),
+)
+m.asl(
+    "asl-await-settlement-not-retried",
+    drop_rule("Await Settlement", "Retry", "States.ALL"),
+    "Await Settlement is not retried: a Lambda that died after its write pages for a debit that is fine",
+    tests=(SETTLING,),
 )

@@ -1,4 +1,4 @@
-"""claims.py: the conditional writes that admit a charge, and what a lost write's returned row means.
+"""The claims package: the conditional writes that admit a charge, and what a lost write's returned row means.
 
 A wrong condition here lets a second execution charge (a takeover too early, a declined attempt
 claimed again, a fenced execution's late write landing), or leaves an order no one can charge."""
@@ -16,24 +16,34 @@ SWEEPER = "tests/functional/test_sweeper.py"
 DECLINED = "tests/functional/test_declined_attempts.py"
 EDGES = "tests/statemachine/test_gate_edges.py"
 PROPERTIES = "tests/local/test_properties.py"
+WEBHOOK_WRITES = "tests/functional/test_webhook_writes.py"
+SETTLING = "tests/statemachine/test_settlement.py"
 
-CLAIMS = Catalogue("functions/payment_saga/claims.py", (PROTOCOL, CLAIMS_TESTS, HOLES, TAKEOVER))
-m = CLAIMS
+_DEFAULT_TESTS = (PROTOCOL, CLAIMS_TESTS, HOLES, TAKEOVER)
+_PACKAGE = "functions/payment_saga/claims"
+#: One catalogue per module of the claims package: the row, the claim write, the table's reads, and
+#: the closing writes.
+ROWS = Catalogue(f"{_PACKAGE}/rows.py", _DEFAULT_TESTS)
+WRITES = Catalogue(f"{_PACKAGE}/claiming.py", _DEFAULT_TESTS)
+TABLE = Catalogue(f"{_PACKAGE}/table.py", _DEFAULT_TESTS)
+CLOSING = Catalogue(f"{_PACKAGE}/closing.py", _DEFAULT_TESTS)
+SETTLEMENT = Catalogue(f"{_PACKAGE}/settlement.py", (WEBHOOK_WRITES, SETTLING))
+CLAIMS = (ROWS, WRITES, TABLE, CLOSING, SETTLEMENT)
 
 # -- what a lost write's returned row says --
-m.text(
+WRITES.text(
     "claims-conflict-not-detected",
     "if holder.fingerprint != order.fingerprint:\n            raise OrderConflict(",
     "if False:\n            raise OrderConflict(",
     "the same orderId with another amount is not reported as a conflict",
 )
-m.text(
+WRITES.text(
     "claims-own-resent-write-is-duplicate",
     "if holder.held_by(token):\n            # Our own write",
     "if False:\n            # Our own write",
     "a claim write sent again after its answer was lost finds its own row and calls it a duplicate",
 )
-m.text(
+WRITES.text(
     "claims-reclaim-resend-is-duplicate",
     "if holder.held_by(token):\n            # Our own write",
     "if holder.held_by(token) and tried is not ClaimResult.NEW_ATTEMPT:\n            # Our own write",
@@ -43,7 +53,7 @@ m.text(
     # (SAGA_PROPERTY_SAMPLING_ONLY=1) sampling finds it too, but then shrinking takes minutes.
     tests=(PROPERTIES, HOLES),
 )
-m.text(
+WRITES.text(
     "claims-fence-not-read",
     "if token in holder.fenced_tokens:\n            raise ClaimLost(",
     "if False:\n            raise ClaimLost(",
@@ -53,56 +63,56 @@ m.text(
     "exit only turns what would be a DUPLICATE, or ClaimLost after a few more lost writes, into "
     "ClaimLost at once, and a token is fenced only after its execution left Claim Order",
 )
-m.text(
+ROWS.text(
     "claims-lease-expired-at-its-last-second",
     "return self.lease_expires_at < now",
     "return self.lease_expires_at <= now",
     "a lease counts as run out during its last second (a live holder is taken over)",
 )
-m.text(
+WRITES.text(
     "claims-takeover-ignores-horizon",
     "return holder.lease_expired(now) and holder.attempt_started_at > now - self.replay_horizon_seconds",
     "return holder.lease_expired(now)",
     "an attempt older than the provider's 24-hour key memory is taken over (its key may be forgotten)",
 )
-m.text(
+ROWS.text(
     "claims-declined-attempts-forgotten",
     "return payment_attempt in self.declined_attempts or (",
     "return False and payment_attempt in self.declined_attempts or (",
     "only the latest declined payment attempt is remembered (hole 2: an earlier one is charged again)",
 )
-m.text(
+WRITES.text(
     "claims-declined-not-a-duplicate",
     "if holder.declined(order.payment_attempt):\n            # This payment attempt was declined",
     "if False:\n            # This payment attempt was declined",
     "a redelivery of a declined payment attempt is not answered as a duplicate (it tries to claim)",
 )
-m.text(
+WRITES.text(
     "claims-busy-not-told",
     "if holder.status is ClaimStatus.CLAIMED and holder.payment_attempt != order.payment_attempt:",
     "if False:",
     "a customer's retry that finds another payment attempt open is a duplicate, not BUSY (it is lost)",
 )
-m.text(
+ROWS.text(
     "claims-one-write-short",
     "MAX_CLAIM_WRITES = 4",
     "MAX_CLAIM_WRITES = 3",
     "the claim gives up one write short: two lost re-claim races in a row fail the order",
 )
 # -- the writes --
-m.text(
+WRITES.text(
     "claims-not-fenced-anywhere",
     '_NOT_FENCED = "NOT contains(fencedTokens, :token)"',
     '_NOT_FENCED = "NOT contains(fencedTokens, :pa)"',
     "no claim write checks the fence: a fenced execution's late write lands after the release",
 )
-m.text(
+WRITES.text(
     "claims-first-claim-takes-anyones-row",
     'ours_already = "(#status = :claimed AND claimToken = :token AND fingerprint = :fp)"',
     'ours_already = "(#status = :claimed AND fingerprint = :fp)"',
     "the first-claim write takes a row CLAIMED by another execution",
 )
-m.text(
+WRITES.text(
     "claims-first-claim-without-fingerprint",
     'ours_already = "(#status = :claimed AND claimToken = :token AND fingerprint = :fp)"',
     'ours_already = "(#status = :claimed AND claimToken = :token)"',
@@ -110,32 +120,32 @@ m.text(
     equivalent="the token is the execution id and an execution's input (the order) never changes, "
     "redrives included, so a row CLAIMED under this token always carries this order's fingerprint",
 )
-m.text(
+WRITES.text(
     "claims-reentrant-resets-attempt",
     "attempt = if_not_exists(attempt, :one),",
     "attempt = :one,",
     "a retried Claim step after a takeover of attempt 2 resets it to attempt 1 (another key: charged twice)",
     tests=(EDGES, PROTOCOL, HOLES),
 )
-m.text(
+WRITES.text(
     "claims-reentrant-restores-ownership",
     "attemptStartedBy = if_not_exists(attemptStartedBy, :token),",
     "attemptStartedBy = :token,",
     "a retried Claim step of a takeover makes the taker the attempt's owner (hole 4a)",
 )
-m.text(
+WRITES.text(
     "claims-takeover-keeps-ownership",
     '":no_owner": {"S": NO_OWNER},',
     '":no_owner": {"S": token},',
     "a takeover makes the taker the attempt's owner: its 401 or failed claim 'proves' nothing was charged",
 )
-m.text(
+WRITES.text(
     "claims-takeover-of-a-live-lease",
     'lease_run_out = "leaseExpiresAt < :now"',
     'lease_run_out = "leaseExpiresAt > :now"',
     "the takeover write requires a live lease instead of an expired one",
 )
-m.text(
+WRITES.text(
     "claims-takeover-lease-le",
     'lease_run_out = "leaseExpiresAt < :now"',
     'lease_run_out = "leaseExpiresAt <= :now"',
@@ -144,13 +154,13 @@ m.text(
     "the same now; the write is fenced on that row's token, attempt and lease, so the row it lands on "
     "has leaseExpiresAt < now and the <= can never make the difference",
 )
-m.text(
+WRITES.text(
     "claims-reclaim-any-attempt",
     'released_at_seen_attempt = "#status = :released AND attempt = :seen"',
     'released_at_seen_attempt = "#status = :released"',
     "a re-claim after a release is not fenced on the attempt it saw: racing re-claims reuse an attempt",
 )
-m.text(
+WRITES.text(
     "claims-reclaim-declined-in-write",
     '"NOT contains(declinedAttempts, :pa) AND (releaseReason',
     '"(releaseReason',
@@ -160,27 +170,27 @@ m.text(
     "RELEASED at one attempt, declinedAttempts can only gain its own paymentAttempt (a resent "
     "DECLINED release), which declined() already counts through releaseReason",
 )
-m.text(
+WRITES.text(
     "claims-reclaim-keeps-ttl",
-    '" REMOVE releaseReason, releasedAt, expiresAt"',
-    '" REMOVE releaseReason, releasedAt"',
+    '" REMOVE releaseReason, releasedAt, expiresAt,"',
+    '" REMOVE releaseReason, releasedAt,"',
     "a re-claimed row keeps its release's TTL: DynamoDB deletes an open claim (hole 3)",
 )
-m.text(
+WRITES.text(
     "claims-reclaim-same-attempt",
     '":next": {"N": str(seen_attempt + 1)},',
     '":next": {"N": str(seen_attempt)},',
     "a claim after a release keeps the attempt number (the key replays the declined or failed request)",
 )
 # -- the charge's re-check --
-m.text(
+TABLE.text(
     "claims-check-held-no-margin",
     "or claim.lease_expires_at < self.now() + margin_seconds",
     "or claim.lease_expires_at < self.now()",
     "a charge is sent with seconds left on the lease (the sweeper may decide about it mid-request)",
     tests=(PROTOCOL, "tests/statemachine/test_gate_edges.py"),
 )
-m.text(
+TABLE.text(
     "claims-check-held-any-attempt",
     "or claim.attempt != attempt\n",
     "\n",
@@ -188,7 +198,7 @@ m.text(
     tests=("tests/statemachine/test_gate_edges.py", PROTOCOL, TAKEOVER),
 )
 # -- complete and release --
-m.text(
+CLOSING.text(
     "claims-complete-not-fenced",
     '"ConditionExpression": "claimToken = :token AND (#status = :claimed"\n'
     '                " OR (#status = :completed AND chargeId = :charge))",',
@@ -196,25 +206,25 @@ m.text(
     '                " OR (#status = :completed AND chargeId = :charge))",',
     "an execution that lost its claim still completes it",
 )
-m.text(
+CLOSING.text(
     "claims-release-not-fenced",
     '"ConditionExpression": "claimToken = :token AND paymentAttempt = :pa AND (#status = :claimed"',
     '"ConditionExpression": "paymentAttempt = :pa AND (#status = :claimed"',
     "an execution that lost its claim still releases it (another execution's charge is forgotten)",
 )
-m.text(
+CLOSING.text(
     "claims-decline-not-remembered",
     "declined = reason is ReleaseReason.DECLINED\n        won, item = self._update(",
     "declined = False\n        won, item = self._update(",
     "a declined release does not add the payment attempt to declinedAttempts",
 )
-m.text(
+CLOSING.text(
     "claims-release-log-ignored",
     'if not won and item and entry in _string_set(item, "releaseLog"):',
     "if False:",
     "a release whose answer was lost, then re-claimed by another execution, is taken as lost (hole 4f)",
 )
-m.text(
+CLOSING.text(
     "claims-sweeper-decline-not-remembered",
     "declined = reason is ReleaseReason.DECLINED\n        return self._resolve_stale(",
     "declined = False\n        return self._resolve_stale(",
@@ -222,7 +232,7 @@ m.text(
     tests=(DECLINED, PROTOCOL, SWEEPER),
 )
 # -- the fence after a failed Claim step --
-m.text(
+CLOSING.text(
     "claims-fence-over-own-claim",
     '"ConditionExpression": "attribute_exists(orderId) AND NOT"\n'
     '                    " (#status = :claimed AND claimToken = :token)",',
@@ -230,14 +240,14 @@ m.text(
     "the fence lands over the execution's own landed claim: it is never released, the order waits",
     tests=(PROTOCOL, HOLES, PATHS),
 )
-m.text(
+CLOSING.text(
     "claims-fence-no-tombstone",
     "if old is None:\n                won, old = self._put_tombstone(order, token, now)",
     "if False:\n                won, old = self._put_tombstone(order, token, now)",
     "a failed claim that never landed is not fenced by a tombstone: its late write can still land",
     tests=(PROTOCOL, HOLES, PATHS),
 )
-m.text(
+CLOSING.text(
     "claims-tombstone-resend-not-recognised",
     'if old is not None and token in _string_set(old, "fencedTokens"):\n'
     "                return True, None  # our own tombstone",
@@ -247,4 +257,47 @@ m.text(
     equivalent="the resend then fails its condition and returns our tombstone; the next pass of "
     "fence_failed_claim ADDs the token to fencedTokens (already there) and wins: one write more, "
     "the same fence and the same answer (None)",
+)
+
+# -- the wait for a payment that settles later --
+SETTLEMENT.text(
+    "claims-await-settlement-not-fenced",
+    '"#status = :claimed AND claimToken = :token AND attempt = :attempt"\n'
+    '                " AND attribute_not_exists(chargeId)"',
+    '"#status = :claimed AND attempt = :attempt"\n                " AND attribute_not_exists(chargeId)"',
+    "another execution's write keeps a claim it does not hold open for weeks (invariant 7)",
+)
+SETTLEMENT.text(
+    "claims-await-settlement-any-attempt",
+    '"#status = :claimed AND claimToken = :token AND attempt = :attempt"',
+    '"#status = :claimed AND claimToken = :token"',
+    "a late Await Settlement of an earlier attempt moves the lease of the attempt that followed",
+)
+SETTLEMENT.text(
+    "claims-await-settlement-reopens-a-closed-claim",
+    '"#status = :claimed AND claimToken = :token AND attempt = :attempt"',
+    '"claimToken = :token AND attempt = :attempt"',
+    "a claim the webhook released as declined first is marked awaiting settlement again",
+)
+SETTLEMENT.text(
+    "claims-await-settlement-any-intent",
+    '" AND (attribute_not_exists(settlementIntentId) OR settlementIntentId = :pi)"',
+    '""',
+    "a claim awaiting one PaymentIntent is made to await another (the first one's failure then"
+    " releases nothing, its success is a duplicate charge)",
+)
+SETTLEMENT.text(
+    "claims-await-settlement-keeps-the-lease",
+    '"SET leaseExpiresAt = :settle_by, settleBy = :settle_by,',
+    '"SET settleBy = :settle_by,',
+    "the lease is not moved to the settle-by deadline: the claim is taken over and re-charged, and the"
+    " sweeper polls it from the next hour on",
+    tests=(WEBHOOK_WRITES, SETTLING),
+)
+WRITES.text(
+    "claims-reclaim-keeps-the-settlement",
+    '" settlementIntentId, awaitingSettlementSince, awaitingSettlementAt, settleBy"',
+    '" awaitingSettlementAt"',
+    "a new attempt after a released debit still looks like it awaits the old PaymentIntent",
+    tests=(WEBHOOK_WRITES,),
 )
