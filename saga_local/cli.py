@@ -31,17 +31,17 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from saga_local.aws.template import ROOT
 from saga_local.commands import running
 from saga_local.commands.arguments import Parser, count, duration, port, seconds, share
-from saga_local.commands.output import Out, handlers_quiet
+from saga_local.output import Out, handlers_quiet
 from saga_local.paths import STATE_DIR
+from saga_local.template import ROOT
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
-    from saga_local.aws.archive import RecordedExecution
+    from saga_local.stack.archive import RecordedExecution
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -142,11 +142,11 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path) -> int:
-    from saga_local.aws.embedded import EmbeddedStack
     from saga_local.aws.stack import REGION
     from saga_local.commands.activity import Activity
     from saga_local.commands.invoke import write_sam_env_file
     from saga_local.private_files import write_private_text
+    from saga_local.stack.embedded import EmbeddedStack
 
     visibility = 30
     with EmbeddedStack(
@@ -198,7 +198,7 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path) -> int:
 
 def _template_visibility_timeout() -> int:
     """The orders queue's VisibilityTimeout in template.yaml: the local waits are compressed against it."""
-    from saga_local.aws.template import load_template
+    from saga_local.template import load_template
 
     return int(load_template()["Resources"]["OrdersQueue"]["Properties"]["VisibilityTimeout"])
 
@@ -326,7 +326,7 @@ def _wait_for(out: Out, target: Target, names: list[str], *, timeout: float) -> 
 
 def _ended(sfn: Any, arn: str) -> Any:
     """The execution's ExecutionResult once it has ended; None while it runs or has not started."""
-    from saga_local.aws.driver import ExecutionResult
+    from saga_local.stack.driver import ExecutionResult
 
     try:
         described = sfn.describe_execution(executionArn=arn)
@@ -381,8 +381,8 @@ def find_execution(args: argparse.Namespace) -> RecordedExecution:
     `saga up` when one runs), else among those recorded (`saga demo`, `saga simulate`, `saga chaos`).
     An order id, or the start of a name, finds the one execution it starts. Raises SystemExit, in
     words, when none does, or listing them with their status when several do."""
-    from saga_local.aws import archive
     from saga_local.commands import executions
+    from saga_local.stack import archive
 
     state = running.read_state(STATE_FILE)
     where = "no local stack is running (`saga up` starts one)"
@@ -439,8 +439,8 @@ def cmd_executions(args: argparse.Namespace) -> int:
     """The state machine's executions, newest first, as the console lists them (commands/executions.py)."""
     from datetime import UTC, datetime, timedelta
 
-    from saga_local.aws import archive
     from saga_local.commands import executions
+    from saga_local.stack import archive
 
     since = datetime.now(UTC) - timedelta(seconds=args.since) if args.since is not None else None
     if args.stack or local_state() is not None:
@@ -485,8 +485,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    """The outcome events the stack published (saga_local/commands/events.py)."""
-    from saga_local.commands import events
+    """The outcome events the stack published (saga_local/stack/outcome_log.py)."""
+    from saga_local.stack import outcome_log as events
 
     target = resolve_target(args)
     text = events.command(target.clients, target.outputs, target.where, order_id=args.order_id, raw=args.json)
@@ -498,8 +498,8 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from saga_local.aws.embedded import EmbeddedStack
-    from saga_local.commands import simulate
+    from saga_local.harness import simulate
+    from saga_local.stack.embedded import EmbeddedStack
 
     progress = None if args.json else simulate.progress_bar
     with (
@@ -536,7 +536,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     from payment_saga.payments import StripeProvider
     from payment_saga.reconcile import reconcile
     from saga_local.aws.stack import LOCAL_API_KEY
-    from saga_local.commands.sweep import not_due, reconcile_deployed, render
+    from saga_local.harness.sweep import not_due, reconcile_deployed, render
 
     waiting = None
     if args.stack:
@@ -732,7 +732,7 @@ def cmd_invoke(args: argparse.Namespace) -> int:
 
 def _sweeper_schedule() -> str:
     """The sweeper's ScheduleV2 expression, from template.yaml."""
-    from saga_local.aws.template import functions, load_template
+    from saga_local.template import functions, load_template
 
     for spec in functions(load_template()).values():
         for event in spec.events.values():
@@ -743,11 +743,11 @@ def _sweeper_schedule() -> str:
 
 def cmd_cost(args: argparse.Namespace) -> int:
     """AWS cost per million orders, from usage counted in a local run; list prices in commands/prices.json."""
-    from saga_local.aws.embedded import EmbeddedStack
-    from saga_local.aws.template import load_template
-    from saga_local.commands import cost
-    from saga_local.commands.cost_measure import GB, PLATFORM_LOG_BYTES, measure_order, sweeps_per_month
     from saga_local.commands.demo import seed_order
+    from saga_local.harness import cost
+    from saga_local.harness.cost_measure import GB, PLATFORM_LOG_BYTES, measure_order, sweeps_per_month
+    from saga_local.stack.embedded import EmbeddedStack
+    from saga_local.template import load_template
 
     assumed = {"xray_sampled": args.xray_sampling, "cold_start_share": args.cold_starts}
     # LogLevel as deployed (INFO): the function logs are a line of the bill.

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from saga_local.aws.template import Resolver
+    from saga_local.template import Resolver
 
 #: What the AWS managed policies that SAM attaches grant (AWS publishes each policy's document in
 #: the IAM console and the "AWS managed policy reference"). A managed policy missing here fails

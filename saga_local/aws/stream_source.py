@@ -42,7 +42,7 @@ from moto.events.models import EventPattern
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from saga_local.aws.template import FunctionSpec
+    from saga_local.template import FunctionSpec
 
 
 @dataclass

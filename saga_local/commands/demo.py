@@ -6,12 +6,12 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from saga_local.aws.template import ROOT
-from saga_local.commands.output import Out, money
+from saga_local.output import Out, money
+from saga_local.template import ROOT
 
 if TYPE_CHECKING:
-    from saga_local.aws.driver import ExecutionResult
-    from saga_local.aws.embedded import EmbeddedStack
+    from saga_local.stack.driver import ExecutionResult
+    from saga_local.stack.embedded import EmbeddedStack
 
 
 def describe_path(out: Out, result: ExecutionResult) -> str:
@@ -35,7 +35,7 @@ def seed_order(order_id: str = "ORDER-003", **overrides: Any) -> dict[str, Any]:
 
 
 def _act(out: Out, stack: EmbeddedStack, order: dict[str, Any], copies: int) -> list[ExecutionResult]:
-    from saga_local.aws import archive
+    from saga_local.stack import archive
 
     before = set(stack.driver.execution_arns())
     stack.driver.send(order, copies=copies)
@@ -63,7 +63,7 @@ def _charges_line(out: Out, stack: EmbeddedStack, order: dict[str, Any]) -> int:
 
 def run_demo(runtime: str) -> int:
     """Tell the story; 0 when every act came out as promised."""
-    from saga_local.aws.embedded import EmbeddedStack
+    from saga_local.stack.embedded import EmbeddedStack
 
     out = Out()
     began = time.monotonic()

@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from saga_local.aws.template import ROOT, load_template
+from saga_local.template import ROOT, load_template
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,7 +35,7 @@ DOCUMENTS = ("README.md", "docs/outcome-events.md", "docs/performance.md")
 _BLOCK = re.compile(r"<!-- figures:(?P<name>[a-z-]+) -->(?P<body>.*?)<!-- /figures:(?P=name) -->", re.DOTALL)
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 _WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
-#: Bytes per GB as saga cost counts logs (saga_local.commands.cost_measure.GB).
+#: Bytes per GB as saga cost counts logs (saga_local.harness.cost_measure.GB).
 _GB = 1024**3
 
 

@@ -30,16 +30,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from saga_local.aws.template import ROOT, functions, load_template, parameter_defaults
 from saga_local.commands.running import endpoint_answers
 from saga_local.paths import STATE_DIR
 from saga_local.private_files import write_private_text
+from saga_local.template import ROOT, functions, load_template, parameter_defaults
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from saga_local.aws.stack import Stack
-    from saga_local.aws.template import FunctionSpec
+    from saga_local.template import FunctionSpec
 
 #: The env-vars file ``saga up`` writes (SAM CLI's ``--env-vars`` format).
 SAM_ENV_FILE = STATE_DIR / "sam-env.json"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from saga_local.aws.template import functions, load_template
+from saga_local.template import functions, load_template
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator

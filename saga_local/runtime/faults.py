@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from saga_local.aws.driver import Driver
+    from saga_local.stack.driver import Driver
 
 FaultKind = Literal[
     "die",

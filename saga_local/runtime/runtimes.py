@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 import boto3
 
 from saga_local.aws.moto_adapter import Invocation, Throttled
-from saga_local.aws.template import ROOT
 from saga_local.private_files import open_private_append, private_directory
 from saga_local.runtime.api import (
     GUARD_OFF_ENV,
@@ -53,14 +52,15 @@ from saga_local.runtime.faults import (
     install_retry_sleep_skip,
     lost_answer_error,
 )
+from saga_local.template import ROOT
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
     from saga_local.aws.iam import Authorizer
-    from saga_local.aws.template import FunctionSpec
     from saga_local.runtime.faults import Fault
+    from saga_local.template import FunctionSpec
 
 FUNCTIONS_DIR = ROOT / "functions"
 

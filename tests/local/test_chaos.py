@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from saga_local.aws.embedded import EmbeddedStack
 from saga_local.commands.chaos import (
     SEARCH_GRACE_SECONDS,
     ChaosConfig,
@@ -27,8 +26,9 @@ from saga_local.commands.chaos import (
     render,
     run_chaos,
 )
-from saga_local.commands.events import OutcomeEvent, final_outcomes, tally
-from saga_local.commands.simulate import LOST_ENDINGS, make_orders, money, order_ending
+from saga_local.harness.simulate import LOST_ENDINGS, make_orders, money, order_ending
+from saga_local.stack.embedded import EmbeddedStack
+from saga_local.stack.outcome_log import OutcomeEvent, final_outcomes, tally
 from saga_local.stripe_emulator import LedgerEntry
 
 if TYPE_CHECKING:

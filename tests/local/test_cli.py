@@ -84,7 +84,7 @@ def test_redrive_against_a_deployed_stack_charges_each_order_once(saga: Saga, de
 def test_trace_of_an_unknown_execution_is_answered_in_words(
     saga: Saga, deployed: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    from saga_local.aws import archive
+    from saga_local.stack import archive
 
     monkeypatch.setattr(archive, "ARCHIVE_DIR", tmp_path)
     saga.driver.send(
@@ -111,7 +111,7 @@ def test_trace_of_an_unknown_execution_is_answered_in_words(
 def test_trace_reads_an_execution_recorded_after_its_stack_is_gone(
     saga: Saga, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from saga_local.aws import archive
+    from saga_local.stack import archive
 
     saga.driver.send(
         json.dumps(
@@ -145,8 +145,8 @@ def test_what_the_cli_records_under_its_state_directory_is_private_to_its_user(
     import os
     import stat
 
-    from saga_local.aws import archive
     from saga_local.commands.invoke import write_sam_env_file
+    from saga_local.stack import archive
 
     saga.driver.send(order_body("ORDER-MODE"))
     saga.driver.pump()
@@ -166,7 +166,7 @@ def test_what_the_cli_records_under_its_state_directory_is_private_to_its_user(
 
 
 def test_an_execution_name_that_is_not_one_is_never_made_a_path(saga: Saga, tmp_path: Any) -> None:
-    from saga_local.aws import archive
+    from saga_local.stack import archive
 
     saga.driver.send(order_body("ORDER-NAME"))
     saga.driver.pump()
@@ -186,7 +186,7 @@ def test_a_trace_page_shows_who_pays_and_with_what_only_when_asked(
     and its CSP leaves an injected <base> or <form> nowhere to point."""
     import html
 
-    from saga_local.aws import archive
+    from saga_local.stack import archive
 
     saga.driver.send(order_body("ORDER-REDACT"))
     saga.driver.pump()

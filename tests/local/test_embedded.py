@@ -16,8 +16,8 @@ import urllib.request
 import boto3
 import pytest
 
-from saga_local.aws.embedded import EmbeddedStack
 from saga_local.runtime.faults import Fault, FaultPlan
+from saga_local.stack.embedded import EmbeddedStack
 from tests.helpers import order
 
 

@@ -20,10 +20,10 @@ from payment_saga.claims import ClaimsStore
 from payment_saga.orders import order_from_message
 from payment_saga.payments import StripeProvider, idempotency_key
 from payment_saga.reconcile import ReconcileOutcome, reconcile
-from saga_local.aws.embedded import EmbeddedStack
 from saga_local.aws.iam import Role, Statement
 from saga_local.aws.stack import LOCAL_API_KEY, REGION
 from saga_local.runtime.faults import Fault
+from saga_local.stack.embedded import EmbeddedStack
 from tests.helpers import Saga, order, signed_webhook_request, webhook_event_source, webhook_signing_secret
 
 if TYPE_CHECKING:

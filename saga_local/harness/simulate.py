@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
-    from saga_local.aws.driver import ExecutionSummary
-    from saga_local.aws.embedded import EmbeddedStack
+    from saga_local.stack.driver import ExecutionSummary
+    from saga_local.stack.embedded import EmbeddedStack
 
 DECLINING_CARD = "pm_card_chargeDeclined"
 #: Digits after the decimal point where a currency's minor unit is not a hundredth (ISO 4217).
@@ -199,7 +199,7 @@ def run(
     (:func:`customer_retries`): their retries, ``copies`` each, and one late copy of the first
     attempt are sent after every first delivery.
     ``retire_after`` (seconds) retires succeeded executions closed that long ago while the run goes
-    on (:meth:`~saga_local.aws.driver.Driver.retire_executions`), so that a long run's memory stays
+    on (:meth:`~saga_local.stack.driver.Driver.retire_executions`), so that a long run's memory stays
     bounded; the report still counts them.
     """
     batch = make_orders(orders, decline_rate=decline_rate, seed=seed, prefix=prefix)
@@ -249,7 +249,7 @@ def settle(
     that time pass. (``Driver.pump`` waits for them, which locally means waiting those minutes.)
 
     ``retire_after`` (seconds), if given, retires succeeded executions closed that long ago every
-    :data:`RETIRE_EVERY_SECONDS` (:meth:`~saga_local.aws.driver.Driver.retire_executions`).
+    :data:`RETIRE_EVERY_SECONDS` (:meth:`~saga_local.stack.driver.Driver.retire_executions`).
     """
     driver = stack.driver
     deadline = time.monotonic() + timeout
@@ -438,7 +438,7 @@ class Recorded:
 def record_unhappy(stack: EmbeddedStack, *, limit: int = 1000, directory: Path | None = None) -> Recorded:
     """Record every execution on ``stack`` that did not succeed, up to ``limit`` (the first ones
     first), under ``directory`` (default: ``.saga/executions``); call it before the stack stops."""
-    from saga_local.aws import archive
+    from saga_local.stack import archive
 
     found = Recorded()
     arns = {e.name: e for e in stack.driver.executions() if e.status != "SUCCEEDED"}

@@ -30,7 +30,7 @@ from payment_saga.reconcile import (
 from saga_local.aws.stack import LOCAL_API_KEY
 
 if TYPE_CHECKING:
-    from saga_local.aws.embedded import EmbeddedStack
+    from saga_local.stack.embedded import EmbeddedStack
 
 
 def reconcile_stack(

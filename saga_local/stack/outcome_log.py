@@ -104,7 +104,7 @@ class OutcomeEvent:
 
 def _money(amount: int, currency: str) -> str:
     """15000 BRL as the demo prints it: 150.00 BRL (the currency's own decimals)."""
-    from saga_local.commands.output import money
+    from saga_local.output import money
 
     return money(amount, currency)
 

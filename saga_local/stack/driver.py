@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from saga_local.aws import moto_adapter
 from saga_local.aws.event_source import SqsEventSource
 from saga_local.aws.stream_source import StreamEventSource, stream_event_source
-from saga_local.commands.events import OutcomeLog
+from saga_local.stack.outcome_log import OutcomeLog
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
