@@ -133,13 +133,16 @@ class _ScaledTime:
         return getattr(_time, name)
 
 
-_DYNAMODB_LOCK = threading.RLock()
+#: Serialises moto's DynamoDB in this process (its backend is not thread-safe): every request
+#: takes it, and so must any code that reads or changes moto's DynamoDB state directly (the stream
+#: source reading and trimming a shard).
+DYNAMODB_LOCK = threading.RLock()
 
 
 def _locked(method: Any) -> Any:
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with _DYNAMODB_LOCK:
+        with DYNAMODB_LOCK:
             return method(*args, **kwargs)
 
     wrapper.__saga_locked__ = True
