@@ -57,8 +57,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
 
 from saga_local.aws import moto_adapter
-from saga_local.aws.moto_adapter import Invocation
 from saga_local.harness import simulate
+from saga_local.runtime.api import Invocation
 from saga_local.runtime.runtimes import InProcessRuntime
 from saga_local.stack.embedded import EmbeddedStack
 

@@ -58,6 +58,16 @@ MOVES: dict[str, Move] = {
     # The leaves: read by every floor.
     "saga_local.aws.template": Move("saga_local.template"),
     "saga_local.commands.output": Move("saga_local.output"),
+    # Names that left a module that stays.
+    "saga_local.aws.moto_adapter": Move(
+        None,
+        {
+            # The local runtime's own types: the runtime is below aws/ and never imports it.
+            "Invocation": "saga_local.runtime.api",
+            "LambdaRuntime": "saga_local.runtime.api",
+            "Throttled": "saga_local.runtime.api",
+        },
+    ),
 }
 
 #: Files that are not modules but move with one (old path -> new path, from the checkout's root).
@@ -103,9 +113,20 @@ def _exists(module: str, root: Path) -> bool:
 
 
 def destination(moves: dict[str, Move], module: str, name: str) -> str:
-    """The module that holds ``name`` of ``module`` after the moves (``module`` itself if it stays)."""
-    move = moves[module]
-    return move.names.get(name) or move.new or module
+    """The module that holds ``name`` of ``module`` after the moves (``module`` itself if it stays).
+
+    Followed through every entry it leads to (a module moved, then split), stopping at a module
+    already passed: a name that stayed at a re-created old path (a command split back out of an
+    engine moved down) ends there.
+    """
+    seen = [module]
+    while module in moves:
+        move = moves[module]
+        module = move.names.get(name) or move.new or module
+        if module in seen:
+            return module
+        seen.append(module)
+    return module
 
 
 def _split_names(names: str) -> list[tuple[str, str | None]]:

@@ -9,7 +9,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from saga_local.runtime.faults import ERROR_TYPES
 
@@ -19,6 +19,24 @@ GUARD_OFF_ENV = "SAGA_LOCAL_GUARD_OFF"
 #: The function's role as deployed (``Authorizer.role_json``), in a worker's environment: the worker
 #: checks every AWS call of its handler against it (``saga_local.aws.iam``).
 IAM_ROLE_ENV = "SAGA_LOCAL_IAM_ROLE"
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What a Lambda invocation returned: the payload, and ``FunctionError`` when it failed."""
+
+    payload: bytes
+    function_error: str | None = None
+
+
+class LambdaRuntime(Protocol):
+    """Runs a function by name. Raises :class:`Throttled` to answer as the Lambda service would."""
+
+    def invoke(self, function_name: str, payload: bytes) -> Invocation: ...
+
+
+class Throttled(Exception):
+    """The Lambda service refused the invocation (429 ``TooManyRequestsException``)."""
 
 
 @dataclass

@@ -29,12 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from saga_local.aws.moto_adapter import Invocation, Throttled
 from saga_local.private_files import open_private_append, private_directory
 from saga_local.runtime.api import (
     GUARD_OFF_ENV,
     IAM_ROLE_ENV,
+    Invocation,
     LambdaContext,
+    Throttled,
     death_error,
     lambda_error,
     order_id_of,

@@ -90,7 +90,6 @@ from payment_saga.claims import SECONDS_PER_DAY, ClaimsStore
 from payment_saga.outcomes import attempt_event_id
 from payment_saga.reconcile import DEFAULT_SEARCH_GRACE_SECONDS
 from payment_saga.sweep_lock import LEASE_MARGIN_SECONDS, SweepLock
-from saga_local.aws.moto_adapter import Throttled
 from saga_local.commands.chaos import (
     PROVIDER_ENDPOINTS,
     broken_invariants,
@@ -98,6 +97,7 @@ from saga_local.commands.chaos import (
     play_out_later,
 )
 from saga_local.harness.simulate import settle
+from saga_local.runtime.api import Throttled
 from saga_local.runtime.faults import (
     KINDS,
     LANDS_AFTER,
