@@ -59,6 +59,14 @@ MOVES: dict[str, Move] = {
     "saga_local.aws.template": Move("saga_local.template"),
     "saga_local.commands.output": Move("saga_local.output"),
     # Names that left a module that stays.
+    "saga_local.runtime.faults": Move(
+        None,
+        {
+            # Redelivering a message drives a stack: the harness does it, not the runtime.
+            "Redelivery": "saga_local.harness.redelivery",
+            "redeliver": "saga_local.harness.redelivery",
+        },
+    ),
     "saga_local.aws.moto_adapter": Move(
         None,
         {

@@ -78,6 +78,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from saga_local.aws.moto_adapter import deliver_delayed_messages
 from saga_local.commands.arguments import Parser, count, seconds
 from saga_local.harness import simulate
+from saga_local.harness.redelivery import redeliver
 from saga_local.runtime.faults import (
     LANDS_AFTER,
     POINTS,
@@ -86,7 +87,6 @@ from saga_local.runtime.faults import (
     Fault,
     declined_attempts_sent_again,
     kinds_at,
-    redeliver,
     valid_points,
 )
 from saga_local.stack.outcome_log import OutcomeTally, tally

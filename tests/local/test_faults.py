@@ -17,7 +17,8 @@ from botocore.exceptions import ClientError
 
 from handlers.start_execution import execution_name
 from saga_local.aws.stack import REGION
-from saga_local.runtime.faults import CALLS, POINTS, Fault, FaultPlan, call_error, redeliver, valid_points
+from saga_local.harness.redelivery import redeliver
+from saga_local.runtime.faults import CALLS, POINTS, Fault, FaultPlan, call_error, valid_points
 from saga_local.template import load_template
 from tests.helpers import order
 from tests.local.conftest import sweep

@@ -96,6 +96,7 @@ from saga_local.commands.chaos import (
     land_what_is_in_flight,
     play_out_later,
 )
+from saga_local.harness.redelivery import redeliver
 from saga_local.harness.simulate import settle
 from saga_local.runtime.api import Throttled
 from saga_local.runtime.faults import (
@@ -108,7 +109,6 @@ from saga_local.runtime.faults import (
     call_error,
     declined_attempts_sent_again,
     kinds_at,
-    redeliver,
     valid_points,
 )
 from saga_local.stack.outcome_log import tally
