@@ -661,4 +661,3 @@ def declined_attempts_sent_again(requests: Iterable[ChargeRequest]) -> list[str]
                 f" again under {request.idempotency_key}"
             )
     return problems
-
