@@ -477,6 +477,10 @@ class Authorizer:
             {"role": self.roles[principal].to_dict(), "region": self.region, "account": self.account}
         )
 
+    def worker_hook_path(self) -> str:
+        """Where a worker process finds :func:`worker_hook` (it imports it by this name)."""
+        return f"{worker_hook.__module__}:{worker_hook.__qualname__}"
+
 
 def worker_hook(role_json: str) -> Any:
     """The ``before-parameter-build`` handler of a worker process, from :meth:`Authorizer.role_json`."""

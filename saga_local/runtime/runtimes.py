@@ -32,6 +32,7 @@ import boto3
 from saga_local.private_files import open_private_append, private_directory
 from saga_local.runtime.api import (
     GUARD_OFF_ENV,
+    IAM_HOOK_ENV,
     IAM_ROLE_ENV,
     Invocation,
     LambdaContext,
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
-    from saga_local.aws.iam import Authorizer
+    from saga_local.runtime.api import Authorizer
     from saga_local.runtime.faults import Fault
     from saga_local.template import FunctionSpec
 
@@ -504,6 +505,7 @@ class WorkerRuntime:
             environment[GUARD_OFF_ENV] = "1"
         if self.iam is not None:
             environment[IAM_ROLE_ENV] = self.iam.role_json(spec.logical_id)
+            environment[IAM_HOOK_ENV] = self.iam.worker_hook_path()
         output: Any = subprocess.DEVNULL
         if self.log_dir is not None:
             private_directory(self.log_dir)
