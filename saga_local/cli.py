@@ -485,8 +485,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    """The outcome events the stack published (saga_local/stack/outcome_log.py)."""
-    from saga_local.stack import outcome_log as events
+    """The outcome events the stack published (saga_local/commands/events.py)."""
+    from saga_local.commands import events
 
     target = resolve_target(args)
     text = events.command(target.clients, target.outputs, target.where, order_id=args.order_id, raw=args.json)

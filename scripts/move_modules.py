@@ -48,7 +48,11 @@ MOVES: dict[str, Move] = {
     "saga_local.aws.archive": Move("saga_local.stack.archive"),
     "saga_local.aws.driver": Move("saga_local.stack.driver"),
     "saga_local.aws.embedded": Move("saga_local.stack.embedded"),
-    "saga_local.commands.events": Move("saga_local.stack.outcome_log"),
+    "saga_local.commands.events": Move(
+        "saga_local.stack.outcome_log",
+        # What stayed when the command was carved back out of the outcome log.
+        {"render": "saga_local.commands.events", "command": "saga_local.commands.events"},
+    ),
     # harness/: what runs orders through a stack and judges it.
     "saga_local.commands.simulate": Move("saga_local.harness.simulate"),
     "saga_local.commands.sweep": Move("saga_local.harness.sweep"),
@@ -59,6 +63,18 @@ MOVES: dict[str, Move] = {
     "saga_local.aws.template": Move("saga_local.template"),
     "saga_local.commands.output": Move("saga_local.output"),
     # Names that left a module that stays.
+    "saga_local.stack.outcome_log": Move(
+        None,
+        {
+            # The tally of a run's events against its orders judges a run: the harness's.
+            "final_outcomes": "saga_local.harness.outcomes",
+            "OutcomeTally": "saga_local.harness.outcomes",
+            "tally": "saga_local.harness.outcomes",
+            # Rendering for a person, and the subcommand: ``saga events``.
+            "render": "saga_local.commands.events",
+            "command": "saga_local.commands.events",
+        },
+    ),
     "saga_local.runtime.faults": Move(
         None,
         {
@@ -123,17 +139,18 @@ def _exists(module: str, root: Path) -> bool:
 def destination(moves: dict[str, Move], module: str, name: str) -> str:
     """The module that holds ``name`` of ``module`` after the moves (``module`` itself if it stays).
 
-    Followed through every entry it leads to (a module moved, then split), stopping at a module
-    already passed: a name that stayed at a re-created old path (a command split back out of an
-    engine moved down) ends there.
+    Followed through every entry it leads to (a module moved, then split). A name pinned to its own
+    module stays there: a split can re-create an old path (a command carved back out of an engine
+    that moved down), and the names it keeps are listed under the old path as staying.
     """
     seen = [module]
     while module in moves:
         move = moves[module]
-        module = move.names.get(name) or move.new or module
-        if module in seen:
+        after = move.names.get(name) or move.new
+        if after is None or after in seen:
             return module
-        seen.append(module)
+        seen.append(after)
+        module = after
     return module
 
 

@@ -46,7 +46,7 @@ claim released NOT_CHARGED is lost until the order is charged), declined attempt
 provider again, the money ordered and billed per currency, how each order ended before and after
 the sweep, which orders the sweeper resolved and how, the outage and the search lag, the outcome
 events (one line per type) counted against the orders
-(:func:`saga_local.stack.outcome_log.tally`: after deduplication by ``eventId`` every order has
+(:func:`saga_local.harness.outcomes.tally`: after deduplication by ``eventId`` every order has
 exactly one final outcome event, or declines of earlier payment attempts before it, and it agrees
 with the provider's ledger), and the verdict.
 The exit status is 0 only if the promise held: no order charged twice, none lost, no declined
@@ -78,6 +78,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from saga_local.aws.moto_adapter import deliver_delayed_messages
 from saga_local.commands.arguments import Parser, count, seconds
 from saga_local.harness import simulate
+from saga_local.harness.outcomes import OutcomeTally, tally
 from saga_local.harness.redelivery import redeliver
 from saga_local.runtime.faults import (
     LANDS_AFTER,
@@ -89,7 +90,6 @@ from saga_local.runtime.faults import (
     kinds_at,
     valid_points,
 )
-from saga_local.stack.outcome_log import OutcomeTally, tally
 from saga_local.stripe_emulator import Endpoint
 from saga_local.stripe_emulator import FaultKind as ProviderFaultKind
 
@@ -765,7 +765,7 @@ def sweep_and_play_out_later(stack: EmbeddedStack) -> tuple[list[Resolved], Coun
 
 def count_outcome_events(stack: EmbeddedStack, order_ids: list[str]) -> OutcomeTally | None:
     """Every outcome event the run published (read from the archive queue), counted against its
-    orders and the provider's ledger (:func:`saga_local.stack.outcome_log.tally`); None without an archive."""
+    orders and the provider's ledger (:func:`saga_local.harness.outcomes.tally`); None without an archive."""
     log = stack.driver.outcome_log
     if log is None:
         return None

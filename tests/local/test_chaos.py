@@ -26,9 +26,10 @@ from saga_local.commands.chaos import (
     render,
     run_chaos,
 )
+from saga_local.harness.outcomes import final_outcomes, tally
 from saga_local.harness.simulate import LOST_ENDINGS, make_orders, money, order_ending
 from saga_local.stack.embedded import EmbeddedStack
-from saga_local.stack.outcome_log import OutcomeEvent, final_outcomes, tally
+from saga_local.stack.outcome_log import OutcomeEvent
 from saga_local.stripe_emulator import LedgerEntry
 
 if TYPE_CHECKING:

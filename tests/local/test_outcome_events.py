@@ -16,9 +16,11 @@ import boto3
 import pytest
 
 from handlers.start_execution import requeue_execution_name
+from saga_local.commands.events import command
+from saga_local.harness.outcomes import final_outcomes, tally
 from saga_local.harness.usage import transitions
 from saga_local.runtime.faults import Fault, call_error
-from saga_local.stack.outcome_log import OutcomeEvent, command, final_outcomes, tally
+from saga_local.stack.outcome_log import OutcomeEvent
 from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD
 from saga_local.template import ROOT
 from tests.helpers import order

@@ -33,7 +33,7 @@ docs/design.md at the provider, in the claims table and on the outcome bus:
    and no execution that SUCCEEDED still holds the order's claim open (it reported a duplicate of
    itself: nothing will ever charge the order); once time has played out, every order has exactly
    one final outcome event (ranked by ``sequence``, after declines of earlier payment attempts, and
-   agreeing with the provider's ledger: :func:`saga_local.stack.outcome_log.tally`), and every attempt
+   agreeing with the provider's ledger: :func:`saga_local.harness.outcomes.tally`), and every attempt
    released as never charged was re-queued, its re-queue starting exactly one execution however
    often the relay sent it, or handed to a person;
 5. no declined payment attempt, ``(orderId, paymentAttempt)``, is ever sent to the provider again
@@ -96,6 +96,7 @@ from saga_local.commands.chaos import (
     land_what_is_in_flight,
     play_out_later,
 )
+from saga_local.harness.outcomes import tally
 from saga_local.harness.redelivery import redeliver
 from saga_local.harness.simulate import settle
 from saga_local.runtime.api import Throttled
@@ -111,7 +112,6 @@ from saga_local.runtime.faults import (
     kinds_at,
     valid_points,
 )
-from saga_local.stack.outcome_log import tally
 from saga_local.stripe_emulator import FAULT_KINDS
 from tests.helpers import order
 from tests.local.conftest import lease_seconds
