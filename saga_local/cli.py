@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import signal
 import sys
 import threading
@@ -251,8 +250,6 @@ def up_banner(
 
 # -- send ----------------------------------------------------------------------------------------
 
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
-
 
 def cmd_send(args: argparse.Namespace) -> int:
     out = Out()
@@ -289,11 +286,12 @@ def cmd_send(args: argparse.Namespace) -> int:
             out(f"  {message_id}  dead-lettered: {rejection}")
         out("  (the start function sends it to the dead-letter queue with that reason; no claim is written)")
         return 0
+    from payment_saga.execution_names import execution_name
+
     order_id = str(json.loads(body)["orderId"])
-    prefix = _UNSAFE_NAME.sub("_", order_id)
     executions = []
     for message_id in names:
-        name = f"{prefix[: 80 - len(message_id) - 1]}-{message_id}" if prefix else message_id
+        name = execution_name(order_id, message_id)
         executions.append(name)
         out(f"  {message_id}  ->  saga trace {name}")
     if args.wait:

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from payment_saga.execution_names import name_safe
+
 if TYPE_CHECKING:
     from pathlib import Path
 
-#: What Step Functions refuses in a name (the start function replaces it with ``_``).
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 STATUSES = ("RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED", "PENDING_REDRIVE")
 
 
@@ -45,7 +45,7 @@ class Listed:
 
 def name_prefix(text: str) -> str:
     """The start of the execution names of the order ``text`` (or ``text`` itself, as a name's start)."""
-    return _UNSAFE_NAME.sub("_", text)
+    return name_safe(text)
 
 
 #: ``-<MessageId>`` (a UUID) after the order's id, or the ``_attempt-<n>_...`` of a re-queue.

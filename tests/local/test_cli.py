@@ -62,6 +62,28 @@ def test_send_builds_the_order_from_flags(saga: Saga, deployed: str) -> None:
     assert (claim["releaseReason"], claim["amount"], claim["currency"]) == ("DECLINED", "999", "BRL")
 
 
+def test_send_prints_the_names_the_start_function_gives_an_order_id_it_must_cut_and_clean(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "." and ":" are not allowed in an execution name, and 61 characters leave no room for the
+    # MessageId: saga send, the driver's reports and the start function must all apply one rule.
+    order_id = "ORDER.2026:" + "x" * 50
+    args = ["send", "--stack", deployed, "--region", REGION, "--order-id", order_id, "--copies", "2"]
+    assert cli.main(args) == 0
+    printed = {
+        line.split("saga trace ")[1].strip()
+        for line in capsys.readouterr().out.splitlines()
+        if "saga trace " in line
+    }
+
+    saga.driver.pump()
+
+    started = {e.name for e in saga.driver.executions(order_ids=[order_id])}
+    assert len(printed) == 2
+    assert printed == started
+    assert saga.charges(order_id) == 1
+
+
 def test_redrive_against_a_deployed_stack_charges_each_order_once(saga: Saga, deployed: str) -> None:
     sqs = boto3.client("sqs", region_name=REGION)
     # A dead-letter queue full of duplicates of one order, each moved there after its failed receives.

@@ -15,7 +15,7 @@ import botocore.session
 import pytest
 from botocore.exceptions import ClientError
 
-from handlers.start_execution import execution_name
+from payment_saga.execution_names import execution_name
 from saga_local.aws.stack import REGION
 from saga_local.harness.redelivery import redeliver
 from saga_local.runtime.faults import CALLS, POINTS, Fault, FaultPlan, call_error, valid_points

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
-from handlers.start_execution import requeue_execution_name
+from payment_saga.execution_names import requeue_execution_name
 from saga_local.commands.events import command
 from saga_local.harness.outcomes import final_outcomes, tally
 from saga_local.harness.usage import transitions

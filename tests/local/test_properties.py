@@ -85,8 +85,8 @@ from hypothesis import strategies as st
 
 from handlers import runtime as handler_runtime
 from handlers import sweeper
-from handlers.start_execution import requeue_execution_name
 from payment_saga.claims import SECONDS_PER_DAY, ClaimsStore
+from payment_saga.execution_names import requeue_execution_name
 from payment_saga.outcomes import attempt_event_id
 from payment_saga.reconcile import DEFAULT_SEARCH_GRACE_SECONDS
 from payment_saga.sweep_lock import LEASE_MARGIN_SECONDS, SweepLock
