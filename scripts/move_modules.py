@@ -51,18 +51,55 @@ MOVES: dict[str, Move] = {
     "saga_local.commands.events": Move(
         "saga_local.stack.outcome_log",
         # What stayed when the command was carved back out of the outcome log.
-        {"render": "saga_local.commands.events", "command": "saga_local.commands.events"},
+        {
+            "render": "saga_local.commands.events",
+            "command": "saga_local.commands.events",
+            "cmd_events": "saga_local.commands.events",
+        },
     ),
     # harness/: what runs orders through a stack and judges it.
-    "saga_local.commands.simulate": Move("saga_local.harness.simulate"),
-    "saga_local.commands.sweep": Move("saga_local.harness.sweep"),
-    "saga_local.commands.cost": Move("saga_local.harness.cost"),
+    "saga_local.commands.simulate": Move(
+        "saga_local.harness.simulate", {"cmd_simulate": "saga_local.commands.simulate"}
+    ),
+    "saga_local.commands.sweep": Move(
+        "saga_local.harness.sweep", {"cmd_reconcile": "saga_local.commands.sweep"}
+    ),
+    "saga_local.commands.cost": Move("saga_local.harness.cost", {"cmd_cost": "saga_local.commands.cost"}),
     "saga_local.commands.cost_measure": Move("saga_local.harness.cost_measure"),
     "saga_local.commands.usage": Move("saga_local.harness.usage"),
     # The leaves: read by every floor.
     "saga_local.aws.template": Move("saga_local.template"),
     "saga_local.commands.output": Move("saga_local.output"),
     # Names that left a module that stays.
+    "saga_local.cli": Move(
+        None,
+        {
+            # cli.py parses; each subcommand's body, and what several share, live in commands/.
+            "STATE_FILE": "saga_local.commands.targets",
+            "LOCK_FILE": "saga_local.commands.targets",
+            "Target": "saga_local.commands.targets",
+            "stack_outputs": "saga_local.commands.targets",
+            "local_state": "saga_local.commands.targets",
+            "resolve_target": "saga_local.commands.targets",
+            "cmd_up": "saga_local.commands.up",
+            "up_banner": "saga_local.commands.up",
+            "cmd_send": "saga_local.commands.send",
+            "execution_arn": "saga_local.commands.trace",
+            "find_execution": "saga_local.commands.trace",
+            "cmd_trace": "saga_local.commands.trace",
+            "cmd_executions": "saga_local.commands.executions",
+            "cmd_events": "saga_local.commands.events",
+            "cmd_simulate": "saga_local.commands.simulate",
+            "cmd_reconcile": "saga_local.commands.sweep",
+            "cmd_redrive": "saga_local.commands.redrive",
+            "cmd_replay_parked": "saga_local.commands.replay",
+            "cmd_logs": "saga_local.commands.logs",
+            "cmd_fault": "saga_local.commands.fault",
+            "cmd_invoke": "saga_local.commands.invoke",
+            "cmd_cost": "saga_local.commands.cost",
+            "cmd_demo": "saga_local.commands.demo",
+        },
+    ),
     "saga_local.stack.outcome_log": Move(
         None,
         {
@@ -71,6 +108,7 @@ MOVES: dict[str, Move] = {
             "OutcomeTally": "saga_local.harness.outcomes",
             "tally": "saga_local.harness.outcomes",
             # Rendering for a person, and the subcommand: ``saga events``.
+            "cmd_events": "saga_local.commands.events",
             "render": "saga_local.commands.events",
             "command": "saga_local.commands.events",
         },

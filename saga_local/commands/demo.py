@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from typing import TYPE_CHECKING, Any
@@ -120,3 +121,8 @@ def run_demo(runtime: str) -> int:
         )
     )
     return 0 if ok else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``saga demo``: the lab of field report 000, guard off then on, then a decline."""
+    return run_demo(args.runtime)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from saga_local.commands.targets import resolve_target
+from saga_local.output import Out
 from saga_local.stack.outcome_log import deduplicated, peek
 
 if TYPE_CHECKING:
@@ -38,3 +41,11 @@ def command(clients: Any, outputs: dict[str, str], where: str, *, order_id: str 
         )
     events = [e for e in peek(clients("sqs"), url) if order_id is None or e.concerns(order_id)]
     return render(events, raw=raw)
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    """The outcome events the stack published."""
+    target = resolve_target(args)
+    text = command(target.clients, target.outputs, target.where, order_id=args.order_id, raw=args.json)
+    Out()(text.rstrip("\n"))
+    return 0

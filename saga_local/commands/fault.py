@@ -17,11 +17,15 @@ process and are not reachable from here: ``saga chaos`` injects those.
 
 from __future__ import annotations
 
+import argparse
 import json
 import urllib.error
 import urllib.request
 from typing import Any
 
+from saga_local.commands import running, targets
+from saga_local.commands.targets import gone_message
+from saga_local.output import Out
 from saga_local.stripe_emulator import ENDPOINTS
 from saga_local.stripe_emulator.emulator import ADMIN_TOKEN_HEADER
 
@@ -80,3 +84,26 @@ def apply(provider: str, kind: str, *, token: str, order_id: str | None = None, 
         _call(provider, token, "DELETE", "/faults")
         return "provider faults cleared: every request is answered normally"
     raise FaultError(f"no fault kind {kind!r}; the kinds: {', '.join(KINDS)}")
+
+
+def cmd_fault(args: argparse.Namespace) -> int:
+    """A provider fault on the running `saga up`."""
+    state = running.read_state(targets.STATE_FILE)
+    if state is None:
+        raise SystemExit(
+            "saga fault: no local stack is running: start one with `saga up` (another terminal)."
+        )
+    if running.gone(state):
+        raise SystemExit(gone_message("fault", state))
+    try:
+        said = apply(
+            str(state["provider"]),
+            args.kind,
+            token=str(state.get("providerAdminToken", "")),
+            order_id=args.order_id,
+            times=args.times,
+        )
+    except FaultError as exc:
+        raise SystemExit(f"saga fault: {exc}") from None
+    Out()(said)
+    return 0

@@ -3,7 +3,7 @@
 A figure typed by hand drifts: the README once said 5 transitions per order under a sentence saying
 3, and $134 per million orders where ``saga cost`` printed $85. Each figure now sits in a marked
 block, ``<!-- figures:NAME -->...<!-- /figures:NAME -->``, whose text this module renders from
-``saga cost --json`` (usage counted in a local run, priced with commands/prices.json) and from
+``saga cost --json`` (usage counted in a local run, priced with harness/prices.json) and from
 ``template.yaml`` (the stack's outputs). ``make docs-figures`` rewrites the blocks; ``--check``
 (and tests/local/test_docs_figures.py) fails when one has drifted.
 

@@ -10,6 +10,7 @@ import pytest
 
 from saga_local import cli
 from saga_local.aws.stack import REGION
+from saga_local.commands import targets
 from tests.helpers import Saga, failed_receives
 
 
@@ -32,7 +33,7 @@ def test_send_and_trace_against_a_deployed_stack(
 def test_send_rejects_a_missing_local_stack_with_a_clear_message(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    monkeypatch.setattr(cli, "STATE_FILE", tmp_path / "absent.json")
+    monkeypatch.setattr(targets, "STATE_FILE", tmp_path / "absent.json")
 
     with pytest.raises(SystemExit, match="saga up"):
         cli.main(["send"])
@@ -150,7 +151,7 @@ def test_trace_reads_an_execution_recorded_after_its_stack_is_gone(
     (result,) = saga.driver.results()
     archive.record(archive.read_execution(saga.driver.sfn, result.arn), tmp_path)
     monkeypatch.setattr(archive, "ARCHIVE_DIR", tmp_path)
-    monkeypatch.setattr(cli, "STATE_FILE", tmp_path / "no-stack-running.json")
+    monkeypatch.setattr(targets, "STATE_FILE", tmp_path / "no-stack-running.json")
 
     assert cli.main(["trace", result.name]) == 0
 
@@ -215,7 +216,7 @@ def test_a_trace_page_shows_who_pays_and_with_what_only_when_asked(
     (result,) = saga.driver.results()
     archive.record(archive.read_execution(saga.driver.sfn, result.arn), tmp_path)
     monkeypatch.setattr(archive, "ARCHIVE_DIR", tmp_path)
-    monkeypatch.setattr(cli, "STATE_FILE", tmp_path / "no-stack-running.json")
+    monkeypatch.setattr(targets, "STATE_FILE", tmp_path / "no-stack-running.json")
     shared, full = tmp_path / "shared.html", tmp_path / "full.html"
 
     assert cli.main(["trace", result.name, "--html", str(shared)]) == 0

@@ -1,0 +1,37 @@
+"""``saga reconcile``: what the sweeper would do with a stack's stale claims (harness/sweep), or do it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from saga_local.commands import targets
+from saga_local.commands.targets import resolve_target
+from saga_local.output import Out
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    """``saga reconcile``: what the sweeper would do with stale claims, or do it with --apply."""
+    from payment_saga.claims import ClaimsStore
+    from payment_saga.payments import StripeProvider
+    from payment_saga.reconcile import reconcile
+    from saga_local.aws.stack import LOCAL_API_KEY
+    from saga_local.harness.sweep import not_due, reconcile_deployed, render
+
+    waiting = None
+    if args.stack:
+        report = reconcile_deployed(args.stack, apply=args.apply, region=args.region)
+    else:
+        target = resolve_target(args)
+        state = json.loads(targets.STATE_FILE.read_text())
+        # Locally, --later looks past a lease without waiting for it; against AWS, time is time.
+        now = time.time() + args.later
+        store = ClaimsStore(
+            target.outputs["ClaimsTableName"], client=target.clients("dynamodb"), clock=lambda: now
+        )
+        provider = StripeProvider(LOCAL_API_KEY, api_base=state["provider"])
+        report = reconcile(store, provider, now=now, apply=args.apply, search_grace_seconds=args.grace)
+        waiting = not_due(store, now)  # why nothing more is due: the leases still running
+    Out()(render(report, waiting=waiting))
+    return 0
