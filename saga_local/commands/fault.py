@@ -23,8 +23,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from saga_local.commands import running, targets
-from saga_local.commands.targets import gone_message
+from saga_local.commands.targets import running_stack
 from saga_local.output import Out
 from saga_local.stripe_emulator import ENDPOINTS
 from saga_local.stripe_emulator.emulator import ADMIN_TOKEN_HEADER
@@ -88,13 +87,11 @@ def apply(provider: str, kind: str, *, token: str, order_id: str | None = None, 
 
 def cmd_fault(args: argparse.Namespace) -> int:
     """A provider fault on the running `saga up`."""
-    state = running.read_state(targets.STATE_FILE)
+    state = running_stack("fault")
     if state is None:
         raise SystemExit(
             "saga fault: no local stack is running: start one with `saga up` (another terminal)."
         )
-    if running.gone(state):
-        raise SystemExit(gone_message("fault", state))
     try:
         said = apply(
             str(state["provider"]),

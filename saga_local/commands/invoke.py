@@ -31,9 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from saga_local.commands import running, targets
 from saga_local.commands.running import endpoint_answers
-from saga_local.commands.targets import gone_message, relative
+from saga_local.commands.targets import relative, running_stack
 from saga_local.paths import STATE_DIR
 from saga_local.private_files import write_private_text
 from saga_local.template import ROOT, functions, load_template, parameter_defaults
@@ -275,12 +274,9 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     """One function on one event, as `sam local invoke` runs it: result on stdout, logs on stderr."""
     from pathlib import Path
 
-    state = running.read_state(targets.STATE_FILE)
     if args.env_vars:
         env_vars = Path(args.env_vars)
-    elif state is not None and running.gone(state):
-        raise SystemExit(gone_message("invoke", state))
-    elif state is not None and SAM_ENV_FILE.exists():
+    elif running_stack("invoke") is not None and SAM_ENV_FILE.exists():
         env_vars = SAM_ENV_FILE
     else:
         raise SystemExit(

@@ -38,12 +38,23 @@ def stack_outputs(cloudformation: Any, stack_name: str) -> dict[str, str]:
     return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
 
 
-def gone_message(command: str, state: dict[str, Any]) -> str:
-    """What a command says when the `saga up` stack it would use died without stopping cleanly."""
+def _gone_message(command: str, state: dict[str, Any]) -> str:
     return (
         f"saga {command}: the local stack at {state.get('endpoint')} ({running.describe(state)}) has gone"
         " without stopping cleanly: start it again with `saga up` (another terminal), or pass --stack NAME."
     )
+
+
+def running_stack(command: str) -> dict[str, Any] | None:
+    """The `saga up` stack's description read from its state file, or None when none was started.
+
+    A stack that was started but has gone without stopping cleanly ends ``saga COMMAND`` with a
+    SystemExit that says so and how to start it again.
+    """
+    state = running.read_state(STATE_FILE)
+    if state is not None and running.gone(state):
+        raise SystemExit(_gone_message(command, state))
+    return state
 
 
 def local_state() -> dict[str, Any] | None:
@@ -64,14 +75,12 @@ def resolve_target(args: argparse.Namespace) -> Target:
 
         return Target(clients, stack_outputs(clients("cloudformation"), args.stack), f"stack {args.stack}")
     command = getattr(args, "command", None) or "saga"
-    state = running.read_state(STATE_FILE)
+    state = running_stack(command)
     if state is None:
         raise SystemExit(
             f"saga {command}: no local stack is running: start one with `saga up` (another terminal),"
             " or pass --stack NAME."
         )
-    if running.gone(state):
-        raise SystemExit(gone_message(command, state))
 
     def local_clients(service: str) -> Any:
         return boto3.client(  # type: ignore[call-overload]
