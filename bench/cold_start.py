@@ -87,7 +87,7 @@ print(json.dumps({"cpu_ms": cpu * 1000, "wall_ms": wall * 1000, "modules": len(o
 
 def built_functions(build_dir: Path) -> dict[str, tuple[Path, str]]:
     """Function logical id -> (its package directory, its handler module), from sam's built template."""
-    from saga_local.aws.template import load_template  # the bench runs from the project's venv
+    from saga_local.template import load_template  # the bench runs from the project's venv
 
     template_path = build_dir / "template.yaml"
     if not template_path.is_file():
@@ -107,7 +107,7 @@ def built_functions(build_dir: Path) -> dict[str, tuple[Path, str]]:
 
 def lambda_like_environment() -> dict[str, str]:
     """Lambda's variables that change what an import does, and nothing of this machine's Python set-up."""
-    from saga_local.aws.template import Resolver, load_template
+    from saga_local.template import Resolver, load_template
 
     variables = load_template()["Globals"]["Function"]["Environment"]["Variables"]
     return {

@@ -57,10 +57,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
 
 from saga_local.aws import moto_adapter
-from saga_local.aws.embedded import EmbeddedStack
-from saga_local.aws.moto_adapter import Invocation
-from saga_local.commands import simulate
+from saga_local.harness import simulate
+from saga_local.runtime.api import Invocation
 from saga_local.runtime.runtimes import InProcessRuntime
+from saga_local.stack.embedded import EmbeddedStack
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

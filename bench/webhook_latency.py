@@ -41,12 +41,12 @@ from throughput import stdout_for_json_only  # type: ignore[import-not-found]  #
 from payment_saga.claims import ClaimsStore
 from payment_saga.payments import StripeProvider
 from payment_saga.reconcile import reconcile
-from saga_local.aws.embedded import EmbeddedStack
 from saga_local.aws.schedule_source import schedules
 from saga_local.aws.stack import LOCAL_API_KEY, REGION
-from saga_local.aws.template import load_template
 from saga_local.runtime.faults import Fault
+from saga_local.stack.embedded import EmbeddedStack
 from saga_local.stripe_emulator import WebhookDisorder
+from saga_local.template import load_template
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -11,6 +11,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from saga_local.aws.template import ROOT
+from saga_local.template import ROOT
 
 STATE_DIR = Path(os.environ.get("SAGA_STATE_DIR") or ROOT / ".saga")

@@ -12,7 +12,7 @@ from moto import mock_aws
 
 from saga_local.aws.moto_adapter import SFN_CONFIG
 from saga_local.aws.stack import REGION, table_request
-from saga_local.aws.template import load_template
+from saga_local.template import load_template
 from tests.helpers import FakeClock
 
 if TYPE_CHECKING:

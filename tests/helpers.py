@@ -13,12 +13,12 @@ from typing import Any
 import boto3
 
 from payment_saga.payments import StripeProvider
-from saga_local.aws.driver import Driver
 from saga_local.aws.event_source import SqsEventSource
 from saga_local.aws.moto_adapter import EngineHooks
 from saga_local.aws.stack import REGION, Stack
 from saga_local.runtime.faults import FaultPlan
 from saga_local.runtime.runtimes import InProcessRuntime
+from saga_local.stack.driver import Driver
 from saga_local.stripe_emulator import ProviderEmulator
 
 

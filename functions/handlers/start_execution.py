@@ -17,9 +17,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +25,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 
 from handlers.runtime import client, count, env, log_event, logger, metrics, tracer
 from payment_saga.errors import InvalidOrder
+from payment_saga.execution_names import execution_name
 from payment_saga.orders import Order, parse_order_body
 from payment_saga.outcomes import publish, rejected_event, rejected_order_id
 
@@ -37,37 +36,8 @@ if TYPE_CHECKING:
 
 processor = BatchProcessor(event_type=EventType.SQS)
 
-#: Step Functions execution names: at most 80 characters of letters, digits, ``-`` and ``_``.
-MAX_EXECUTION_NAME = 80
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 #: A reason is for people; keep the attribute small and never echo the body.
 MAX_REASON_LENGTH = 1024
-
-
-def execution_name(order_id: str, message_id: str, requeue_event_id: str | None = None) -> str:
-    """``ORDER-003-<MessageId>``: unique per SQS message, readable in the console.
-
-    A message the outcome relay re-queued carries ``requeueEventId`` (``<orderId>/attempt-<n>/requeued``):
-    the relay may send one re-queue twice (it is retried after its send), and both copies must start
-    one execution, so its name comes from that id instead (:func:`requeue_execution_name`).
-    """
-    if requeue_event_id:
-        return requeue_execution_name(requeue_event_id)
-    room = MAX_EXECUTION_NAME - len(message_id) - 1
-    prefix = _UNSAFE.sub("_", order_id)[: max(room, 0)]
-    return f"{prefix}-{message_id}" if prefix else message_id[:MAX_EXECUTION_NAME]
-
-
-def requeue_execution_name(requeue_event_id: str) -> str:
-    """``ORDER-003_attempt-1_requeued-<12 hex>``: the same for every copy of one re-queue.
-
-    Step Functions allows letters, digits, ``-`` and ``_`` in at most 80 characters; the id is
-    sanitised to that and cut to fit, and a digest of the whole id keeps two ids that sanitise
-    alike (``A.B`` and ``A_B``) or share a long prefix apart.
-    """
-    digest = hashlib.sha256(requeue_event_id.encode()).hexdigest()[:12]
-    readable = _UNSAFE.sub("_", requeue_event_id)[: MAX_EXECUTION_NAME - len(digest) - 1]
-    return f"{readable}-{digest}"
 
 
 def execution_input(order: Order, message_id: str, requeues: int = 0) -> str:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from saga_local.aws.template import Resolver
+    from saga_local.template import Resolver
 
 #: What the AWS managed policies that SAM attaches grant (AWS publishes each policy's document in
 #: the IAM console and the "AWS managed policy reference"). A managed policy missing here fails
@@ -620,6 +620,10 @@ class Authorizer:
                 "denies": [d.to_dict() for d in self.denies],
             }
         )
+
+    def worker_hook_path(self) -> str:
+        """Where a worker process finds :func:`worker_hook` (it imports it by this name)."""
+        return f"{worker_hook.__module__}:{worker_hook.__qualname__}"
 
 
 def worker_hook(role_json: str) -> Any:

@@ -55,7 +55,7 @@ import time as _time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 from unittest import mock
 
 import jsonpath_ng.ext as jsonpath_ext
@@ -79,30 +79,15 @@ from moto.stepfunctions.parser.models import StepFunctionsParserBackend, stepfun
 from moto.stepfunctions.parser.utils import TMP_THREADS as engine_threads
 
 from saga_local.aws import moto_speed
+from saga_local.runtime.api import Throttled
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from saga_local.runtime.api import LambdaRuntime
+
 MOTO_VERSION = "5.2.5"
 SFN_CONFIG: DefaultConfig = {"stepfunctions": {"execute_state_machine": True}}
-
-
-@dataclass(frozen=True)
-class Invocation:
-    """What a Lambda invocation returned: the payload, and ``FunctionError`` when it failed."""
-
-    payload: bytes
-    function_error: str | None = None
-
-
-class LambdaRuntime(Protocol):
-    """Runs a function by name. Raises :class:`Throttled` to answer as the Lambda service would."""
-
-    def invoke(self, function_name: str, payload: bytes) -> Invocation: ...
-
-
-class Throttled(Exception):
-    """The Lambda service refused the invocation (429 ``TooManyRequestsException``)."""
 
 
 @dataclass
@@ -133,13 +118,16 @@ class _ScaledTime:
         return getattr(_time, name)
 
 
-_DYNAMODB_LOCK = threading.RLock()
+#: Serialises moto's DynamoDB in this process (its backend is not thread-safe): every request
+#: takes it, and so must any code that reads or changes moto's DynamoDB state directly (the stream
+#: source reading and trimming a shard).
+DYNAMODB_LOCK = threading.RLock()
 
 
 def _locked(method: Any) -> Any:
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with _DYNAMODB_LOCK:
+        with DYNAMODB_LOCK:
             return method(*args, **kwargs)
 
     wrapper.__saga_locked__ = True

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from saga_local.aws.template import FunctionSpec
+    from saga_local.template import FunctionSpec
 
 _RATE = re.compile(r"rate\((\d+) (minute|minutes|hour|hours|day|days)\)")
 _UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}

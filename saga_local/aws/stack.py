@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from saga_local.aws.iam import Authorizer, resource_denies, roles
-from saga_local.aws.template import (
+from saga_local.template import (
     FunctionSpec,
     Resolver,
     functions,

@@ -42,7 +42,7 @@ from moto.events.models import EventPattern
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from saga_local.aws.template import FunctionSpec
+    from saga_local.template import FunctionSpec
 
 
 @dataclass
@@ -340,10 +340,10 @@ def _trim_consumed(stream_arn: str, last_sequence_number: str) -> None:
     records dropped keeps every number (and the next one) as it was. Under the DynamoDB lock, so no
     write adds a record meanwhile.
     """
-    from saga_local.aws.moto_adapter import _DYNAMODB_LOCK
+    from saga_local.aws.moto_adapter import DYNAMODB_LOCK
 
     backend = _streams_backend()
-    with _DYNAMODB_LOCK:
+    with DYNAMODB_LOCK:
         try:
             shard = backend._get_table_from_arn(stream_arn).stream_shard
         except Exception:  # noqa: BLE001 - the table is gone (a stack torn down): nothing to trim
@@ -364,9 +364,9 @@ def _read_in_process(stream_arn: str, next_sequence: int | None) -> list[dict[st
     back: that round trip was a tenth of a busy local run's CPU, work Lambda's poller does outside
     the account. The caller copies what it hands on (moto's record dicts are its own).
     """
-    from saga_local.aws.moto_adapter import _DYNAMODB_LOCK
+    from saga_local.aws.moto_adapter import DYNAMODB_LOCK
 
-    with _DYNAMODB_LOCK:
+    with DYNAMODB_LOCK:
         try:
             shard = _streams_backend()._get_table_from_arn(stream_arn).stream_shard
         except Exception:  # noqa: BLE001 - not a table of this process's moto: read through the API

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from saga_local.aws.embedded import EmbeddedStack
-    from saga_local.commands.output import Out
+    from saga_local.output import Out
+    from saga_local.stack.embedded import EmbeddedStack
 
 #: The newest executions read per poll (one ListExecutions page).
 PAGE = 100
@@ -34,8 +34,8 @@ class Activity:
 
     def poll(self) -> int:
         """Print and record the executions that ended since the last poll; how many."""
-        from saga_local.aws import archive
         from saga_local.commands.demo import describe_path
+        from saga_local.stack import archive
 
         driver = self.stack.driver
         listed = driver.sfn.list_executions(

@@ -46,7 +46,7 @@ claim released NOT_CHARGED is lost until the order is charged), declined attempt
 provider again, the money ordered and billed per currency, how each order ended before and after
 the sweep, which orders the sweeper resolved and how, the outage and the search lag, the outcome
 events (one line per type) counted against the orders
-(:func:`saga_local.commands.events.tally`: after deduplication by ``eventId`` every order has
+(:func:`saga_local.harness.outcomes.tally`: after deduplication by ``eventId`` every order has
 exactly one final outcome event, or declines of earlier payment attempts before it, and it agrees
 with the provider's ledger), and the verdict.
 The exit status is 0 only if the promise held: no order charged twice, none lost, no declined
@@ -76,9 +76,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_args
 
 from saga_local.aws.moto_adapter import deliver_delayed_messages
-from saga_local.commands import simulate
 from saga_local.commands.arguments import Parser, count, html_file, seconds
-from saga_local.commands.events import OutcomeTally, tally
+from saga_local.harness import simulate
+from saga_local.harness.outcomes import OutcomeTally, tally
+from saga_local.harness.redelivery import redeliver
 from saga_local.runtime.faults import (
     LANDS_AFTER,
     POINTS,
@@ -87,7 +88,6 @@ from saga_local.runtime.faults import (
     Fault,
     declined_attempts_sent_again,
     kinds_at,
-    redeliver,
     valid_points,
 )
 from saga_local.stripe_emulator import Endpoint
@@ -97,8 +97,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sized
 
     from payment_saga.reconcile import ReconcileDecision
-    from saga_local.aws.embedded import EmbeddedStack
     from saga_local.aws.stack import Stack
+    from saga_local.stack.embedded import EmbeddedStack
     from saga_local.stripe_emulator import LedgerEntry, ProviderEmulator, ProviderFault
 
 PROVIDER_FAULT_KINDS: tuple[ProviderFaultKind, ...] = get_args(ProviderFaultKind)
@@ -509,7 +509,7 @@ class Resolved:
 
 def sweep(stack: EmbeddedStack, *, now: float) -> list[Resolved]:
     """Run the sweeper (``apply=True``) at ``now``: what it did per claim."""
-    from saga_local.commands.sweep import reconcile_stack
+    from saga_local.harness.sweep import reconcile_stack
 
     report = reconcile_stack(stack, apply=True, now=now, list_page_cap=SWEEP_LIST_PAGE_CAP)
     return [Resolved.of(decision) for decision in report.decisions]
@@ -765,7 +765,7 @@ def sweep_and_play_out_later(stack: EmbeddedStack) -> tuple[list[Resolved], Coun
 
 def count_outcome_events(stack: EmbeddedStack, order_ids: list[str]) -> OutcomeTally | None:
     """Every outcome event the run published (read from the archive queue), counted against its
-    orders and the provider's ledger (:func:`saga_local.commands.events.tally`); None without an archive."""
+    orders and the provider's ledger (:func:`saga_local.harness.outcomes.tally`); None without an archive."""
     log = stack.driver.outcome_log
     if log is None:
         return None
@@ -938,7 +938,7 @@ def main(argv: list[str] | None = None) -> int:
         throttle_start_seconds=args.throttle_start,
         throttle_seconds=args.throttle_seconds,
     )
-    from saga_local.aws.embedded import EmbeddedStack
+    from saga_local.stack.embedded import EmbeddedStack
 
     progress = None if args.json else simulate.progress_bar
     # Powertools warns on every invocation that publishes no metric (a duplicate, a death).

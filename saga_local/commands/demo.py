@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from saga_local.aws.template import ROOT
-from saga_local.commands.output import Out, money
+from saga_local.output import Out, money
+from saga_local.template import ROOT
 
 if TYPE_CHECKING:
-    from saga_local.aws.driver import ExecutionResult
-    from saga_local.aws.embedded import EmbeddedStack
+    from saga_local.stack.driver import ExecutionResult
+    from saga_local.stack.embedded import EmbeddedStack
 
 
 def describe_path(out: Out, result: ExecutionResult) -> str:
@@ -35,7 +36,7 @@ def seed_order(order_id: str = "ORDER-003", **overrides: Any) -> dict[str, Any]:
 
 
 def _act(out: Out, stack: EmbeddedStack, order: dict[str, Any], copies: int) -> list[ExecutionResult]:
-    from saga_local.aws import archive
+    from saga_local.stack import archive
 
     before = set(stack.driver.execution_arns())
     stack.driver.send(order, copies=copies)
@@ -63,7 +64,7 @@ def _charges_line(out: Out, stack: EmbeddedStack, order: dict[str, Any]) -> int:
 
 def run_demo(runtime: str) -> int:
     """Tell the story; 0 when every act came out as promised."""
-    from saga_local.aws.embedded import EmbeddedStack
+    from saga_local.stack.embedded import EmbeddedStack
 
     out = Out()
     began = time.monotonic()
@@ -120,3 +121,8 @@ def run_demo(runtime: str) -> int:
         )
     )
     return 0 if ok else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``saga demo``: the lab of field report 000, guard off then on, then a decline."""
+    return run_demo(args.runtime)

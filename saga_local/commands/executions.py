@@ -10,17 +10,20 @@ executions ``saga demo``, ``saga simulate`` and ``saga chaos`` recorded (``.saga
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from payment_saga.execution_names import name_safe
+from saga_local.commands.targets import local_state, relative, resolve_target
+from saga_local.output import Out
+
 if TYPE_CHECKING:
     from pathlib import Path
 
-#: What Step Functions refuses in a name (the start function replaces it with ``_``).
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 STATUSES = ("RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED", "PENDING_REDRIVE")
 
 
@@ -45,7 +48,7 @@ class Listed:
 
 def name_prefix(text: str) -> str:
     """The start of the execution names of the order ``text`` (or ``text`` itself, as a name's start)."""
-    return _UNSAFE_NAME.sub("_", text)
+    return name_safe(text)
 
 
 #: ``-<MessageId>`` (a UUID) after the order's id, or the ``_attempt-<n>_...`` of a re-queue.
@@ -154,3 +157,27 @@ def render(listed: list[Listed], where: str) -> str:
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     noun = "execution" if len(listed) == 1 else "executions"
     return "\n".join([*(e.line() for e in listed), "", f"{len(listed)} {noun} ({where}): {summary}"])
+
+
+def cmd_executions(args: argparse.Namespace) -> int:
+    """The state machine's executions, newest first, as the console lists them."""
+    from datetime import UTC, datetime, timedelta
+
+    from saga_local.stack import archive
+
+    since = datetime.now(UTC) - timedelta(seconds=args.since) if args.since is not None else None
+    if args.stack or local_state() is not None:
+        target = resolve_target(args)
+        sfn = target.clients("stepfunctions")
+        state_machine = target.outputs["PaymentSagaStateMachineArn"]
+        listed = from_stack(sfn, state_machine, status=args.status)
+        chosen = select(listed, status=args.status, order_id=args.order_id, since=since)
+        chosen = with_errors(sfn, state_machine, chosen[: args.limit])
+        where = target.where
+    else:
+        listed = from_archive(archive.ARCHIVE_DIR)
+        chosen = select(listed, status=args.status, order_id=args.order_id, since=since)
+        chosen = chosen[: args.limit]
+        where = f"recorded in {relative(archive.ARCHIVE_DIR)}; no local stack is running"
+    Out()(render(chosen, where))
+    return 0

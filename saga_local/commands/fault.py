@@ -31,7 +31,8 @@ import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
-from saga_local.commands.output import plural
+from saga_local.commands.targets import running_stack
+from saga_local.output import Out, plural
 from saga_local.runtime.control import TOKEN_HEADER
 from saga_local.runtime.faults import CALLS, LANDS_AFTER, WRITE_CALLS, Fault
 from saga_local.stripe_emulator import ENDPOINTS
@@ -233,3 +234,22 @@ def run(state: dict[str, Any], args: argparse.Namespace, spec: dict[str, Any] | 
     if args.kind == "clear" and control:
         said = f"{said}; {clear_functions(control)}"
     return said
+
+
+def cmd_fault(args: argparse.Namespace) -> int:
+    """A fault of the provider or of a function on the running `saga up`."""
+    try:
+        spec = check(args)
+    except FaultError as exc:
+        raise SystemExit(f"saga fault: {exc}") from None
+    state = running_stack("fault")
+    if state is None:
+        raise SystemExit(
+            "saga fault: no local stack is running: start one with `saga up` (another terminal)."
+        )
+    try:
+        said = run(state, args, spec)
+    except FaultError as exc:
+        raise SystemExit(f"saga fault: {exc}") from None
+    Out()(said)
+    return 0

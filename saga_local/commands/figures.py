@@ -3,7 +3,7 @@
 A figure typed by hand drifts: the README once said 5 transitions per order under a sentence saying
 3, and $134 per million orders where ``saga cost`` printed $85. Each figure now sits in a marked
 block, ``<!-- figures:NAME -->...<!-- /figures:NAME -->``, whose text this module renders from
-``saga cost --json`` (usage counted in a local run, priced with commands/prices.json) and from
+``saga cost --json`` (usage counted in a local run, priced with harness/prices.json) and from
 ``template.yaml`` (the stack's outputs). ``make docs-figures`` rewrites the blocks; ``--check``
 (and tests/local/test_docs_figures.py) fails when one has drifted.
 
@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from saga_local.aws.template import ROOT, load_template
+from saga_local.template import ROOT, load_template
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,7 +35,7 @@ DOCUMENTS = ("README.md", "docs/outcome-events.md", "docs/performance.md")
 _BLOCK = re.compile(r"<!-- figures:(?P<name>[a-z-]+) -->(?P<body>.*?)<!-- /figures:(?P=name) -->", re.DOTALL)
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 _WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
-#: Bytes per GB as saga cost counts logs (saga_local.commands.cost_measure.GB).
+#: Bytes per GB as saga cost counts logs (saga_local.harness.cost_measure.GB).
 _GB = 1024**3
 
 

@@ -20,6 +20,7 @@ points every function at the embedded local stack (:data:`SAM_ENV_FILE`): the sa
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -30,16 +31,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from saga_local.aws.template import ROOT, functions, load_template, parameter_defaults
 from saga_local.commands.running import endpoint_answers
+from saga_local.commands.targets import relative, running_stack
 from saga_local.paths import STATE_DIR
 from saga_local.private_files import write_private_text
+from saga_local.template import ROOT, functions, load_template, parameter_defaults
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from saga_local.aws.stack import Stack
-    from saga_local.aws.template import FunctionSpec
+    from saga_local.template import FunctionSpec
 
 #: The env-vars file ``saga up`` writes (SAM CLI's ``--env-vars`` format).
 SAM_ENV_FILE = STATE_DIR / "sam-env.json"
@@ -266,3 +268,30 @@ def invoke(
             }
         )
     return InvokeResult(payload_text, "Unhandled", elapsed)
+
+
+def cmd_invoke(args: argparse.Namespace) -> int:
+    """One function on one event, as `sam local invoke` runs it: result on stdout, logs on stderr."""
+    from pathlib import Path
+
+    if args.env_vars:
+        env_vars = Path(args.env_vars)
+    elif running_stack("invoke") is not None and SAM_ENV_FILE.exists():
+        env_vars = SAM_ENV_FILE
+    else:
+        raise SystemExit(
+            "saga invoke: no local stack is running. Start one with `saga up` (another terminal): it writes"
+            f" {relative(SAM_ENV_FILE)}, which points every function at it. Or pass --env-vars FILE"
+            " (SAM's format) for another stack."
+        )
+    try:
+        result = invoke(args.function, Path(args.event), env_vars, region=args.region)
+    except InvokeError as exc:
+        raise SystemExit(f"saga invoke: {exc}") from None
+    print(result.payload, flush=True)
+    if result.function_error:
+        sys.stderr.write(
+            f"saga invoke: {args.function} failed ({result.function_error}); its error is above\n"
+        )
+        return 1
+    return 0

@@ -49,12 +49,16 @@ moves by hand, with the check.
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
+
+from saga_local.commands.targets import resolve_target
+from saga_local.output import Out
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -574,3 +578,30 @@ def _carried_attributes(message: dict[str, Any]) -> dict[str, Any]:
 
 def _chunks(items: list[str], size: int) -> list[list[str]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def cmd_redrive(args: argparse.Namespace) -> int:
+    """``saga redrive``: survey the dead-letter queue, or with --apply move it back to the orders queue."""
+    target = resolve_target(args)
+    sqs = target.clients("sqs")
+    source, dead = target.outputs["OrdersQueueUrl"], target.outputs["OrdersDeadLetterQueueUrl"]
+    if not args.apply:
+        found = survey(sqs, dead)
+        Out()(render_survey(found, target.where, include_rejected=args.include_rejected))
+        return 0
+
+    def arn(url: str) -> str:
+        return str(
+            sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        )
+
+    report = redrive(
+        sqs,
+        dead_letter_queue_url=dead,
+        source_queue_url=source,
+        source_arn=arn(source),
+        dlq_arn=arn(dead),
+        skip_rejected=not args.include_rejected,
+    )
+    Out()(render(report, target.where))
+    return 0 if report.ok else 1

@@ -20,6 +20,7 @@ parking queue, ``events:PutEvents`` on the bus and ``sqs:SendMessage`` on the or
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from dataclasses import dataclass, field
@@ -34,7 +35,8 @@ from payment_saga.outcomes import (
     UnreadableChange,
     read_change,
 )
-from saga_local.commands.output import plural
+from saga_local.commands.targets import resolve_target
+from saga_local.output import Out, plural
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -198,3 +200,37 @@ def render(report: ReplayReport, where: str) -> str:
             f" {report.unreadable} still unreadable. Dry run: nothing changed; --apply replays them."
         )
     return "\n".join(lines)
+
+
+def cmd_replay_parked(args: argparse.Namespace) -> int:
+    """``saga replay-parked``: replay the records the outcome relay parked (a dry run unless --apply)."""
+    from payment_saga.outcomes import OutcomeRelay
+
+    target = resolve_target(args)
+    parameters: dict[str, str] = {}
+    if args.stack:
+        described = target.clients("cloudformation").describe_stacks(StackName=args.stack)["Stacks"][0]
+        parameters = {p["ParameterKey"]: p["ParameterValue"] for p in described.get("Parameters", [])}
+    missing = [
+        key
+        for key in ("OutcomeRelayFailureQueueUrl", "OutcomeEventBusName", "OrdersQueueUrl")
+        if key not in target.outputs
+    ]
+    if missing:
+        raise SystemExit(f"saga replay-parked: the {target.where} has no output {', '.join(missing)}")
+    sqs = target.clients("sqs")
+    relay = OutcomeRelay(
+        events=target.clients("events"),
+        bus_name=target.outputs["OutcomeEventBusName"],
+        sqs=sqs,
+        orders_queue_url=target.outputs["OrdersQueueUrl"],
+        policy=requeue_policy(parameters),
+    )
+    try:
+        report = replay(
+            sqs, relay, parking_queue_url=target.outputs["OutcomeRelayFailureQueueUrl"], apply=args.apply
+        )
+    except ReplayError as exc:
+        raise SystemExit(f"saga replay-parked: {exc}") from None
+    Out()(render(report, target.where))
+    return 0 if report.ok else 1

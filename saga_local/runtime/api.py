@@ -9,9 +9,12 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from saga_local.runtime.faults import ERROR_TYPES
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 #: The demo's one switch: set to "1" in a worker's environment by ``WorkerRuntime(guard_off=True)``
 #: only; the worker then applies :func:`saga_local.runtime.guard.disable_claim_guard`.
@@ -19,6 +22,49 @@ GUARD_OFF_ENV = "SAGA_LOCAL_GUARD_OFF"
 #: The function's role as deployed (``Authorizer.role_json``), in a worker's environment: the worker
 #: checks every AWS call of its handler against it (``saga_local.aws.iam``).
 IAM_ROLE_ENV = "SAGA_LOCAL_IAM_ROLE"
+#: Beside it, what turns that role into the worker's check (``Authorizer.worker_hook_path``): the
+#: stack's authorizer names it, so the runtime enforces the roles without importing aws/ above it.
+IAM_HOOK_ENV = "SAGA_LOCAL_IAM_HOOK"
+
+
+class Authorizer(Protocol):
+    """What the runtime asks of the stack's roles (``saga_local.aws.iam.Authorizer`` evaluates them)."""
+
+    @property
+    def roles(self) -> Mapping[str, object]:
+        """principal (a function's logical id) -> its role."""
+        ...
+
+    def check(self, principal: str, model: Any, params: dict[str, Any]) -> None:
+        """Raise what AWS raises when ``principal``'s role may not make this call."""
+        ...
+
+    def role_json(self, principal: str) -> str:
+        """One role, for a worker process (it checks its own calls)."""
+        ...
+
+    def worker_hook_path(self) -> str:
+        """``module:function`` that a worker imports and calls with :meth:`role_json`'s text to get
+        its botocore ``before-parameter-build`` check."""
+        ...
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What a Lambda invocation returned: the payload, and ``FunctionError`` when it failed."""
+
+    payload: bytes
+    function_error: str | None = None
+
+
+class LambdaRuntime(Protocol):
+    """Runs a function by name. Raises :class:`Throttled` to answer as the Lambda service would."""
+
+    def invoke(self, function_name: str, payload: bytes) -> Invocation: ...
+
+
+class Throttled(Exception):
+    """The Lambda service refused the invocation (429 ``TooManyRequestsException``)."""
 
 
 @dataclass

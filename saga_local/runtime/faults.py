@@ -60,7 +60,6 @@ does.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -70,8 +69,6 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
-
-    from saga_local.aws.driver import Driver
 
 FaultKind = Literal[
     "die",
@@ -664,45 +661,3 @@ def declined_attempts_sent_again(requests: Iterable[ChargeRequest]) -> list[str]
                 f" again under {request.idempotency_key}"
             )
     return problems
-
-
-# -- SQS redelivery ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Redelivery:
-    """What the start function answered to a redelivered message."""
-
-    message_id: str
-    failed: bool  # the record was reported failed (or the whole invocation failed): SQS would retry
-    function_error: str | None
-
-
-def redeliver(driver: Driver, message_id: str, body: str, *, receive_count: int = 2) -> Redelivery:
-    """SQS delivers ``message_id`` again: invoke the start function with the same record.
-
-    This is what happens when a poller's delete was lost or the visibility timeout ran out while
-    the first delivery was being handled: the same MessageId and body, a new receipt handle and a
-    higher receive count. The start function must re-attach to the execution the first delivery
-    started (while it runs) or answer ``ExecutionAlreadyExists`` (once it closed), and never
-    start a second execution.
-    """
-    source = driver.event_source
-    record = source._record(
-        {
-            "MessageId": message_id,
-            "ReceiptHandle": f"redelivery-{uuid.uuid4()}",
-            "Body": body,
-            "Attributes": {"ApproximateReceiveCount": str(receive_count)},
-        }
-    )
-    response = driver.lambda_client.invoke(
-        FunctionName=source.function_name, Payload=json.dumps({"Records": [record]}).encode()
-    )
-    payload = response["Payload"].read()
-    error = response.get("FunctionError")
-    failed = bool(error)
-    if not failed:
-        failures = json.loads(payload or b"{}").get("batchItemFailures", [])
-        failed = any(f.get("itemIdentifier") == message_id for f in failures)
-    return Redelivery(message_id, failed, error)

@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from saga_local.aws.moto_adapter import Invocation, Throttled
-from saga_local.aws.template import ROOT
 from saga_local.private_files import open_private_append, private_directory
 from saga_local.runtime.api import (
     GUARD_OFF_ENV,
+    IAM_HOOK_ENV,
     IAM_ROLE_ENV,
+    Invocation,
     LambdaContext,
+    Throttled,
     death_error,
     lambda_error,
     order_id_of,
@@ -53,14 +54,15 @@ from saga_local.runtime.faults import (
     install_retry_sleep_skip,
     lost_answer_error,
 )
+from saga_local.template import ROOT
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
-    from saga_local.aws.iam import Authorizer
-    from saga_local.aws.template import FunctionSpec
+    from saga_local.runtime.api import Authorizer
     from saga_local.runtime.faults import Fault
+    from saga_local.template import FunctionSpec
 
 FUNCTIONS_DIR = ROOT / "functions"
 
@@ -503,6 +505,7 @@ class WorkerRuntime:
             environment[GUARD_OFF_ENV] = "1"
         if self.iam is not None:
             environment[IAM_ROLE_ENV] = self.iam.role_json(spec.logical_id)
+            environment[IAM_HOOK_ENV] = self.iam.worker_hook_path()
         output: Any = subprocess.DEVNULL
         if self.log_dir is not None:
             private_directory(self.log_dir)

@@ -19,6 +19,7 @@ which holds it and sends it later, and dies.
 from __future__ import annotations
 
 import base64
+import importlib
 import json
 import os
 import resource
@@ -131,7 +132,7 @@ def _limit_memory(memory_mb: int) -> None:
 def _install_hooks(calls: dict[str, int]) -> None:
     import boto3
 
-    from saga_local.runtime.api import IAM_ROLE_ENV
+    from saga_local.runtime.api import IAM_HOOK_ENV, IAM_ROLE_ENV
     from saga_local.runtime.faults import apply_request, install_retry_sleep_skip, lost_answer_error
 
     def before(event_name: str, model: Any = None, **_: Any) -> None:
@@ -160,9 +161,9 @@ def _install_hooks(calls: dict[str, int]) -> None:
     events = boto3._get_default_session().events
     role = os.environ.get(IAM_ROLE_ENV)
     if role:
-        from saga_local.aws.iam import worker_hook
-
-        authorize = worker_hook(role)
+        # The stack's authorizer named its check (IAM_HOOK_ENV): the runtime imports no part of aws/.
+        module, _, name = os.environ[IAM_HOOK_ENV].partition(":")
+        authorize = getattr(importlib.import_module(module), name)(role)
 
         def before_parameter_build(**kwargs: Any) -> None:
             if not _own_call:

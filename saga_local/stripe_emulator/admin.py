@@ -29,18 +29,18 @@ import json
 import random
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 from urllib.parse import parse_qs
 
 from saga_local.stripe_emulator.responses import Reply, server_error
 from saga_local.stripe_emulator.search import order_of_query
 from saga_local.stripe_emulator.server import ENDPOINTS, Endpoint
-from saga_local.stripe_emulator.webhooks import WebhookDisorder
+from saga_local.stripe_emulator.webhooks import WebhookDisorder, WebhookSender
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from saga_local.stripe_emulator.emulator import ProviderEmulator
+    from saga_local.stripe_emulator.intents import LedgerEntry
 
 FaultKind = Literal[
     "fail_before_apply",
@@ -94,6 +94,52 @@ class FailureRate:
     order_id: str | None = None
     endpoint: Endpoint = "create"
     seconds: float | None = None
+
+
+class Controls(Protocol):
+    """What the admin routes drive: the emulator's public controls.
+
+    Named here rather than imported, so that this module (which the emulator imports for its fault
+    types) does not import the emulator back.
+    """
+
+    dedupe: bool
+    latency: float
+    search_lag_seconds: float
+    hang_seconds: float
+    webhooks: WebhookSender
+    settle_seconds: float | None
+    settle_outcome: str
+
+    def now(self) -> float: ...
+    def advance_clock(self, seconds: float) -> float: ...
+    def charges(self) -> list[LedgerEntry]: ...
+    def charges_for(self, order_id: str) -> list[LedgerEntry]: ...
+    def reset(self) -> None: ...
+    def inject(
+        self,
+        kind: FaultKind,
+        *,
+        order_id: str | None = None,
+        endpoint: Endpoint = "create",
+        times: int = 1,
+        seconds: float | None = None,
+    ) -> ProviderFault: ...
+    def set_failure_rate(
+        self,
+        kind: FaultKind,
+        probability: float,
+        *,
+        order_id: str | None = None,
+        endpoint: Endpoint = "create",
+        seconds: float | None = None,
+    ) -> FailureRate: ...
+    def clear_faults(self) -> None: ...
+    def force_outcome(self, status: str, *, order_id: str | None = None, times: int = 1) -> None: ...
+    def set_status(self, intent_id: str, status: str) -> dict[str, Any]: ...
+    def trigger(
+        self, event_type: str, *, intent_id: str | None = None, order_id: str | None = None
+    ) -> dict[str, Any]: ...
 
 
 def check_kind(kind: str) -> FaultKind:
@@ -171,7 +217,7 @@ Query = dict[str, list[str]]
 Data = dict[str, Any]
 
 
-def admin_reply(emulator: ProviderEmulator, method: str, path: str, query: str, body: bytes) -> Reply:
+def admin_reply(emulator: Controls, method: str, path: str, query: str, body: bytes) -> Reply:
     """Answer a request under ``/_emulator/``; a bad request is a 400 ``{"error": ...}``."""
     try:
         data = json.loads(body) if body.strip() else {}
@@ -182,7 +228,7 @@ def admin_reply(emulator: ProviderEmulator, method: str, path: str, query: str, 
         return Reply(400, {"error": f"{type(exc).__name__}: {exc}"})
 
 
-def _route(emulator: ProviderEmulator, method: str, path: str, query: Query, data: Data) -> Reply:
+def _route(emulator: Controls, method: str, path: str, query: Query, data: Data) -> Reply:
     handler = _ROUTES.get((method, path))
     if handler is not None:
         return handler(emulator, query, data)
@@ -192,24 +238,24 @@ def _route(emulator: ProviderEmulator, method: str, path: str, query: Query, dat
     return Reply(404, {"error": f"no emulator endpoint {method} /_emulator{path}"})
 
 
-def _health(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
+def _health(emulator: Controls, query: Query, data: Data) -> Reply:
     return Reply(
         200, {"ok": True, "dedupe": emulator.dedupe, "latency": emulator.latency, "now": emulator.now()}
     )
 
 
-def _charges(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
+def _charges(emulator: Controls, query: Query, data: Data) -> Reply:
     order_id = query.get("orderId", [None])[0]
     entries = emulator.charges_for(order_id) if order_id else emulator.charges()
     return Reply(200, {"data": [entry.to_json() for entry in entries]})
 
 
-def _reset(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
+def _reset(emulator: Controls, query: Query, data: Data) -> Reply:
     emulator.reset()
     return Reply(200, {"ok": True})
 
 
-def _inject(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
+def _inject(emulator: Controls, query: Query, data: Data) -> Reply:
     fault = emulator.inject(
         data["kind"],
         order_id=data.get("orderId"),
@@ -220,12 +266,12 @@ def _inject(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
     return Reply(200, {"kind": fault.kind, "orderId": fault.order_id, "times": fault.times})
 
 
-def _clear_faults(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
+def _clear_faults(emulator: Controls, query: Query, data: Data) -> Reply:
     emulator.clear_faults()
     return Reply(200, {"ok": True})
 
 
-def _failure_rate(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
+def _failure_rate(emulator: Controls, query: Query, data: Data) -> Reply:
     emulator.set_failure_rate(
         data["kind"],
         float(data["probability"]),
@@ -236,12 +282,12 @@ def _failure_rate(emulator: ProviderEmulator, query: Query, data: Data) -> Reply
     return Reply(200, {"ok": True})
 
 
-def _force_outcome(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
+def _force_outcome(emulator: Controls, query: Query, data: Data) -> Reply:
     emulator.force_outcome(data["status"], order_id=data.get("orderId"), times=int(data.get("times", 1)))
     return Reply(200, {"ok": True})
 
 
-def _configure(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
+def _configure(emulator: Controls, query: Query, data: Data) -> Reply:
     if "dedupe" in data:
         emulator.dedupe = bool(data["dedupe"])
     if "latency" in data:
@@ -261,18 +307,18 @@ def _configure(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
     return Reply(200, {"dedupe": emulator.dedupe, "latency": emulator.latency})
 
 
-def _advance_clock(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
+def _advance_clock(emulator: Controls, query: Query, data: Data) -> Reply:
     return Reply(200, {"now": emulator.advance_clock(float(data.get("advanceSeconds", 0)))})
 
 
-def _trigger(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
+def _trigger(emulator: Controls, query: Query, data: Data) -> Reply:
     if not data.get("paymentIntent") and not data.get("orderId"):
         raise ValueError("name the PaymentIntent (paymentIntent) or its order (orderId)")
     event = emulator.trigger(data["event"], intent_id=data.get("paymentIntent"), order_id=data.get("orderId"))
     return Reply(200, event)
 
 
-def _webhooks(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
+def _webhooks(emulator: Controls, query: Query, data: Data) -> Reply:
     order_id = query.get("orderId", [None])[0]
     return Reply(
         200,
@@ -283,13 +329,13 @@ def _webhooks(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
     )
 
 
-def _disorder(emulator: ProviderEmulator, query: Query, data: Data) -> Reply:
+def _disorder(emulator: Controls, query: Query, data: Data) -> Reply:
     disorder = WebhookDisorder.from_json(data)
     emulator.webhooks.disorder = disorder
     return Reply(200, {"disorder": dataclasses.asdict(disorder)})
 
 
-_ROUTES: dict[tuple[str, str], Callable[[ProviderEmulator, Query, Data], Reply]] = {
+_ROUTES: dict[tuple[str, str], Callable[[Controls, Query, Data], Reply]] = {
     ("GET", "/health"): _health,
     ("GET", "/charges"): _charges,
     ("POST", "/reset"): _reset,

@@ -41,7 +41,7 @@ BAR_WIDTH = 240
 
 
 class Traceable(Protocol):
-    """A recorded execution: what ``saga trace`` renders (``saga_local.aws.archive.RecordedExecution``)."""
+    """A recorded execution: what ``saga trace`` renders (``saga_local.stack.archive.RecordedExecution``)."""
 
     @property
     def description(self) -> dict[str, Any]: ...

@@ -66,7 +66,7 @@ class YamlEdit:
     def apply(self, text: str) -> str:
         import yaml
 
-        from saga_local.aws.template import parse_template
+        from saga_local.template import parse_template
 
         document = parse_template(text)
         original = json.dumps(document, sort_keys=True)

@@ -19,9 +19,9 @@ from payment_saga.payments import AttemptRecord, Charge, StripeProvider, idempot
 from payment_saga.reconcile import ReconcileOutcome, ReconcileReport, reconcile, searchable_order
 from payment_saga.sweep_lock import SweepLock
 from saga_local.aws.stack import LOCAL_API_KEY
-from saga_local.aws.template import ROOT, load_template
 from saga_local.runtime.api import LambdaContext
 from saga_local.stripe_emulator import ENDPOINTS, SAVED_PAYMENT_METHOD, TEST_CUSTOMER, ProviderEmulator
+from saga_local.template import ROOT, load_template
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

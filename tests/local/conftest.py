@@ -14,8 +14,8 @@ import pytest
 from payment_saga.claims import ClaimsStore
 from payment_saga.payments import StripeProvider
 from payment_saga.reconcile import reconcile
-from saga_local.aws.embedded import EmbeddedStack
 from saga_local.aws.stack import LOCAL_API_KEY, REGION
+from saga_local.stack.embedded import EmbeddedStack
 from tests.statemachine.conftest import provider_dedupe, saga  # noqa: F401
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from saga_local.aws.template import ROOT
+from saga_local.template import ROOT
 
 
 def test_throughput_prints_one_json_object_whose_goal_follows_from_its_figures() -> None:

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from saga_local.aws.embedded import EmbeddedStack
-from saga_local.commands import output
+from saga_local import output
 from saga_local.commands.chaos import (
     SEARCH_GRACE_SECONDS,
     ChaosConfig,
@@ -29,8 +28,10 @@ from saga_local.commands.chaos import (
     render,
     run_chaos,
 )
-from saga_local.commands.events import OutcomeEvent, final_outcomes, tally
-from saga_local.commands.simulate import LOST_ENDINGS, make_orders, money, order_ending
+from saga_local.harness.outcomes import final_outcomes, tally
+from saga_local.harness.simulate import LOST_ENDINGS, make_orders, money, order_ending
+from saga_local.stack.embedded import EmbeddedStack
+from saga_local.stack.outcome_log import OutcomeEvent
 from saga_local.stripe_emulator import LedgerEntry
 from saga_local.trace.report import render_report
 

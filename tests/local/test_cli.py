@@ -10,6 +10,7 @@ import pytest
 
 from saga_local import cli
 from saga_local.aws.stack import REGION
+from saga_local.commands import targets
 from saga_local.runtime.faults import Fault
 from tests.helpers import Saga, deliver_webhook, failed_receives, order
 
@@ -45,7 +46,7 @@ def test_send_counts_what_it_sent_in_words_one_message_or_several(
 def test_send_rejects_a_missing_local_stack_with_a_clear_message(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    monkeypatch.setattr(cli, "STATE_FILE", tmp_path / "absent.json")
+    monkeypatch.setattr(targets, "STATE_FILE", tmp_path / "absent.json")
 
     with pytest.raises(SystemExit, match="saga up"):
         cli.main(["send"])
@@ -75,6 +76,28 @@ def test_send_builds_the_order_from_flags(saga: Saga, deployed: str) -> None:
     assert (claim["releaseReason"], claim["amount"], claim["currency"]) == ("DECLINED", "999", "BRL")
 
 
+def test_send_prints_the_names_the_start_function_gives_an_order_id_it_must_cut_and_clean(
+    saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "." and ":" are not allowed in an execution name, and 61 characters leave no room for the
+    # MessageId: saga send, the driver's reports and the start function must all apply one rule.
+    order_id = "ORDER.2026:" + "x" * 50
+    args = ["send", "--stack", deployed, "--region", REGION, "--order-id", order_id, "--copies", "2"]
+    assert cli.main(args) == 0
+    printed = {
+        line.split("saga trace ")[1].strip()
+        for line in capsys.readouterr().out.splitlines()
+        if "saga trace " in line
+    }
+
+    saga.driver.pump()
+
+    started = {e.name for e in saga.driver.executions(order_ids=[order_id])}
+    assert len(printed) == 2
+    assert printed == started
+    assert saga.charges(order_id) == 1
+
+
 def test_redrive_against_a_deployed_stack_charges_each_order_once(saga: Saga, deployed: str) -> None:
     sqs = boto3.client("sqs", region_name=REGION)
     # A dead-letter queue full of duplicates of one order, each moved there after its failed receives.
@@ -97,7 +120,7 @@ def test_redrive_against_a_deployed_stack_charges_each_order_once(saga: Saga, de
 def test_trace_of_an_unknown_execution_is_answered_in_words(
     saga: Saga, deployed: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    from saga_local.aws import archive
+    from saga_local.stack import archive
 
     monkeypatch.setattr(archive, "ARCHIVE_DIR", tmp_path)
     saga.driver.send(
@@ -124,7 +147,7 @@ def test_trace_of_an_unknown_execution_is_answered_in_words(
 def test_trace_reads_an_execution_recorded_after_its_stack_is_gone(
     saga: Saga, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from saga_local.aws import archive
+    from saga_local.stack import archive
 
     saga.driver.send(
         json.dumps(
@@ -141,7 +164,7 @@ def test_trace_reads_an_execution_recorded_after_its_stack_is_gone(
     (result,) = saga.driver.results()
     archive.record(archive.read_execution(saga.driver.sfn, result.arn), tmp_path)
     monkeypatch.setattr(archive, "ARCHIVE_DIR", tmp_path)
-    monkeypatch.setattr(cli, "STATE_FILE", tmp_path / "no-stack-running.json")
+    monkeypatch.setattr(targets, "STATE_FILE", tmp_path / "no-stack-running.json")
 
     assert cli.main(["trace", result.name]) == 0
 
@@ -158,8 +181,8 @@ def test_what_the_cli_records_under_its_state_directory_is_private_to_its_user(
     import os
     import stat
 
-    from saga_local.aws import archive
     from saga_local.commands.invoke import write_sam_env_file
+    from saga_local.stack import archive
 
     saga.driver.send(order_body("ORDER-MODE"))
     saga.driver.pump()
@@ -179,7 +202,7 @@ def test_what_the_cli_records_under_its_state_directory_is_private_to_its_user(
 
 
 def test_an_execution_name_that_is_not_one_is_never_made_a_path(saga: Saga, tmp_path: Any) -> None:
-    from saga_local.aws import archive
+    from saga_local.stack import archive
 
     saga.driver.send(order_body("ORDER-NAME"))
     saga.driver.pump()
@@ -199,14 +222,14 @@ def test_a_trace_page_shows_who_pays_and_with_what_only_when_asked(
     and its CSP leaves an injected <base> or <form> nowhere to point."""
     import html
 
-    from saga_local.aws import archive
+    from saga_local.stack import archive
 
     saga.driver.send(order_body("ORDER-REDACT"))
     saga.driver.pump()
     (result,) = saga.driver.results()
     archive.record(archive.read_execution(saga.driver.sfn, result.arn), tmp_path)
     monkeypatch.setattr(archive, "ARCHIVE_DIR", tmp_path)
-    monkeypatch.setattr(cli, "STATE_FILE", tmp_path / "no-stack-running.json")
+    monkeypatch.setattr(targets, "STATE_FILE", tmp_path / "no-stack-running.json")
     shared, full = tmp_path / "shared.html", tmp_path / "full.html"
 
     assert cli.main(["trace", result.name, "--html", str(shared)]) == 0

@@ -1,4 +1,4 @@
-"""The cost arithmetic and the prices file it reads (``saga_local/commands/cost.py`` and ``prices.json``)."""
+"""The cost arithmetic and the prices file it reads (``saga_local/harness/cost.py`` and ``prices.json``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from saga_local.aws.template import load_template
-from saga_local.commands.cost import (
+from saga_local.harness.cost import (
     ALWAYS_SHOWN,
     LINE_ITEMS,
     NARROW_COLUMNS,
@@ -27,7 +26,8 @@ from saga_local.commands.cost import (
     single_lambda_baseline_usage,
     stack_monthly_quantities,
 )
-from saga_local.commands.cost_measure import state_machine_log_bytes, sweeps_per_month
+from saga_local.harness.cost_measure import state_machine_log_bytes, sweeps_per_month
+from saga_local.template import load_template
 
 #: A saga order as a local run might count it: 8 transitions, 4 Lambdas of 256 MB and ~100 ms each,
 #: 3 writes and one strongly consistent read, 1 send + batched receive and delete.

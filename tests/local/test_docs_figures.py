@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from saga_local.aws.template import ROOT, load_template
 from saga_local.commands import figures
+from saga_local.template import ROOT, load_template
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 import boto3
 import pytest
 
-from saga_local.aws.embedded import EmbeddedStack
 from saga_local.runtime.faults import Fault, FaultPlan
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+from saga_local.stack.embedded import EmbeddedStack
 from tests.helpers import order
 
 

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
-from saga_local.aws.template import ROOT
 from saga_local.cli import build_parser
 from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD, TEST_CUSTOMER
+from saga_local.template import ROOT
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

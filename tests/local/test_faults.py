@@ -15,10 +15,11 @@ import botocore.session
 import pytest
 from botocore.exceptions import ClientError
 
-from handlers.start_execution import execution_name
+from payment_saga.execution_names import execution_name
 from saga_local.aws.stack import REGION
-from saga_local.aws.template import load_template
-from saga_local.runtime.faults import CALLS, POINTS, Fault, FaultPlan, call_error, redeliver, valid_points
+from saga_local.harness.redelivery import redeliver
+from saga_local.runtime.faults import CALLS, POINTS, Fault, FaultPlan, call_error, valid_points
+from saga_local.template import load_template
 from tests.helpers import order
 from tests.local.conftest import sweep
 
@@ -274,7 +275,7 @@ def test_execution_stopped_after_the_claim_leaves_a_claim_the_sweeper_releases(s
 
 
 def test_call_errors_delays_stops_lost_answers_and_late_writes_fire_in_worker_processes_too() -> None:
-    from saga_local.aws.embedded import EmbeddedStack
+    from saga_local.stack.embedded import EmbeddedStack
 
     plan = FaultPlan(
         [

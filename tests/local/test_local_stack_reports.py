@@ -25,10 +25,11 @@ from moto.dynamodb.models.dynamo_type import Item
 from moto.stepfunctions.models import StateMachine
 from moto.stepfunctions.parser import utils as engine_utils
 
-from saga_local.aws import archive
-from saga_local.aws.embedded import EmbeddedStack
-from saga_local.commands import output, simulate
+from saga_local import output
+from saga_local.harness import simulate
 from saga_local.runtime.faults import START_FUNCTION, Fault, FaultPlan
+from saga_local.stack import archive
+from saga_local.stack.embedded import EmbeddedStack
 from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD
 from tests.local.test_trace import CHROMIUM, chromium
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from saga_local.aws import archive
-from saga_local.aws.template import ROOT
+from saga_local.stack import archive
+from saga_local.template import ROOT
 from tests.helpers import order
 from tests.local.test_entry_point import SAGA, clean_environment, subcommands
 

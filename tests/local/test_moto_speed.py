@@ -27,7 +27,7 @@ from payment_saga.errors import ClaimLost, OrderConflict
 from payment_saga.orders import order_from_message
 from saga_local.aws import moto_speed
 from saga_local.aws.stack import REGION, table_request
-from saga_local.aws.template import load_template
+from saga_local.template import load_template
 from tests.helpers import FakeClock, order
 
 if TYPE_CHECKING:

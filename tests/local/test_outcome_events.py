@@ -16,17 +16,19 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
-from handlers.start_execution import requeue_execution_name
-from saga_local.aws.template import ROOT
-from saga_local.commands.events import OutcomeEvent, command, final_outcomes, tally
-from saga_local.commands.usage import transitions
+from payment_saga.execution_names import requeue_execution_name
+from saga_local.commands.events import command
+from saga_local.harness.outcomes import final_outcomes, tally
+from saga_local.harness.usage import transitions
 from saga_local.runtime.faults import Fault, call_error
+from saga_local.stack.outcome_log import OutcomeEvent
 from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD
+from saga_local.template import ROOT
 from tests.helpers import order
 from tests.local.conftest import sweep
 
 if TYPE_CHECKING:
-    from saga_local.commands.events import OutcomeLog
+    from saga_local.stack.outcome_log import OutcomeLog
     from tests.helpers import Saga
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from saga_local.commands.output import money
+from saga_local.output import money
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,7 @@ docs/design.md at the provider, in the claims table and on the outcome bus:
    and no execution that SUCCEEDED still holds the order's claim open (it reported a duplicate of
    itself: nothing will ever charge the order); once time has played out, every order has exactly
    one final outcome event (ranked by ``sequence``, after declines of earlier payment attempts, and
-   agreeing with the provider's ledger: :func:`saga_local.commands.events.tally`), and every attempt
+   agreeing with the provider's ledger: :func:`saga_local.harness.outcomes.tally`), and every attempt
    released as never charged was re-queued, its re-queue starting exactly one execution however
    often the relay sent it, or handed to a person;
 5. no declined payment attempt, ``(orderId, paymentAttempt)``, is ever sent to the provider again
@@ -91,13 +91,11 @@ from hypothesis import strategies as st
 
 from handlers import runtime as handler_runtime
 from handlers import sweeper
-from handlers.start_execution import requeue_execution_name
 from payment_saga.claims import SECONDS_PER_DAY, ClaimsStore
+from payment_saga.execution_names import requeue_execution_name
 from payment_saga.outcomes import attempt_event_id
 from payment_saga.reconcile import DEFAULT_SEARCH_GRACE_SECONDS
 from payment_saga.sweep_lock import LEASE_MARGIN_SECONDS, SweepLock
-from saga_local.aws.embedded import wire_webhooks
-from saga_local.aws.moto_adapter import Throttled
 from saga_local.aws.stack import REGION
 from saga_local.commands.chaos import (
     PROVIDER_ENDPOINTS,
@@ -105,8 +103,10 @@ from saga_local.commands.chaos import (
     land_what_is_in_flight,
     play_out_later,
 )
-from saga_local.commands.events import tally
-from saga_local.commands.simulate import settle
+from saga_local.harness.outcomes import tally
+from saga_local.harness.redelivery import redeliver
+from saga_local.harness.simulate import settle
+from saga_local.runtime.api import Throttled
 from saga_local.runtime.faults import (
     KINDS,
     LANDS_AFTER,
@@ -117,9 +117,9 @@ from saga_local.runtime.faults import (
     call_error,
     declined_attempts_sent_again,
     kinds_at,
-    redeliver,
     valid_points,
 )
+from saga_local.stack.embedded import wire_webhooks
 from saga_local.stripe_emulator import FAULT_KINDS, WebhookDisorder
 from tests.helpers import order
 from tests.local.conftest import lease_seconds
@@ -127,8 +127,8 @@ from tests.local.conftest import lease_seconds
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from saga_local.aws.driver import ExecutionResult
-    from saga_local.commands.events import OutcomeEvent
+    from saga_local.stack.driver import ExecutionResult
+    from saga_local.stack.outcome_log import OutcomeEvent
     from tests.helpers import Saga
 
 ROUTES = ["direct", "sqs", "redelivered"]

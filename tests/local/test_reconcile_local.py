@@ -15,11 +15,11 @@ from payment_saga.orders import Order
 from payment_saga.payments import StripeProvider, UnsafeApiBase, idempotency_key
 from payment_saga.reconcile import ReconcileOutcome
 from saga_local import cli
-from saga_local.aws.embedded import EmbeddedStack
 from saga_local.aws.stack import LOCAL_API_KEY, REGION
-from saga_local.aws.template import load_template
-from saga_local.commands.sweep import deployed_stack, not_due, reconcile_deployed, reconcile_stack, render
+from saga_local.harness.sweep import deployed_stack, not_due, reconcile_deployed, reconcile_stack, render
+from saga_local.stack.embedded import EmbeddedStack
 from saga_local.stripe_emulator import ProviderEmulator
+from saga_local.template import load_template
 
 if TYPE_CHECKING:
     pass

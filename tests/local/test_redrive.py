@@ -15,9 +15,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from saga_local.aws.embedded import EmbeddedStack
 from saga_local.aws.stack import REGION
 from saga_local.commands.redrive import DEAD_LETTER_SENDERS_SID, RedriveReport, redrive, render
+from saga_local.stack.embedded import EmbeddedStack
 from tests.helpers import failed_receives
 
 if TYPE_CHECKING:

@@ -15,11 +15,11 @@ import pytest
 from payment_saga.claims import ClaimsStore
 from payment_saga.orders import Order
 from saga_local.aws.schedule_source import rate_seconds
-from saga_local.aws.template import load_template
+from saga_local.template import load_template
 from tests.local.conftest import SEARCH_GRACE_SECONDS
 
 if TYPE_CHECKING:
-    from saga_local.aws.embedded import EmbeddedStack
+    from saga_local.stack.embedded import EmbeddedStack
 
 
 def template_visibility_timeout() -> int:

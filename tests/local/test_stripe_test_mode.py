@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import requests
 
-from saga_local.aws.embedded import EmbeddedStack
+from saga_local.stack.embedded import EmbeddedStack
 from tests.helpers import order
 from tests.local.test_entry_point import SAGA, clean_environment
 from tests.local.test_mistakes import assert_one_line

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from saga_local.aws.template import ROOT
+from saga_local.template import ROOT
 from saga_local.trace.graph import END, START, graph_edges
 from saga_local.trace.layout import (
     NODE_GAP,

@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from saga_local.aws.embedded import EmbeddedStack
-from saga_local.aws.template import ROOT
 from saga_local.runtime.faults import Fault
+from saga_local.stack.embedded import EmbeddedStack
 from saga_local.stripe_emulator import WebhookDisorder
+from saga_local.template import ROOT
 from tests.helpers import order, webhook_signing_secret
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
-    from saga_local.commands.events import OutcomeEvent
+    from saga_local.stack.outcome_log import OutcomeEvent
 
 #: Stripe's retry waits (a minute, five, half an hour...) compressed to 0.3 s, 1.5 s, 9 s...
 TIME_SCALE = 0.005

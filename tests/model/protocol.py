@@ -70,8 +70,8 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from saga_local.aws.stack import LOCAL_API_KEY, REGION, table_request
-from saga_local.aws.template import load_template
 from saga_local.stripe_emulator import ProviderEmulator
+from saga_local.template import load_template
 from tests.model import asl
 from tests.model.dynamo import WRITES, ModelTable, canonical
 from tests.model.relay import (
@@ -1361,7 +1361,7 @@ def _patched(target: Any, attribute: str, value: Any) -> Iterator[None]:
 
 
 def _root() -> Any:
-    from saga_local.aws.template import ROOT
+    from saga_local.template import ROOT
 
     return ROOT
 

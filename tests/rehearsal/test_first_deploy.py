@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from saga_local.aws.template import load_template, resources_of_type
+from saga_local.template import load_template, resources_of_type
 from tests.rehearsal.conftest import FIRST_REGION, SECOND_REGION, readme_outputs
 
 if TYPE_CHECKING:

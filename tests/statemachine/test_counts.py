@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from saga_local.commands.usage import dynamodb_calls, execution_usage
+from saga_local.harness.usage import dynamodb_calls, execution_usage
 from tests.helpers import Saga, order
 
 

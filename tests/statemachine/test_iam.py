@@ -20,10 +20,10 @@ from payment_saga.claims import ClaimsStore
 from payment_saga.orders import order_from_message
 from payment_saga.payments import StripeProvider, idempotency_key
 from payment_saga.reconcile import ReconcileOutcome, reconcile
-from saga_local.aws.embedded import EmbeddedStack
-from saga_local.aws.iam import Role, Statement
+from saga_local.aws.iam import Authorizer, Role, Statement
 from saga_local.aws.stack import LOCAL_API_KEY, REGION
 from saga_local.runtime.faults import Fault
+from saga_local.stack.embedded import EmbeddedStack
 from tests.helpers import Saga, order, signed_webhook_request, webhook_event_source, webhook_signing_secret
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def test_a_function_whose_role_lacks_an_action_is_refused_as_aws_refuses_it(
     """Charge Payment re-reads its claim before it charges; without GetItem that read is refused,
     so it charges nothing and the order goes to reconciliation (its claim is kept)."""
     iam = saga.runtime.iam
-    assert iam is not None
+    assert isinstance(iam, Authorizer)
     monkeypatch.setitem(
         iam.roles, "ChargePaymentFunction", without(iam, "ChargePaymentFunction", "dynamodb:GetItem")
     )
@@ -94,7 +94,7 @@ def test_the_state_machine_role_is_enforced_on_its_lambda_invocations(
 ) -> None:
     """A state machine that may not invoke Charge Payment never reaches the provider."""
     iam = saga.runtime.iam
-    assert iam is not None
+    assert isinstance(iam, Authorizer)
     monkeypatch.setitem(
         iam.roles,
         "PaymentSagaStateMachine",
@@ -122,7 +122,7 @@ def test_a_role_the_orders_queue_does_not_name_cannot_inject_an_order_though_its
     """The orders queue's own policy denies SendMessage to all but the saga's re-queues and the named
     producers: an Allow in some other role (here Charge Payment's) is refused, as on AWS."""
     iam = saga.runtime.iam
-    assert iam is not None
+    assert isinstance(iam, Authorizer)
     sqs = boto3.client("sqs", region_name=REGION)
     queue_arn = sqs.get_queue_attributes(QueueUrl=saga.stack.queue_url, AttributeNames=["QueueArn"])[
         "Attributes"
@@ -146,7 +146,7 @@ def test_a_role_the_bus_does_not_name_cannot_forge_an_outcome_though_its_policy_
     """Subscribers ship on OrderCharged: only the relay, the start function and the state machine may
     put events on the bus, whatever another role's policy says."""
     iam = saga.runtime.iam
-    assert iam is not None
+    assert isinstance(iam, Authorizer)
     events = boto3.client("events", region_name=REGION)
     bus = events.describe_event_bus(Name=saga.stack.outputs["OutcomeEventBusName"])["Arn"]
     monkeypatch.setitem(
@@ -296,7 +296,7 @@ def test_every_grant_is_a_call_the_code_makes(saga: Saga, monkeypatch: pytest.Mo
     of the real code (or is listed in ``NOT_CALLED_LOCALLY`` with who uses it), and no call was
     refused. A grant nothing uses is one too many; since each is used, removing any one fails a call."""
     iam = saga.runtime.iam
-    assert iam is not None
+    assert isinstance(iam, Authorizer)
 
     _exercise_every_path(saga, monkeypatch)
 

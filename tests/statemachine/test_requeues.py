@@ -31,8 +31,8 @@ from tests.helpers import Saga, order
 from tests.network import Network
 
 if TYPE_CHECKING:
-    from saga_local.aws.driver import ExecutionResult
-    from saga_local.commands.events import OutcomeLog
+    from saga_local.stack.driver import ExecutionResult
+    from saga_local.stack.outcome_log import OutcomeLog
 
 #: Every try of a Lambda step that is throttled: the first and the Lambda retrier's 6 retries.
 THROTTLED_STEP = 7

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from saga_local.aws.template import ROOT
+from saga_local.template import ROOT
 from tests.helpers import Saga
 
 #: The step samples, in the order they run on a fresh stack.

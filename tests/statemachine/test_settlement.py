@@ -19,7 +19,7 @@ from saga_local.runtime.faults import Fault
 from tests.helpers import Saga, deliver_webhook, order
 
 if TYPE_CHECKING:
-    from saga_local.aws.driver import ExecutionResult
+    from saga_local.stack.driver import ExecutionResult
 
 WINDOW = DEFAULT_SETTLEMENT_WINDOW_DAYS * SECONDS_PER_DAY
 AWAITING_PATH = ["Claim Order", "Charge Payment", "Await Settlement", "Awaiting Settlement"]

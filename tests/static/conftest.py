@@ -3,7 +3,7 @@
 Helpers reach the tests as fixtures and their methods (a rootless ``conftest`` is not importable
 by name while other test folders have their own).
 
-The template is loaded by the same reader the local stack uses (``saga_local.aws.template``), with
+The template is loaded by the same reader the local stack uses (``saga_local.template``), with
 CloudFormation's short-form tags in their long form (``!Ref X`` -> ``{"Ref": "X"}``,
 ``!GetAtt A.B`` -> ``{"Fn::GetAtt": ["A", "B"]}``).
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from saga_local.aws.template import load_template
+from saga_local.template import load_template
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = ROOT / "template.yaml"

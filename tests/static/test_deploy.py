@@ -27,7 +27,7 @@ from samtranslator.translator.transform import transform
 from payment_saga.orders import ORDER_ID_PATTERN
 from payment_saga.sweep_lock import SWEEP_LOCK_KEY
 from saga_local.aws.stack import ACCOUNT_ID, REGION, provision
-from saga_local.aws.template import Resolver, state_machine_definition, validate_parameters
+from saga_local.template import Resolver, state_machine_definition, validate_parameters
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -551,7 +551,7 @@ def test_the_local_stack_refuses_http_through_the_parameter_and_takes_it_through
 ) -> None:
     """The embedded stack's emulator speaks http. The local stack validates parameters as CloudFormation
     does, so that URL reaches the functions through their environment (``extra_environment``, what
-    ``saga_local.aws.embedded`` passes), never through PaymentApiBase."""
+    ``saga_local.stack.embedded`` passes), never through PaymentApiBase."""
     clients = functools.partial(boto3.client, region_name=REGION)
     emulator = "http://127.0.0.1:12111"
     with pytest.raises(ValueError, match="PaymentApiBase"):

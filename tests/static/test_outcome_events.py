@@ -21,7 +21,7 @@ from moto.events.models import EventPattern
 from samtranslator.translator.transform import transform
 
 from payment_saga.outcomes import DEFAULT_MAX_REQUEUE_ATTEMPTS, DEFAULT_REQUEUE_BASE_DELAY_SECONDS
-from saga_local.aws.template import functions, load_template
+from saga_local.template import functions, load_template
 
 if TYPE_CHECKING:
     from tests.static.conftest import StateMachine, Template

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from saga_local.aws.template import ROOT
+from saga_local.template import ROOT
 
 
 def _section(text: str, heading: str) -> str:

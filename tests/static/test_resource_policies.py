@@ -24,7 +24,7 @@ import pytest
 
 from saga_local.aws.iam import as_list
 from saga_local.aws.stack import ACCOUNT_ID, REGION, provision
-from saga_local.aws.template import load_template, resources_of_type
+from saga_local.template import load_template, resources_of_type
 
 if TYPE_CHECKING:
     from saga_local.aws.iam import Authorizer

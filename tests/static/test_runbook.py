@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from saga_local.aws.template import ROOT, load_template
+from saga_local.template import ROOT, load_template
 
 
 def alarm_names() -> list[str]:

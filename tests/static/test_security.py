@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from saga_local.aws.iam import MANAGED_POLICIES, as_list, managed_arn, role_statements, sam_transform
-from saga_local.aws.template import load_template
+from saga_local.template import load_template
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from saga_local.aws.template import ROOT
+from saga_local.template import ROOT
 
 #: Markdown links and images: [text](target) -- the target up to a space, ``#`` or ``)``.
 _LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)")

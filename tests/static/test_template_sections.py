@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 import yaml
 
-from saga_local.aws.template import load_template
+from saga_local.template import load_template
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = ROOT / "template.yaml"

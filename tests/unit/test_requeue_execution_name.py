@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from handlers.start_execution import execution_name, requeue_execution_name
+from payment_saga.execution_names import execution_name, requeue_execution_name
 
 #: Step Functions' rule for execution names.
 VALID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")

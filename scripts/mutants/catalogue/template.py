@@ -18,7 +18,7 @@ from typing import Any
 
 from model import Catalogue, MutantError
 
-from saga_local.aws.template import parse_template
+from saga_local.template import parse_template
 
 TEMPLATE = "template.yaml"
 #: The static checks of the mapping's grants (fast), then the outcome tests, so that the table names

@@ -43,13 +43,13 @@ from botocore.config import Config
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
-from saga_local.aws.driver import Driver
 from saga_local.aws.function_url import FunctionUrlServer
 from saga_local.aws.moto_adapter import SFN_CONFIG, EngineHooks, check_moto_version, patched_moto
 from saga_local.aws.schedule_source import ScheduleSource, schedules
 from saga_local.aws.stack import LOCAL_API_KEY, REGION, Stack, provision
 from saga_local.runtime.faults import FaultPlan
 from saga_local.runtime.runtimes import InProcessRuntime, WorkerRuntime
+from saga_local.stack.driver import Driver
 from saga_local.stripe_emulator import ProviderEmulator
 
 #: Credentials for the local endpoint: moto accepts anything. Not a secret.
@@ -85,7 +85,7 @@ class EmbeddedStack:
         log_dir: where the functions' JSON logs go (worker processes; in-process handlers log to
             this process's stdout).
         quiet: ``LogLevel=WARNING``, for runs that print a report (in-process handlers still print
-            their EMF metric lines: see :func:`saga_local.commands.output.handlers_quiet`).
+            their EMF metric lines: see :func:`saga_local.output.handlers_quiet`).
         payment_api: ``(base URL, key)`` of a real provider for the functions instead of the
             emulator (``saga up --stripe-test``: Stripe's test mode). The emulator still runs, unused.
         webhooks: serve the webhook receiver's URL, register it with the emulator and run the

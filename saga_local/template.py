@@ -15,7 +15,11 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+import saga_local
+
+#: The checkout: the folder that holds the saga_local package (found from the package, not from this
+#: module's own depth, so the module can move between saga_local's floors).
+ROOT = Path(saga_local.__file__).resolve().parents[1]
 TEMPLATE_PATH = ROOT / "template.yaml"
 #: Pseudo parameters that have one value wherever the local stack runs (the ``aws`` partition).
 LOCAL_PSEUDO = {"AWS::Partition": "aws", "AWS::URLSuffix": "amazonaws.com"}

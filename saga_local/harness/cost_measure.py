@@ -1,6 +1,6 @@
 """Count what one order uses on the embedded stack, for ``saga cost``.
 
-:func:`saga_local.commands.usage.measure_order_usage` counts transitions, invocations, durations, DynamoDB
+:func:`saga_local.harness.usage.measure_order_usage` counts transitions, invocations, durations, DynamoDB
 and SQS; this adds what the bill has besides, each counted where a local run can count it:
 
 * **CloudWatch Logs, functions**: the bytes the handlers write (Powertools JSON at the template's
@@ -29,11 +29,11 @@ import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from saga_local.commands.usage import measure_order_usage
+from saga_local.harness.usage import measure_order_usage
 
 if TYPE_CHECKING:
-    from saga_local.aws.embedded import EmbeddedStack
-    from saga_local.commands.cost import Usage
+    from saga_local.harness.cost import Usage
+    from saga_local.stack.embedded import EmbeddedStack
 
 #: START (58 bytes), END (52) and REPORT with X-Ray's TraceId/SegmentId/Sampled (about 240): per invocation.
 PLATFORM_LOG_BYTES = 350

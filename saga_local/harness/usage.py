@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from saga_local.aws.driver import Driver
+    from saga_local.stack.driver import Driver
 
 DYNAMODB_WRITES = {"UpdateItem", "PutItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
 DYNAMODB_READS = {"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"}
@@ -80,7 +80,7 @@ def measure_order_usage(stack: Any, body: dict[str, Any], *, sqs_requests_per_me
     """
     import math
 
-    from saga_local.commands.cost import Usage
+    from saga_local.harness.cost import Usage
 
     runtime, driver = stack.runtime, stack.driver
     before_records, before_calls = len(runtime.records), Counter(runtime.calls)

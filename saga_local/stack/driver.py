@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import re
 import threading
 import time
 from collections import Counter
@@ -17,10 +16,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from payment_saga.execution_names import execution_name
 from saga_local.aws import moto_adapter
 from saga_local.aws.event_source import SqsEventSource
 from saga_local.aws.stream_source import StreamEventSource, stream_event_source
-from saga_local.commands.events import OutcomeLog
+from saga_local.stack.outcome_log import OutcomeLog
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -30,16 +30,14 @@ if TYPE_CHECKING:
 TERMINAL = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 
 
-#: The start Lambda names an execution ``<orderId>-<MessageId>``: the order id with anything but
-#: letters, digits, ``-`` and ``_`` made ``_``, cut to leave room for the 36-character MessageId
-#: within the 80 characters a name may have (functions/handlers/start_execution.py).
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+#: SQS MessageIds are UUIDs: the order's part of an execution name is what the start function's rule
+#: (payment_saga.execution_names) leaves before ``-<MessageId>``.
 _MESSAGE_ID_LENGTH = 36
-_ORDER_ROOM = 80 - _MESSAGE_ID_LENGTH - 1
+_ANY_MESSAGE_ID = "0" * _MESSAGE_ID_LENGTH
 
 
 def _order_key(order_id: str) -> str:
-    return _UNSAFE.sub("_", order_id)[:_ORDER_ROOM]
+    return execution_name(order_id, _ANY_MESSAGE_ID)[: -_MESSAGE_ID_LENGTH - 1]
 
 
 def _order_key_of_name(name: str) -> str | None:

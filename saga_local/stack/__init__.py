@@ -1,0 +1,1 @@
+"""The local stack: the embedded stack, its driver, the execution archive and the outcome log."""
