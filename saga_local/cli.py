@@ -290,7 +290,7 @@ def _add_simulate(sub: Any) -> None:
         type=html_file,
         metavar="PATH",
         help="also write the report as a page, with a trace page per execution that did not succeed"
-        " in PATH's name + -traces/",
+        " in PATH's name + -traces/ (default: no page)",
     )
     sim.set_defaults(func=cmd_simulate)
 

@@ -919,7 +919,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=html_file,
         metavar="PATH",
         help="also write the report as a page, with a trace page per execution that did not succeed"
-        " in PATH's name + -traces/",
+        " in PATH's name + -traces/ (default: no page)",
     )
     parser.add_argument("--log-file", help="where the functions' JSON logs go (default: discarded)")
     return parser
