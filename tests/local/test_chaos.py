@@ -18,21 +18,17 @@ from typing import TYPE_CHECKING
 import pytest
 
 from saga_local.aws.embedded import EmbeddedStack
-from saga_local.commands.chaos import (
-    SEARCH_GRACE_SECONDS,
-    ChaosConfig,
-    broken_invariants,
-    main,
-    plan_faults,
-    render,
-    run_chaos,
-)
+from saga_local.commands.chaos import main, render
 from saga_local.commands.events import OutcomeEvent, final_outcomes, tally
 from saga_local.commands.simulate import LOST_ENDINGS, make_orders, money, order_ending
+from saga_local.harness.chaos import run_chaos
+from saga_local.harness.chaos_plan import ChaosConfig, plan_faults
+from saga_local.harness.chaos_report import broken_invariants
+from saga_local.harness.chaos_sweep import SEARCH_GRACE_SECONDS
 from saga_local.stripe_emulator import LedgerEntry
 
 if TYPE_CHECKING:
-    from saga_local.commands.chaos import ChaosReport
+    from saga_local.harness.chaos_report import ChaosReport
 
 SMALL = ChaosConfig(
     orders=30,

@@ -1,0 +1,142 @@
+"""Chaos's fault plan: how much of everything, and the faults drawn from ``--seed`` before a run."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any, get_args
+
+from saga_local.runtime.faults import (
+    LANDS_AFTER,
+    POINTS,
+    START_FUNCTION,
+    STEP_FUNCTIONS,
+    Fault,
+    kinds_at,
+    valid_points,
+)
+from saga_local.stripe_emulator import FaultKind as ProviderFaultKind
+
+PROVIDER_FAULT_KINDS: tuple[ProviderFaultKind, ...] = get_args(ProviderFaultKind)
+#: The outcome relay: faulted by invocation, as the start function is.
+RELAY_FUNCTION = "OutcomeRelayFunction"
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """How much of everything. Rates are probabilities; the defaults are what ``make chaos`` runs."""
+
+    orders: int = 1000
+    copies: int = 4
+    concurrency: int = 4
+    seed: int = 7
+    decline_rate: float = 0.1
+    #: Per order and step function: one fault at a random point of that function.
+    step_fault_rate: float = 0.15
+    #: Per start-function invocation (one SQS batch).
+    start_fault_rate: float = 0.03
+    #: Per outcome-relay invocation (one batch of the claims stream).
+    relay_fault_rate: float = 0.3
+    #: Per order: one provider fault.
+    provider_fault_rate: float = 0.05
+    #: Per order: the execution that reaches the chosen point is stopped there.
+    stop_rate: float = 0.01
+    #: Per delivery: SQS delivers the message again (half while running, half after the end).
+    redelivery_rate: float = 0.02
+    #: Per declined order: the customer pays again under a new ``paymentAttempt``.
+    retry_rate: float = 0.5
+    #: Seconds before a message the start function failed is delivered again.
+    visibility_timeout: int = 2
+    #: Wall-time seconds into the run when the provider goes down (:class:`Outage`).
+    outage_start_seconds: float = 60.0
+    #: How long every call to the provider fails (0: no outage).
+    outage_seconds: float = 180.0
+    #: How far behind the provider's search is: longer than the sweeper's grace.
+    search_lag_seconds: float = 7200.0
+    #: Wall-time seconds into the run when Claim Order and Release Claim start being throttled.
+    throttle_start_seconds: float = 20.0
+    #: How long every invocation of both is throttled (0: never).
+    throttle_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class ProviderFaultPlan:
+    kind: ProviderFaultKind
+    order_id: str
+    times: int
+
+
+@dataclass
+class FaultSchedule:
+    """Everything the run injects, drawn before it starts."""
+
+    faults: list[Fault] = field(default_factory=list)
+    provider: list[ProviderFaultPlan] = field(default_factory=list)
+
+
+def plan_faults(orders: list[dict[str, Any]], config: ChaosConfig, rng: random.Random) -> FaultSchedule:
+    """Draw the run's faults (see the module docstring); the same seed gives the same schedule."""
+    schedule = FaultSchedule()
+    # Each function deals its kinds from a shuffled deck: every kind is drawn as often as any other.
+    decks: dict[str, list[str]] = {function: [] for function in STEP_FUNCTIONS}
+    for order in orders:
+        order_id = order["orderId"]
+        for function in STEP_FUNCTIONS:
+            if rng.random() < config.step_fault_rate:
+                if not decks[function]:
+                    decks[function] = _kinds(function)
+                    rng.shuffle(decks[function])
+                schedule.faults.append(_step_fault(function, decks[function].pop(), order_id, rng))
+        if rng.random() < config.stop_rate:
+            function = rng.choice(STEP_FUNCTIONS)
+            schedule.faults.append(Fault(function, rng.choice(POINTS[function]), "stop", order_id=order_id))
+        if rng.random() < config.provider_fault_rate:
+            schedule.provider.append(
+                ProviderFaultPlan(rng.choice(PROVIDER_FAULT_KINDS), order_id, rng.randint(1, 2))
+            )
+    # A start invocation carries a batch of messages, not one order: aim at invocations by number.
+    batches = math.ceil(len(orders) * config.copies / 10)
+    for invocation in range(1, batches + 1):
+        if rng.random() < config.start_fault_rate:
+            point = rng.choice(POINTS[START_FUNCTION])
+            kind = rng.choice(kinds_at(START_FUNCTION, point))
+            seconds = round(rng.uniform(0.05, 0.3), 2) if kind == "delay" else 0.0
+            schedule.faults.append(Fault(START_FUNCTION, point, kind, attempt=invocation, seconds=seconds))  # type: ignore[arg-type]
+    # The relay's invocations carry stream batches, not orders: aim at them by number too (a run has
+    # fewer relay invocations than orders; a fault aimed past the last one never fires).
+    relay_points = valid_points(RELAY_FUNCTION)
+    for invocation in range(1, len(orders) + 1):
+        if rng.random() < config.relay_fault_rate:
+            point = rng.choice(relay_points)
+            kind = rng.choice([k for k in kinds_at(RELAY_FUNCTION, point) if k != "stop"])
+            seconds = round(rng.uniform(0.05, 0.3), 2) if kind in ("delay", "late_write") else 0.0
+            schedule.faults.append(Fault(RELAY_FUNCTION, point, kind, attempt=invocation, seconds=seconds))  # type: ignore[arg-type]
+    return schedule
+
+
+def _kinds(function: str) -> list[str]:
+    """Every kind but ``stop`` (drawn on its own) that can happen somewhere in ``function``."""
+    return sorted({k for point in POINTS[function] for k in kinds_at(function, point)} - {"stop"})
+
+
+def _step_fault(function: str, kind: str, order_id: str, rng: random.Random) -> Fault:
+    """One fault of ``kind`` at a point of ``function`` where it can happen, for one order."""
+    point = rng.choice([p for p in POINTS[function] if kind in kinds_at(function, p)])
+    seconds = 0.0
+    if kind == "delay":
+        seconds = round(rng.uniform(0.05, 0.3), 2)
+    elif kind == "late_write":
+        seconds = round(rng.uniform(0.2, 1.5), 2)
+    return Fault(
+        function,
+        point,
+        kind,  # type: ignore[arg-type]
+        # At most 3: the claim can then never fail in every one of its 4 tries.
+        times=rng.randint(1, 3),
+        order_id=order_id,
+        attempt=rng.choice([None, None, None, 1, 2, 3]),
+        seconds=seconds,
+        lands_after=rng.choice([LANDS_AFTER[function], None]) if kind == "late_write" else None,
+        dies_as=rng.choice(["die", "timeout"]) if kind == "late_write" else "die",
+    )
