@@ -44,7 +44,9 @@ SMALL = ChaosConfig(
     visibility_timeout=1,
     outage_start_seconds=1.0,
     outage_seconds=3.0,
-    throttle_start_seconds=0.5,
+    # After the outage: a throttle over the outage's window lets no claim through to a Charge, so
+    # the outage meets no call.
+    throttle_start_seconds=4.5,
     throttle_seconds=4.0,  # long enough for a Claim and its retries to all meet it on a slow machine
 )
 
