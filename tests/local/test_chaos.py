@@ -42,11 +42,11 @@ SMALL = ChaosConfig(
     stop_rate=0.2,
     redelivery_rate=0.1,
     visibility_timeout=1,
-    outage_start_seconds=1.0,
+    # The outage first, with the orders flowing freely for two seconds; then the throttle, which lets
+    # no claim through to a Charge: over the whole outage, the outage would meet no call.
+    outage_start_seconds=0.5,
     outage_seconds=3.0,
-    # After the outage: a throttle over the outage's window lets no claim through to a Charge, so
-    # the outage meets no call.
-    throttle_start_seconds=4.5,
+    throttle_start_seconds=2.5,
     throttle_seconds=4.0,  # long enough for a Claim and its retries to all meet it on a slow machine
 )
 
