@@ -67,6 +67,11 @@ def _render_sweep(report: ChaosReport) -> list[str]:
         f" {_counts(report.sweep_counts)}"
     ]
     lines.extend(f"  {resolved}" for resolved in report.sweep)
+    lines.append(
+        f"sweeper ticks        {sum(report.sweeper_ticks.values())} invocations of SweeperFunction:"
+        f" {_counts(report.sweeper_ticks)}; {report.sweeper_faults} sweeper faults fired"
+        f" (troubles around the ticks: {_counts(report.sweeper_troubles)})"
+    )
     lines.append(f"endings, after the sweep   {_counts(report.after.order_endings)}")
     lines.extend(simulate.render_money(report.after.money))
     return lines

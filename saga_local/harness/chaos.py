@@ -15,6 +15,13 @@ drawn at random, reproducibly from ``--seed``:
   claims table's stream): any kind at any of its points (its PutEvents and SendMessage refused,
   throttled, applied with the answer lost, or the relay dying around them), so that the shard
   stalls and is retried from the failed record, and a re-queue sent twice must still run once;
+* on the sweeper, with :attr:`ChaosConfig.sweeper_fault_rate` per tick of its schedule (its first
+  :data:`~saga_local.harness.chaos_plan.SWEEPER_TICKS_FAULTED` invocations): any kind at any of its
+  points, dealt from a shuffled deck of them (its lock's and its claims' UpdateItem, the index's
+  Query, the GetItem after a fenced write lost, its start and end), and with
+  :attr:`ChaosConfig.sweep_trouble_rate` per tick, its key's secret unreadable or the provider's
+  search or list down for that tick; a tick that failed is followed by the next, as EventBridge
+  Scheduler's next run follows it;
 * at the provider, with :attr:`ChaosConfig.provider_fault_rate` per order: every kind the
   emulator injects (500 before or after applying, a 500 saved under the key, resets, hangs);
 * with :attr:`ChaosConfig.stop_rate` per order, the execution is stopped half-way (``stop``);
@@ -40,11 +47,16 @@ drawn at random, reproducibly from ``--seed``:
 
 Then every write still in flight lands, the sweeper runs with a clock past every lease and the
 search grace, and "later" is played out: the relay re-queues what was released, delayed messages
-are delivered, they run, and what they leave open is swept again, until nothing moves. The report
+are delivered, they run, and what they leave open is swept again, until nothing moves. Every
+sweep is SweeperFunction itself, invoked through the runtime as its schedule invokes it (its
+handler, its sweep lock, its role and the faults aimed at it), ticking until one tick sweeps to the
+end, and reading every page of the provider's list a claim's proof needs (its
+``CLAIM_LIST_PAGE_CAP``: :mod:`saga_local.harness.chaos_sweep`). The report
 says, at the provider's ledger and in the claims table: charges, double charges, lost orders (a
 claim released NOT_CHARGED is lost until the order is charged), declined attempts sent to the
 provider again, the money ordered and billed per currency, how each order ended before and after
-the sweep, which orders the sweeper resolved and how, the outage and the search lag, the outcome
+the sweep, which orders the sweeper resolved and how, how its ticks ended and the sweeper faults
+that fired, the outage and the search lag, the outcome
 events (one line per type) counted against the orders
 (:func:`saga_local.commands.events.tally`: after deduplication by ``eventId`` every order has
 exactly one final outcome event, or declines of earlier payment attempts before it, and it agrees
@@ -68,7 +80,7 @@ from typing import TYPE_CHECKING
 from saga_local.commands import simulate
 from saga_local.harness.chaos_plan import ChaosConfig, FaultSchedule, plan_faults
 from saga_local.harness.chaos_report import ChaosReport, broken_invariants, count_outcome_events
-from saga_local.harness.chaos_sweep import sweep_and_play_out_later
+from saga_local.harness.chaos_sweep import SWEEPER_FUNCTION, SweeperTicks, sweep_and_play_out_later
 from saga_local.harness.chaos_troubles import LambdaThrottle, Outage, Redeliverer
 from saga_local.runtime.faults import declined_attempts_sent_again
 
@@ -134,15 +146,19 @@ def run_chaos(
     violations_before = broken_invariants(order_ids, stack.driver.claims(), stack.provider.charges())
 
     sweep_began = time.monotonic()
-    swept, sweeper_requests = sweep_and_play_out_later(stack)
+    ticks = SweeperTicks(stack, troubles=schedule.sweep_troubles)
+    swept, sweeper_requests = sweep_and_play_out_later(stack, ticks)
     sweep_seconds = time.monotonic() - sweep_began
     after = simulate.measure(stack, orders, deliveries=ran.deliveries, wall_seconds=ran.wall_seconds)
     violations_after = broken_invariants(order_ids, stack.driver.claims(), stack.provider.charges())
 
     by_kind = Counter(stack.faults.fired_by_kind())
     by_function: Counter[str] = Counter()
-    for fault in schedule.faults + throttle.faults:
+    for fault in stack.faults.faults:  # the plan's, the throttle's, and any a caller planted
         by_function[fault.function] += fault.fired
+    for trouble, n in ticks.troubles_fired.items():
+        by_kind[f"sweeper {trouble}"] += n
+        by_function[SWEEPER_FUNCTION] += n
     for provider_fault in provider_faults:
         by_kind[f"provider {provider_fault.kind}"] += provider_fault.fired
         by_function["provider"] += provider_fault.fired
@@ -153,7 +169,7 @@ def run_chaos(
         after=after,
         faults_by_kind={k: n for k, n in sorted(by_kind.items()) if n},
         faults_by_function={k: n for k, n in sorted(by_function.items()) if n},
-        faults_planned=len(schedule.faults) + len(provider_faults),
+        faults_planned=len(schedule.faults) + len(provider_faults) + len(schedule.sweep_troubles),
         redeliveries=dict(redeliveries.counts),
         sweep=swept,
         sweep_seconds=round(sweep_seconds, 2),
@@ -172,6 +188,8 @@ def run_chaos(
         throttle_line=throttle.line(),
         search_lag_seconds=stack.provider.search_lag_seconds,
         sweeper_requests=dict(sweeper_requests),
+        sweeper_ticks=dict(ticks.ends),
+        sweeper_troubles=dict(ticks.troubles_fired),
         outcomes=count_outcome_events(stack, order_ids),
     )
 

@@ -7,9 +7,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
+from saga_local.harness.chaos_sweep import SWEEP_TROUBLES, SWEEPER_FUNCTION
 from saga_local.runtime.faults import (
     LANDS_AFTER,
     POINTS,
+    SEND_KINDS,
     START_FUNCTION,
     STEP_FUNCTIONS,
     Fault,
@@ -21,6 +23,9 @@ from saga_local.stripe_emulator import FaultKind as ProviderFaultKind
 PROVIDER_FAULT_KINDS: tuple[ProviderFaultKind, ...] = get_args(ProviderFaultKind)
 #: The outcome relay: faulted by invocation, as the start function is.
 RELAY_FUNCTION = "OutcomeRelayFunction"
+#: The sweeper's ticks that faults are aimed at (from 1). A run ticks more often than this: at least
+#: once per round of "later", and once more after each tick that failed.
+SWEEPER_TICKS_FAULTED = 12
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,11 @@ class ChaosConfig:
     start_fault_rate: float = 0.03
     #: Per outcome-relay invocation (one batch of the claims stream).
     relay_fault_rate: float = 0.3
+    #: Per sweeper tick (of the first :data:`SWEEPER_TICKS_FAULTED`): one fault at one of its points.
+    sweeper_fault_rate: float = 0.5
+    #: Per sweeper tick (of the first :data:`SWEEPER_TICKS_FAULTED`): its key's secret unreadable, or
+    #: the provider's search or list down, for that tick.
+    sweep_trouble_rate: float = 0.2
     #: Per order: one provider fault.
     provider_fault_rate: float = 0.05
     #: Per order: the execution that reaches the chosen point is stopped there.
@@ -73,6 +83,8 @@ class FaultSchedule:
 
     faults: list[Fault] = field(default_factory=list)
     provider: list[ProviderFaultPlan] = field(default_factory=list)
+    #: The sweeper's tick number -> what goes wrong around it (one of ``SWEEP_TROUBLES``).
+    sweep_troubles: dict[int, str] = field(default_factory=dict)
 
 
 def plan_faults(orders: list[dict[str, Any]], config: ChaosConfig, rng: random.Random) -> FaultSchedule:
@@ -112,7 +124,47 @@ def plan_faults(orders: list[dict[str, Any]], config: ChaosConfig, rng: random.R
             kind = rng.choice([k for k in kinds_at(RELAY_FUNCTION, point) if k != "stop"])
             seconds = round(rng.uniform(0.05, 0.3), 2) if kind in ("delay", "late_write") else 0.0
             schedule.faults.append(Fault(RELAY_FUNCTION, point, kind, attempt=invocation, seconds=seconds))  # type: ignore[arg-type]
+    _plan_sweeper(schedule, config, rng)
     return schedule
+
+
+def _plan_sweeper(schedule: FaultSchedule, config: ChaosConfig, rng: random.Random) -> None:
+    """The sweeper's invocations are its schedule's ticks: aimed at by number too, each faulted tick
+    dealt the next of its points from a shuffled deck, so that a run reaches every one of them."""
+    points: list[str] = []
+    for tick in range(1, SWEEPER_TICKS_FAULTED + 1):
+        if rng.random() < config.sweeper_fault_rate:
+            if not points:
+                points = list(valid_points(SWEEPER_FUNCTION))
+                rng.shuffle(points)
+            schedule.faults.extend(_sweeper_faults(points.pop(), tick, rng))
+        if rng.random() < config.sweep_trouble_rate:
+            schedule.sweep_troubles[tick] = rng.choice(SWEEP_TROUBLES)
+
+
+def _sweeper_faults(point: str, tick: int, rng: random.Random) -> list[Fault]:
+    """A fault of any kind at ``point`` of the sweeper's ``tick``-th invocation.
+
+    A sweep's first UpdateItem is always its lock: half the UpdateItem faults come after a harmless
+    one that takes the lock's turn (a short stall, or an answer lost and sent again, which the lock's
+    write survives), so that they hit the sweep's next write: a claim's completion or release, or the
+    lock's release.
+    """
+    kind = rng.choice([k for k in kinds_at(SWEEPER_FUNCTION, point) if k != "stop"])
+    seconds = round(rng.uniform(0.05, 0.3), 2) if kind in ("delay", "late_write") else 0.0
+    dies_as = rng.choice(["die", "timeout"]) if kind == "late_write" else "die"
+    fault = Fault(SWEEPER_FUNCTION, point, kind, attempt=tick, seconds=seconds, dies_as=dies_as)  # type: ignore[arg-type]
+    if not point.endswith(":dynamodb.UpdateItem") or rng.random() < 0.5:
+        return [fault]
+    at_send = kind in SEND_KINDS
+    lock_turn = Fault(
+        SWEEPER_FUNCTION,
+        point,
+        "lost_answer" if at_send else "delay",
+        attempt=tick,
+        seconds=0.0 if at_send else 0.01,
+    )
+    return [lock_turn, fault]
 
 
 def _kinds(function: str) -> list[str]:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from saga_local.commands import simulate
 from saga_local.commands.events import OutcomeTally, tally
+from saga_local.harness.chaos_sweep import SWEEPER_FUNCTION
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -75,6 +76,10 @@ class ChaosReport:
     search_lag_seconds: float = 0.0
     #: Requests the sweeps sent to the provider's search and list.
     sweeper_requests: dict[str, int] = field(default_factory=dict)
+    #: How the sweeper's ticks ended (swept, failed, skipped, throttled).
+    sweeper_ticks: dict[str, int] = field(default_factory=dict)
+    #: Ticks each of the troubles around the sweeper met (its secret unreadable, search or list down).
+    sweeper_troubles: dict[str, int] = field(default_factory=dict)
     #: The outcome events counted against the orders (None: the stack archives no outcome event).
     outcomes: OutcomeTally | None = None
 
@@ -84,6 +89,11 @@ class ChaosReport:
         if self.outcomes is None:
             return {}
         return dict(Counter(self.outcomes.final_by_order.get(o, "none") for o in self.outcomes.requeued))
+
+    @property
+    def sweeper_faults(self) -> int:
+        """Faults that fired in the sweeper's ticks: at its points, and the troubles around them."""
+        return self.faults_by_function.get(SWEEPER_FUNCTION, 0)
 
     @property
     def sweep_counts(self) -> dict[str, int]:
@@ -127,6 +137,9 @@ class ChaosReport:
             "lambdaThrottle": self.throttle,
             "searchLagSeconds": self.search_lag_seconds,
             "sweeperRequests": self.sweeper_requests,
+            "sweeperTicks": self.sweeper_ticks,
+            "sweeperTroubles": self.sweeper_troubles,
+            "sweeperFaults": self.sweeper_faults,
             "outcomeEvents": None if self.outcomes is None else self.outcomes.to_dict(),
             "requeuedEndings": self.requeued_endings,
             "checks": self.checks,
