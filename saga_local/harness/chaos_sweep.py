@@ -124,7 +124,8 @@ class SweeperTicks:
         #: the first tick comes after it, as Scheduler's next tick comes after the last sweep.
         self.at = self._last_lease_end()
         self.ticks = 0
-        #: How the ticks ended: ``swept`` (to the end), ``failed``, ``skipped``, ``throttled``.
+        #: How the ticks ended: ``swept`` (to the end), ``stopped early`` (its time budget ran out
+        #: first), ``failed``, ``skipped``, ``throttled``.
         self.ends: Counter[str] = Counter()
         #: Ticks in which each trouble refused a call (a trouble on a tick that never needed the
         #: search or the list refused nothing).
@@ -167,12 +168,7 @@ class SweeperTicks:
             except Throttled:
                 end = "throttled"
             else:
-                if invocation.function_error:
-                    end = "failed"
-                elif json.loads(invocation.payload).get("skipped"):
-                    end = "skipped"
-                else:
-                    end = "swept"
+                end = "failed" if invocation.function_error else _ended(json.loads(invocation.payload))
         self.ends[end] += 1
         return end, decided
 
@@ -225,6 +221,15 @@ class SweeperTicks:
         yield
 
 
+def _ended(result: dict[str, Any]) -> str:
+    """How a tick the function answered ended, from its answer."""
+    if result.get("skipped"):
+        return "skipped"
+    # The handler stops taking claims when its time budget (the function's timeout, in wall time)
+    # is nearly spent, and leaves the rest to the next tick.
+    return "swept" if result.get("finished", True) else "stopped early"
+
+
 class _Frozen:
     """Stands in for the ``time`` module in the sweeper's handler: its one use is ``time.time()``."""
 
@@ -250,7 +255,9 @@ def _claims_store_at(at: float) -> ClaimsStore:
 
 def sweep(ticks: SweeperTicks) -> list[Resolved]:
     """One sweep: ticks until one sweeps to the end, every request a failed tick left in flight landed
-    before the next (the five minutes between ticks). What every tick of it decided."""
+    before the next (the five minutes between ticks). A tick that stopped early, its time budget
+    spent on a long sweep, is followed by the next as well: chaos judges the decisions, not the
+    budget. What every tick of it decided."""
     decided: list[Resolved] = []
     for _ in range(MAX_TICKS_PER_SWEEP):
         end, resolved = ticks.tick()
