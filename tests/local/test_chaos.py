@@ -48,7 +48,8 @@ SMALL = ChaosConfig(
     # The outage first, with the orders flowing freely for two seconds; then the throttle, which lets
     # no claim through to a Charge: over the whole outage, the outage would meet no call.
     outage_start_seconds=0.5,
-    outage_seconds=3.0,
+    # Long enough for a Charge and all its retries to meet it on a loaded machine.
+    outage_seconds=5.0,
     throttle_start_seconds=2.5,
     throttle_seconds=4.0,  # long enough for a Claim and its retries to all meet it on a slow machine
 )
