@@ -44,10 +44,11 @@ class ChaosConfig:
     #: Per outcome-relay invocation (one batch of the claims stream).
     relay_fault_rate: float = 0.3
     #: Per sweeper tick (of the first :data:`SWEEPER_TICKS_FAULTED`): one fault at one of its points.
-    sweeper_fault_rate: float = 0.5
+    #: High, since a run has only a handful of ticks (a 1,000-order run about six).
+    sweeper_fault_rate: float = 0.8
     #: Per sweeper tick (of the first :data:`SWEEPER_TICKS_FAULTED`): its key's secret unreadable, or
     #: the provider's search or list down, for that tick.
-    sweep_trouble_rate: float = 0.2
+    sweep_trouble_rate: float = 0.4
     #: Per order: one provider fault.
     provider_fault_rate: float = 0.05
     #: Per order: the execution that reaches the chosen point is stopped there.
