@@ -43,8 +43,8 @@ class ChaosConfig:
     start_fault_rate: float = 0.03
     #: Per outcome-relay invocation (one batch of the claims stream).
     relay_fault_rate: float = 0.3
-    #: Per sweeper tick (of the first :data:`SWEEPER_TICKS_FAULTED`): one fault at one of its points.
-    #: High, since a run has only a handful of ticks (a 1,000-order run about six).
+    #: Per sweeper tick (of the first :data:`SWEEPER_TICKS_FAULTED`) without a trouble: one fault at one
+    #: of its points. High, since a run has only a handful of ticks (a 1,000-order run about six).
     sweeper_fault_rate: float = 0.8
     #: Per sweeper tick (of the first :data:`SWEEPER_TICKS_FAULTED`): its key's secret unreadable, or
     #: the provider's search or list down, for that tick.
@@ -131,16 +131,19 @@ def plan_faults(orders: list[dict[str, Any]], config: ChaosConfig, rng: random.R
 
 def _plan_sweeper(schedule: FaultSchedule, config: ChaosConfig, rng: random.Random) -> None:
     """The sweeper's invocations are its schedule's ticks: aimed at by number too, each faulted tick
-    dealt the next of its points from a shuffled deck, so that a run reaches every one of them."""
+    dealt the next of its points from a shuffled deck, so that a run reaches every one of them.
+
+    One thing goes wrong per tick, a trouble around it or a fault in it: a fault that ends the tick
+    before its first claim would leave a trouble with the search or the list nothing to refuse."""
     points: list[str] = []
     for tick in range(1, SWEEPER_TICKS_FAULTED + 1):
-        if rng.random() < config.sweeper_fault_rate:
+        if rng.random() < config.sweep_trouble_rate:
+            schedule.sweep_troubles[tick] = rng.choice(SWEEP_TROUBLES)
+        elif rng.random() < config.sweeper_fault_rate:
             if not points:
                 points = list(valid_points(SWEEPER_FUNCTION))
                 rng.shuffle(points)
             schedule.faults.extend(_sweeper_faults(points.pop(), tick, rng))
-        if rng.random() < config.sweep_trouble_rate:
-            schedule.sweep_troubles[tick] = rng.choice(SWEEP_TROUBLES)
 
 
 def _sweeper_faults(point: str, tick: int, rng: random.Random) -> list[Fault]:
