@@ -170,6 +170,7 @@ def test_the_sweeper_is_faulted_and_its_failed_ticks_are_swept_again_by_the_next
     followed by the next, as EventBridge Scheduler's next run follows it, until one swept to the end,
     and the promise held."""
     assert small_run.sweeper_faults > 0, small_run.faults_by_function
+    assert small_run.sweeper_troubles, "no trouble around a tick refused a call: raise the rate"
     assert small_run.sweeper_ticks.get("failed", 0) + small_run.sweeper_ticks.get("throttled", 0) > 0
     assert small_run.sweeper_ticks["swept"] > 0
     assert small_run.promise_kept, render(small_run)
