@@ -9,8 +9,9 @@ Every decision is a structured log event with ``orderId`` (``reconciliation_comp
 ``reconciliation_released`` with its ``releaseReason`` NOT_CHARGED or DECLINED,
 ``reconciliation_pending``, ``reconciliation_changed``, ``reconciliation_failed``) and a metric:
 ``ReconciliationResolved`` by ``Outcome``, ``ReconciliationPending``, ``ReconciliationListCapped``
-(pending because the attempt's window holds more PaymentIntents than the list may read: it stays so
-until a person decides), ``ReconciliationChanged`` and ``ReconciliationFailed``.
+(pending because the attempt's window holds more PaymentIntents than the list may read,
+``CLAIM_LIST_PAGE_CAP`` pages of 100: it stays so until a person decides), ``ReconciliationChanged``
+and ``ReconciliationFailed``.
 
 Every sweep that ran (not one that skipped its tick) also publishes, by ``FunctionName`` so that
 each stack's alarms read their own sweeper:
@@ -51,7 +52,12 @@ from handlers.runtime import (
     provider,
     tracer,
 )
-from payment_saga.reconcile import DEFAULT_SEARCH_GRACE_SECONDS, ReconcileOutcome, reconcile
+from payment_saga.reconcile import (
+    DEFAULT_LIST_PAGE_CAP,
+    DEFAULT_SEARCH_GRACE_SECONDS,
+    ReconcileOutcome,
+    reconcile,
+)
 from payment_saga.sweep_lock import SweepLock, lease_for
 
 if TYPE_CHECKING:
@@ -166,6 +172,7 @@ def _sweep(context: LambdaContext) -> dict[str, Any]:
         now=time.time(),
         apply=True,
         search_grace_seconds=int(env("CLAIM_SEARCH_GRACE_SECONDS", str(DEFAULT_SEARCH_GRACE_SECONDS))),
+        list_page_cap=int(env("CLAIM_LIST_PAGE_CAP", str(DEFAULT_LIST_PAGE_CAP))),
         on_decision=record_decision,
         keep_going=lambda: context.get_remaining_time_in_millis() > RESERVE_MILLIS,
     )

@@ -1187,3 +1187,28 @@ def test_the_sample_event_is_what_the_schedule_sends() -> None:
     assert schedule["Properties"]["ScheduleExpression"] == "rate(5 minutes)"
     assert set(sample) == set(sent)
     assert sample["source"] == sent["source"]
+
+
+@pytest.mark.parametrize(("page_cap", "outcome"), [(None, "pending"), ("20", "released")])
+def test_the_sweeper_lambda_lists_as_many_pages_as_its_page_cap_allows(
+    sweeper_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    dynamodb: Any,
+    claims_table: str,
+    emulator: ProviderEmulator,
+    page_cap: str | None,
+    outcome: str,
+) -> None:
+    # 1,200 PaymentIntents of other orders during the lease: more than the default 10 pages list.
+    if page_cap is not None:
+        monkeypatch.setenv("CLAIM_LIST_PAGE_CAP", page_cap)
+    began = time.time() - 5000
+    ClaimsStore(claims_table, client=dynamodb, clock=lambda: began).claim(ORDER, token=A)
+    emulator.add_history(1200, created_from=int(began), created_to=int(began) + LEASE)
+    event = json.loads((ROOT / "events" / "sweeper.json").read_text())
+
+    result = sweeper.handler(event, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert result["counts"][outcome] == 1
+    status = ClaimsStore(claims_table, client=dynamodb).get(ORDER.order_id).status  # type: ignore[union-attr]
+    assert status is (ClaimStatus.CLAIMED if outcome == "pending" else ClaimStatus.RELEASED)

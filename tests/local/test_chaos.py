@@ -19,24 +19,21 @@ from typing import TYPE_CHECKING
 import pytest
 
 from saga_local import output
-from saga_local.commands.chaos import (
-    SEARCH_GRACE_SECONDS,
-    ChaosConfig,
-    broken_invariants,
-    main,
-    plan_faults,
-    render,
-    run_chaos,
-)
+from saga_local.commands.chaos import main, render
+from saga_local.harness.chaos import run_chaos
+from saga_local.harness.chaos_plan import ChaosConfig, plan_faults
+from saga_local.harness.chaos_report import broken_invariants
+from saga_local.harness.chaos_sweep import SEARCH_GRACE_SECONDS, SweeperTicks
 from saga_local.harness.outcomes import final_outcomes, tally
 from saga_local.harness.simulate import LOST_ENDINGS, make_orders, money, order_ending
+from saga_local.runtime.faults import Fault
 from saga_local.stack.embedded import EmbeddedStack
 from saga_local.stack.outcome_log import OutcomeEvent
 from saga_local.stripe_emulator import LedgerEntry
 from saga_local.trace.report import render_report
 
 if TYPE_CHECKING:
-    from saga_local.commands.chaos import ChaosReport
+    from saga_local.harness.chaos_report import ChaosReport
 
 SMALL = ChaosConfig(
     orders=30,
@@ -46,13 +43,18 @@ SMALL = ChaosConfig(
     step_fault_rate=0.5,
     start_fault_rate=0.1,
     relay_fault_rate=0.5,
+    sweeper_fault_rate=0.7,
+    sweep_trouble_rate=0.5,
     provider_fault_rate=0.25,
     stop_rate=0.2,
     redelivery_rate=0.1,
     visibility_timeout=1,
-    outage_start_seconds=1.0,
-    outage_seconds=3.0,
-    throttle_start_seconds=0.5,
+    # The outage first, with the orders flowing freely for two seconds; then the throttle, which lets
+    # no claim through to a Charge: over the whole outage, the outage would meet no call.
+    outage_start_seconds=0.5,
+    # Long enough for a Charge and all its retries to meet it on a loaded machine.
+    outage_seconds=5.0,
+    throttle_start_seconds=2.5,
     throttle_seconds=4.0,  # long enough for a Claim and its retries to all meet it on a slow machine
 )
 
@@ -181,6 +183,63 @@ def test_the_outcome_relay_is_faulted_and_every_order_still_has_its_one_final_ou
     outcomes = small_run.outcomes
     assert outcomes is not None
     assert outcomes.exact, outcomes.problems or outcomes.missing
+
+
+def test_the_sweeper_is_faulted_and_its_failed_ticks_are_swept_again_by_the_next(
+    small_run: ChaosReport,
+) -> None:
+    """The sweeps are SweeperFunction's own invocations, and faults fired in them (at its points,
+    and its secret or the provider's search or list failing around a tick): each failed tick was
+    followed by the next, as EventBridge Scheduler's next run follows it, until one swept to the end,
+    and the promise held."""
+    assert small_run.sweeper_faults > 0, small_run.faults_by_function
+    assert small_run.sweeper_troubles, "no trouble around a tick refused a call: raise the rate"
+    assert small_run.sweeper_ticks.get("failed", 0) + small_run.sweeper_ticks.get("throttled", 0) > 0
+    assert small_run.sweeper_ticks["swept"] > 0
+    assert small_run.promise_kept, render(small_run)
+    assert f"{small_run.sweeper_faults} sweeper faults fired" in render(small_run)
+
+
+#: A few orders and no fault drawn: what fires is what the test plants.
+QUIET = dataclasses.replace(
+    SMALL,
+    orders=4,
+    copies=1,
+    concurrency=1,
+    step_fault_rate=0.0,
+    start_fault_rate=0.0,
+    relay_fault_rate=0.0,
+    provider_fault_rate=0.0,
+    stop_rate=0.5,
+    redelivery_rate=0.0,
+    sweeper_fault_rate=0.0,
+    sweep_trouble_rate=0.0,
+    outage_seconds=0.0,
+    throttle_seconds=0.0,
+)
+
+
+def test_faults_planted_in_the_sweeper_fire_in_chaos_sweeps_and_are_counted() -> None:
+    planted = [
+        Fault("SweeperFunction", "start", "throttle", attempt=1),
+        Fault("SweeperFunction", "before:dynamodb.Query", "error_call", attempt=2),
+    ]
+    with EmbeddedStack(
+        runtime="inprocess", retry_time_scale=0, visibility_timeout=QUIET.visibility_timeout
+    ) as stack:
+        stack.faults.extend(planted)
+        report = run_chaos(stack, QUIET)
+        # A tick whose container cannot read its key's secret fails before its first claim.
+        ticks = SweeperTicks(stack, troubles={1: "secret unreadable"})
+        unreadable, after = ticks.tick(), ticks.tick()
+
+    assert [fault.fired for fault in planted] == [1, 1]
+    assert (report.sweeper_ticks["throttled"], report.sweeper_ticks["failed"]) == (1, 1)
+    assert report.sweeper_ticks["swept"] >= 1
+    assert report.sweeper_faults == 2
+    assert report.promise_kept, render(report)
+    assert (unreadable[0], after[0]) == ("failed", "swept")
+    assert ticks.troubles_fired == {"secret unreadable": 1}
 
 
 def test_claims_and_releases_throttled_together_are_sent_back_and_charged_later(

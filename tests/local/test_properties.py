@@ -97,12 +97,9 @@ from payment_saga.outcomes import attempt_event_id
 from payment_saga.reconcile import DEFAULT_SEARCH_GRACE_SECONDS
 from payment_saga.sweep_lock import LEASE_MARGIN_SECONDS, SweepLock
 from saga_local.aws.stack import REGION
-from saga_local.commands.chaos import (
-    PROVIDER_ENDPOINTS,
-    broken_invariants,
-    land_what_is_in_flight,
-    play_out_later,
-)
+from saga_local.harness.chaos_report import broken_invariants
+from saga_local.harness.chaos_sweep import land_what_is_in_flight, play_out_later
+from saga_local.harness.chaos_troubles import PROVIDER_ENDPOINTS
 from saga_local.harness.outcomes import tally
 from saga_local.harness.redelivery import redeliver
 from saga_local.harness.simulate import settle
