@@ -62,8 +62,11 @@ def cmd_cost(args: argparse.Namespace) -> int:
         "1 Lambda": "one Lambda + Powertools idempotency, no Step Functions (what it would replace)",
     }
     sweeps = sweeps_per_month(_sweeper_schedule())
-    monthly = {"scheduler": (sweeps, f"{sweeps:,.0f} runs"), "secret": (1.0, "1 secret")}
-    monthly.update(cost.stack_monthly_quantities(load_template()))  # alarms, dashboard, key, metrics, PITR
+    template = load_template()
+    # Each secret the stack reads is a parameter with its ARN: the provider key, the webhook signing secret.
+    secrets = sum(1 for name in template.get("Parameters") or {} if name.endswith("SecretArn"))
+    monthly = {"scheduler": (sweeps, f"{sweeps:,.0f} runs"), "secret": (float(secrets), f"{secrets} secrets")}
+    monthly.update(cost.stack_monthly_quantities(template))  # alarms, dashboard, key, metrics, PITR
     notes = [
         f"Assumed: X-Ray samples {args.xray_sampling:.0%} of requests (--xray-sampling; its default rule past"
         " 1 a second);",

@@ -120,7 +120,7 @@ ALWAYS_SHOWN = frozenset({"logs_state_machine", "logs_lambda", "xray", "secrets_
 #: What does not scale with orders, per month: item -> (label, price key).
 MONTHLY_ITEMS: dict[str, tuple[str, str]] = {
     "scheduler": ("EventBridge Scheduler (the sweeper's runs)", "scheduler_invocation"),
-    "secret": ("Secrets Manager (the provider key's secret)", "secrets_manager_secret_month"),
+    "secret": ("Secrets Manager (the secrets the stack reads)", "secrets_manager_secret_month"),
     # What one stack costs by existing (stack_monthly_quantities counts each from the template).
     "alarms": ("CloudWatch alarms", "cloudwatch_alarm_standard_month"),
     "dashboard": ("CloudWatch dashboard", "cloudwatch_dashboard_month"),

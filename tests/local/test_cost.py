@@ -283,7 +283,7 @@ def test_what_does_not_scale_with_orders_is_priced_per_month(prices: dict[str, A
     assert amounts["secret"] == pytest.approx(0.40)
     table = render_table({"saga": EVERYTHING}, prices, monthly=MONTHLY)
     assert "EventBridge Scheduler (the sweeper's runs): 0.01" in table
-    assert "Secrets Manager (the provider key's secret): 0.40" in table
+    assert "Secrets Manager (the secrets the stack reads): 0.40" in table
 
 
 def test_what_the_stack_costs_by_existing_is_counted_from_its_template(prices: dict[str, Any]) -> None:
