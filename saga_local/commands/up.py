@@ -77,7 +77,14 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path, payment_api: tu
             source.interval = args.sweep_every or source.interval
         state["schedules"] = {s.schedule.logical_id: s.interval for s in scheduled}
         write_private_text(targets.STATE_FILE, json.dumps(state, indent=2))
-        banner = up_banner(stack.endpoint, stack.stack.outputs, stack.provider.url, log_dir, sam_env)
+        banner = up_banner(
+            stack.endpoint,
+            stack.stack.outputs,
+            stack.provider_url,
+            log_dir,
+            sam_env,
+            test_mode=payment_api is not None,
+        )
         for source in scheduled:
             label = f"{source.schedule.logical_id} schedule"
             banner.insert(
