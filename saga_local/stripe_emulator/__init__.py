@@ -15,8 +15,10 @@ the history is reachable in Python and over HTTP under ``/_emulator/``.
 
 Laid out as moto lays out a service, one room per concern:
 
-* :mod:`.emulator`: :class:`ProviderEmulator`, the one front class: the state, the lock, the test
-  controls, and the order in which a request meets Stripe's layers;
+* :mod:`.emulator`: :class:`ProviderEmulator`, the one front class: the state, the lock, and the
+  order in which a request meets Stripe's layers;
+* :mod:`.controls`: the test controls the front class inherits: the ledger and PaymentIntents a
+  test reads, the keys, faults, settlements and triggers it steers;
 * :mod:`.server`: the HTTP server and which endpoint a request is for;
 * :mod:`.responses`: Stripe's wire format: form decoding, authentication, error and answer shapes;
 * :mod:`.idempotency`: the ``Idempotency-Key`` store: replay, the 24-hour window, what is saved;

@@ -5,7 +5,8 @@ A request is checked in the order Stripe checks it: authentication (401), rate l
 validation (400), then the idempotency layer, then execution. Nothing answered before the
 idempotency layer is saved under the key, so a retry is judged afresh. Each layer lives in its own
 module; this class owns the data they work on (plain attributes, so a test can copy and restore
-them) and the lock they run under.
+them) and the lock they run under. The test controls it offers are a mixin of their own
+(:mod:`.controls`).
 """
 
 from __future__ import annotations
