@@ -30,6 +30,7 @@ from saga_local.stripe_emulator.responses import (
     Reply,
     authenticate,
     bad_request,
+    boolean,
     decode_form,
     error,
     new_id,
@@ -221,8 +222,9 @@ class ProviderEmulator(EmulatorControls):
 
     def _webhook_endpoints(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
         """``POST /v1/webhook_endpoints`` (``url``, ``enabled_events[]``, ``description``,
-        ``metadata``), ``GET`` to list them, ``DELETE /v1/webhook_endpoints/{id}``: an endpoint is of
-        its key's mode (``sk_live_`` keys make live endpoints, which receive live events only)."""
+        ``metadata``), ``GET`` to list them, ``GET``, ``POST`` (the same, and ``disabled``) and
+        ``DELETE /v1/webhook_endpoints/{id}``: an endpoint is of its key's mode (``sk_live_`` keys make
+        live endpoints, which receive live events only; a key sees its own mode's only)."""
         api_key = authenticate(headers.get("Authorization"))
         if isinstance(api_key, Reply):
             return api_key
@@ -255,12 +257,44 @@ class ProviderEmulator(EmulatorControls):
             return Reply(
                 200, {"object": "list", "data": data, "has_more": False, "url": "/v1/webhook_endpoints"}
             )
-        if method == "DELETE" and endpoint_id:
-            try:
+        if not endpoint_id or "/" in endpoint_id or method not in ("GET", "POST", "DELETE"):
+            return unrecognized_url(method, path)
+        try:
+            if self.webhooks.retrieve(endpoint_id)["livemode"] != ("_live_" in api_key):
+                raise KeyError(endpoint_id)
+            if method == "GET":
+                return Reply(200, self.webhooks.retrieve(endpoint_id))
+            if method == "DELETE":
                 return Reply(200, self.webhooks.delete(endpoint_id))
-            except KeyError:
-                return error(404, f"No such webhook endpoint: '{endpoint_id}'", code="resource_missing")
-        return unrecognized_url(method, path)
+            return self._update_webhook_endpoint(endpoint_id, body)
+        except KeyError:
+            return error(404, f"No such webhook endpoint: '{endpoint_id}'", code="resource_missing")
+
+    def _update_webhook_endpoint(self, endpoint_id: str, body: bytes) -> Reply:
+        """``POST /v1/webhook_endpoints/{id}``: ``disabled=false`` enables an endpoint Stripe disabled."""
+        try:
+            params = decode_form(body)
+            url = params.get("url")
+            if url is not None and (not isinstance(url, str) or not url.startswith(("http://", "https://"))):
+                raise BadRequest("Invalid URL: a webhook endpoint needs an http(s) url.", param="url")
+            events = params.get("enabled_events")
+            if events is not None and not isinstance(events, list):
+                raise BadRequest("Invalid array: enabled_events.", param="enabled_events")
+            metadata = params.get("metadata")
+            try:
+                endpoint = self.webhooks.update(
+                    endpoint_id,
+                    disabled=boolean(params, "disabled", default=False) if "disabled" in params else None,
+                    url=url,
+                    enabled_events=[str(e) for e in events] if events is not None else None,
+                    description=params.get("description"),
+                    metadata=metadata if isinstance(metadata, dict) else None,
+                )
+            except ValueError as exc:
+                raise BadRequest(str(exc), param="enabled_events") from None
+        except BadRequest as exc:
+            return bad_request(exc)
+        return Reply(200, endpoint)
 
     def _api(
         self,
