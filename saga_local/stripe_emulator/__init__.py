@@ -25,7 +25,8 @@ Laid out as moto lays out a service, one room per concern:
 * :mod:`.intents`: PaymentIntents: validate, then create and confirm; test cards and customers;
 * :mod:`.search`: the search (and its lag) and the list;
 * :mod:`.admin`: faults and the ``/_emulator/`` routes;
-* :mod:`.webhooks`: webhook endpoints, Event objects, signed deliveries, retries and their disorder;
+* :mod:`.webhooks`: webhook endpoints, Event objects, signed deliveries, retries and their disorder,
+  and the disabling of an endpoint that fails every delivery for the retry window;
 * :mod:`.exceptions`: the errors answered in Stripe's shape.
 
 Run it alone with ``python -m saga_local.stripe_emulator --port 12111``.

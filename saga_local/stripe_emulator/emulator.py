@@ -94,10 +94,11 @@ class ProviderEmulator(EmulatorControls):
 
     Webhooks (:mod:`.webhooks`): :attr:`webhooks` sends every PaymentIntent change to the endpoints
     registered through ``POST /v1/webhook_endpoints``, signed, retried on Stripe's schedule times
-    ``webhook_time_scale``, with the disorder it is given. ``settle_seconds`` (None: never by
-    itself) is how long a ``processing`` PaymentIntent takes to settle, as a bank debit does, into
-    :attr:`settle_outcome` (``succeeded`` or ``failed``; per order with :meth:`settle_as`); its
-    settlement sends its event like any other change.
+    ``webhook_time_scale``, with the disorder it is given; an endpoint that fails every delivery for
+    that whole window is disabled until ``POST /v1/webhook_endpoints/{id}`` enables it.
+    ``settle_seconds`` (None: never by itself) is how long a ``processing`` PaymentIntent takes to
+    settle, as a bank debit does, into :attr:`settle_outcome` (``succeeded`` or ``failed``; per
+    order with :meth:`settle_as`); its settlement sends its event like any other change.
     """
 
     def __init__(
