@@ -10,14 +10,22 @@ before anything runs, when it:
   the SDKs, the AWS CLI, SAM CLI and the saga's own clients never do), or
 * names a ``Host`` that is not this loopback server itself (``127.0.0.1:<port>``,
   ``localhost:<port>`` or ``[::1]:<port>``): a rebound name arrives with its own name as the Host.
+
+The small servers of the local stack written here (the Stripe emulator's, a function URL's, the
+fault control of `saga up`) share how they run: :class:`LoopbackServer` binds a
+``ThreadingHTTPServer``, serves it from a daemon thread and stops it, releasing the port.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import threading
+from http.server import ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from http.server import BaseHTTPRequestHandler
+    from types import TracebackType
 
 #: Headers that only a browser sends: a request carrying any of them came from a web page.
 BROWSER_HEADERS = ("Origin", "Sec-Fetch-Site", "Sec-Fetch-Mode")
@@ -59,3 +67,77 @@ class LoopbackGuard:
             [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))],
         )
         return [body]
+
+
+class LoopbackHTTPServer(ThreadingHTTPServer):
+    """The ``ThreadingHTTPServer`` of a :class:`LoopbackServer`: a thread per request, none waited for.
+
+    Its ``front`` is the :class:`LoopbackServer` that runs it, for the request handlers to reach.
+    """
+
+    daemon_threads = True
+    # stop() must not wait for a request still being served (or deliberately hanging).
+    block_on_close = False
+    front: LoopbackServer
+
+
+class LoopbackServer:
+    """An HTTP server on ``host:port`` (0: an ephemeral port) that serves ``handler`` from a thread.
+
+    ``server_class`` is the :class:`LoopbackHTTPServer` to bind (a subclass may change its
+    settings); ``name`` names the serving thread (``{port}`` in it is the bound port), and the
+    thread looks for :meth:`stop` every ``poll_interval`` seconds.
+    """
+
+    def __init__(
+        self,
+        handler: type[BaseHTTPRequestHandler],
+        *,
+        name: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        poll_interval: float = 0.05,
+        server_class: type[LoopbackHTTPServer] = LoopbackHTTPServer,
+    ) -> None:
+        self._http = server_class((host, port), handler)
+        self._http.front = self
+        self._thread = threading.Thread(
+            target=self._http.serve_forever,
+            kwargs={"poll_interval": poll_interval},
+            name=name.format(port=self.port),
+            daemon=True,
+        )
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound ``(host, port)``."""
+        host, port = self._http.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        return self.address[1]
+
+    def start(self) -> Self:
+        """Serve in the background thread; returns self."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and release the port (:meth:`closed` runs before the thread is joined)."""
+        self._http.shutdown()
+        self._http.server_close()
+        self.closed()
+        self._thread.join(timeout=5)
+
+    def closed(self) -> None:
+        """Called by :meth:`stop` once the port is released: a subclass ends what is still open."""
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

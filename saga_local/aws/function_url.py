@@ -19,11 +19,11 @@ import logging
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
-from saga_local.loopback import refusal
+from saga_local.loopback import LoopbackServer, refusal
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def url_event(
     }
 
 
-class FunctionUrlServer:
+class FunctionUrlServer(LoopbackServer):
     """Serve ``function_name`` at ``http://127.0.0.1:PORT/`` as its function URL would (see the module)."""
 
     def __init__(
@@ -128,34 +128,13 @@ class FunctionUrlServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._http = ThreadingHTTPServer((host, port), Handler)
-        self._http.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, name="function-url", daemon=True
-        )
-
-    @property
-    def address(self) -> tuple[str, int]:
-        """The bound ``(host, port)``."""
-        host, port = self._http.server_address[:2]
-        return str(host), int(port)
+        super().__init__(Handler, name="function-url", host=host, port=port)
 
     @property
     def url(self) -> str:
         """The function's local URL (what the stack's ``<Function>Url`` output names on AWS)."""
         host, port = self.address
         return f"http://{host}:{port}/"
-
-    def start(self) -> FunctionUrlServer:
-        """Serve in a background thread; returns self."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and release the port."""
-        self._http.shutdown()
-        self._http.server_close()
-        self._thread.join(timeout=5)
 
     def handle(
         self, method: str, target: str, headers: dict[str, str], body: bytes, source_ip: str

@@ -22,17 +22,14 @@ import contextlib
 import hmac
 import json
 import secrets
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
-from saga_local.loopback import refusal
+from saga_local.loopback import LoopbackHTTPServer, LoopbackServer, refusal
 from saga_local.runtime.faults import Fault
 
 if TYPE_CHECKING:
-    from types import TracebackType
-
     from saga_local.runtime.faults import FaultPlan
 
 TOKEN_HEADER = "X-Saga-Token"  # noqa: S105 - a header name, not a secret
@@ -49,47 +46,19 @@ _FIELDS = {
 }
 
 
-class FaultControl:
+class FaultControl(LoopbackServer):
     """Serve ``/faults`` for ``plan`` on a free loopback port, from a background thread."""
 
     def __init__(self, plan: FaultPlan, *, port: int = 0) -> None:
         self.plan = plan
         #: What every request must carry in :data:`TOKEN_HEADER`: new every run.
         self.token = secrets.token_urlsafe(32)
-        self._http = _Server(("127.0.0.1", port), _Handler)
-        self._http.control = self
-        self._thread = threading.Thread(
-            target=self._http.serve_forever, kwargs={"poll_interval": 0.1}, name="fault-control", daemon=True
-        )
-
-    @property
-    def port(self) -> int:
-        """The bound port."""
-        return int(self._http.server_address[1])
+        super().__init__(_Handler, name="fault-control", port=port, poll_interval=0.1, server_class=_Server)
 
     @property
     def url(self) -> str:
         """Where ``saga fault`` sends the functions' faults."""
         return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> FaultControl:
-        """Serve in the background thread; returns self."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and release the port."""
-        self._http.shutdown()
-        self._http.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> FaultControl:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def handle(self, method: str, path: str, headers: Any, body: bytes) -> tuple[int, dict[str, Any]]:
         """The status and JSON answer of one request (the server around it only carries bytes)."""
@@ -136,10 +105,8 @@ def _fault(spec: Any) -> Fault:
     return fault
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    control: FaultControl
+class _Server(LoopbackHTTPServer):
+    front: FaultControl
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -166,7 +133,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             length = 0
         body = self.rfile.read(min(length, 64 * 1024)) if length else b""
-        status, answer = self.server.control.handle(method, self.path, self.headers, body)
+        status, answer = self.server.front.handle(method, self.path, self.headers, body)
         payload = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")

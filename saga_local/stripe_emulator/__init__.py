@@ -15,15 +15,18 @@ the history is reachable in Python and over HTTP under ``/_emulator/``.
 
 Laid out as moto lays out a service, one room per concern:
 
-* :mod:`.emulator`: :class:`ProviderEmulator`, the one front class: the state, the lock, the test
-  controls, and the order in which a request meets Stripe's layers;
+* :mod:`.emulator`: :class:`ProviderEmulator`, the one front class: the state, the lock, and the
+  order in which a request meets Stripe's layers;
+* :mod:`.controls`: the test controls the front class inherits: the ledger and PaymentIntents a
+  test reads, the keys, faults, settlements and triggers it steers;
 * :mod:`.server`: the HTTP server and which endpoint a request is for;
 * :mod:`.responses`: Stripe's wire format: form decoding, authentication, error and answer shapes;
 * :mod:`.idempotency`: the ``Idempotency-Key`` store: replay, the 24-hour window, what is saved;
 * :mod:`.intents`: PaymentIntents: validate, then create and confirm; test cards and customers;
 * :mod:`.search`: the search (and its lag) and the list;
 * :mod:`.admin`: faults and the ``/_emulator/`` routes;
-* :mod:`.webhooks`: webhook endpoints, Event objects, signed deliveries, retries and their disorder;
+* :mod:`.webhooks`: webhook endpoints, Event objects, signed deliveries, retries and their disorder,
+  and the disabling of an endpoint that fails every delivery for the retry window;
 * :mod:`.exceptions`: the errors answered in Stripe's shape.
 
 Run it alone with ``python -m saga_local.stripe_emulator --port 12111``.

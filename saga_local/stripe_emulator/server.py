@@ -16,10 +16,10 @@ import socket
 import struct
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from saga_local.loopback import refusal
+from saga_local.loopback import LoopbackHTTPServer, LoopbackServer, refusal
 from saga_local.stripe_emulator.responses import error
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def route(method: str, path: str) -> tuple[Endpoint, str | None] | None:
     return None
 
 
-class EmulatorServer:
+class EmulatorServer(LoopbackServer):
     """Serve ``dispatch`` on ``host:port`` (0: an ephemeral port) from a background thread.
 
     ``stopping`` is set by :meth:`stop`; a reply that holds its connection open waits on it, so a
@@ -66,36 +66,22 @@ class EmulatorServer:
         self.stopping = stopping
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
-        self._http = _Server((host, port), _Handler)
-        self._http.front = self
-        self._thread = threading.Thread(
-            target=self._http.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"provider-emulator:{self._http.server_address[1]}",
-            daemon=True,
+        super().__init__(
+            _Handler, name="provider-emulator:{port}", host=host, port=port, server_class=_Server
         )
-
-    @property
-    def address(self) -> tuple[str, int]:
-        """The bound ``(host, port)``."""
-        host, port = self._http.server_address[:2]
-        return str(host), int(port)
-
-    def start(self) -> None:
-        """Serve in the background thread."""
-        self._thread.start()
 
     def stop(self) -> None:
         """Stop serving, cut open connections (and hung requests) and release the port."""
         self.stopping.set()
-        self._http.shutdown()
-        self._http.server_close()
+        super().stop()
+
+    def closed(self) -> None:
+        """Cut the connections still open (idle keep-alive ones, hung requests)."""
         with self._lock:
             connections = list(self._connections)
         for connection in connections:
             with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
-        self._thread.join(timeout=5)
 
     def track(self, connection: socket.socket, open_: bool) -> None:
         """Remember the open connections, so that :meth:`stop` can cut them."""
@@ -106,10 +92,7 @@ class EmulatorServer:
                 self._connections.discard(connection)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    # stop() must not wait for a request that is deliberately hanging.
-    block_on_close = False
+class _Server(LoopbackHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
     front: EmulatorServer

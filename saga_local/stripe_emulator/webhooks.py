@@ -16,6 +16,14 @@ a refused connection, or the endpoint taken down by :meth:`WebhookSender.take_do
 retries, multiplied by :attr:`WebhookSender.time_scale` (the local stack compresses it as it does
 its other waits). After the last attempt the event is given up for that endpoint, as Stripe does.
 
+An endpoint that keeps failing is **disabled**, as Stripe disables one after days of failures: when
+an event is given up on an endpoint that has answered nothing with a 2xx since that event's first
+attempt (so every delivery to it failed for the whole retry window), its ``status`` becomes
+``disabled``, its pending deliveries are dropped, and it is sent nothing more: an event made while it
+is disabled is not queued for it, and is never delivered to it. ``POST /v1/webhook_endpoints/{id}``
+with ``disabled=false`` (``stripe.WebhookEndpoint.modify``) enables it again, for the events made
+from then on.
+
 :class:`WebhookDisorder` is the delivery's misbehaviour, all off by default and drawn from a seeded
 generator: duplicates, reordering, delays and events never delivered; one object, so that a chaos
 run or a property test turns all of it on at once (``emulator.webhooks.disorder = WebhookDisorder(...)``).
@@ -31,6 +39,7 @@ import heapq
 import hmac
 import itertools
 import json
+import logging
 import random
 import secrets
 import threading
@@ -44,6 +53,8 @@ from saga_local.stripe_emulator.responses import STRIPE_VERSION, new_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
 
 #: Stripe's back-off between attempts, in seconds: live mode retries for up to three days, first
 #: within minutes, then hours apart (the exact times are Stripe's; this is their shape). Fifteen
@@ -154,6 +165,8 @@ class _Delivery:
     endpoint_id: str = field(compare=False)
     event: dict[str, Any] = field(compare=False)
     attempt: int = field(default=1, compare=False)
+    #: When the first attempt was made (None before it): what the endpoint's successes are compared to.
+    first_at: float | None = field(default=None, compare=False)
 
 
 class WebhookSender:
@@ -181,6 +194,8 @@ class WebhookSender:
         #: PaymentIntent id -> its last status an event was sent for (a status change sends one).
         self._sent_status: dict[str, str] = {}
         self._attempts: list[DeliveryAttempt] = []
+        #: Endpoint id -> when it last answered a delivery with a 2xx (what keeps it enabled).
+        self._delivered_at: dict[str, float] = {}
         self._down_until = 0.0
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -219,9 +234,7 @@ class WebhookSender:
         metadata: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """A new endpoint in the API's shape, with its ``secret`` (shown at creation, as Stripe does)."""
-        unknown = set(enabled_events) - EVENT_TYPES - {"*"}
-        if not enabled_events or unknown:
-            raise ValueError(f"enabled_events must name events among {sorted(EVENT_TYPES)} or '*'")
+        _check_events(enabled_events)
         endpoint_id = new_id("we_1", 24)
         endpoint: dict[str, Any] = {
             "id": endpoint_id,
@@ -246,6 +259,44 @@ class WebhookSender:
         """The endpoints as the list endpoint answers them (without their secrets)."""
         with self._cond:
             return [{k: v for k, v in e.items() if k != "secret"} for e in self._endpoints.values()]
+
+    def retrieve(self, endpoint_id: str) -> dict[str, Any]:
+        """One endpoint as ``GET /v1/webhook_endpoints/{id}`` answers it (without its secret);
+        ``KeyError`` if there is none."""
+        with self._cond:
+            endpoint = self._endpoints[endpoint_id]
+            return {k: copy.deepcopy(v) for k, v in endpoint.items() if k != "secret"}
+
+    def update(
+        self,
+        endpoint_id: str,
+        *,
+        disabled: bool | None = None,
+        url: str | None = None,
+        enabled_events: list[str] | None = None,
+        description: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """``POST /v1/webhook_endpoints/{id}``: change what is given (``disabled=False`` enables an
+        endpoint Stripe disabled, for the events made from then on). The endpoint as
+        :meth:`retrieve` answers it; ``KeyError`` if there is none, ``ValueError`` for events unknown."""
+        if enabled_events is not None:
+            _check_events(enabled_events)
+        with self._cond:
+            endpoint = self._endpoints[endpoint_id]
+            if url is not None:
+                endpoint["url"] = url
+            if enabled_events is not None:
+                endpoint["enabled_events"] = list(enabled_events)
+            if description is not None:
+                endpoint["description"] = description
+            if metadata is not None:
+                endpoint["metadata"].update(metadata)
+            if disabled is True:
+                self._disable(endpoint_id, "by request")
+            elif disabled is False:
+                endpoint["status"] = "enabled"
+        return self.retrieve(endpoint_id)
 
     def delete(self, endpoint_id: str) -> dict[str, Any]:
         """Remove an endpoint (its pending deliveries are dropped); Stripe's ``deleted`` answer."""
@@ -319,11 +370,12 @@ class WebhookSender:
         return copy.deepcopy(event)
 
     def resend(self, event_id: str) -> dict[str, Any]:
-        """Send an event again, as it was (the dashboard's "Resend"): a late or duplicate delivery."""
+        """Send an event again, as it was (the dashboard's "Resend"): a late or duplicate delivery.
+        A disabled endpoint is sent nothing."""
         with self._cond:
             event = self._events[event_id]
             for endpoint in self._endpoints.values():
-                if endpoint["livemode"] == event["livemode"]:
+                if endpoint["livemode"] == event["livemode"] and endpoint["status"] == "enabled":
                     heapq.heappush(
                         self._queue, _Delivery(self._clock(), next(self._seq), endpoint["id"], event)
                     )
@@ -361,6 +413,7 @@ class WebhookSender:
             self._events.clear()
             self._sent_status.clear()
             self._attempts.clear()
+            self._delivered_at.clear()
             self._down_until = 0.0
 
     # -- delivery ---------------------------------------------------------------------------------
@@ -411,7 +464,7 @@ class WebhookSender:
                     continue
                 delivery = heapq.heappop(self._queue)
                 endpoint = self._endpoints.get(delivery.endpoint_id)
-                if endpoint is None:
+                if endpoint is None or endpoint["status"] != "enabled":
                     continue
                 self._in_flight += 1
                 down = now < self._down_until
@@ -435,18 +488,39 @@ class WebhookSender:
                 status=status,
                 error=problem,
             )
+            first_at = record.at if delivery.first_at is None else delivery.first_at
             with self._cond:
                 self._attempts.append(record)
-                if not record.delivered and delivery.attempt <= len(RETRY_SCHEDULE_SECONDS):
+                if record.delivered:
+                    self._delivered_at[endpoint["id"]] = record.at
+                elif delivery.attempt <= len(RETRY_SCHEDULE_SECONDS):
                     wait = RETRY_SCHEDULE_SECONDS[delivery.attempt - 1] * self.time_scale
                     retry = dataclasses.replace(
-                        delivery, due=self._clock() + wait, seq=next(self._seq), attempt=delivery.attempt + 1
+                        delivery,
+                        due=self._clock() + wait,
+                        seq=next(self._seq),
+                        attempt=delivery.attempt + 1,
+                        first_at=first_at,
                     )
                     heapq.heappush(self._queue, retry)
+                elif self._delivered_at.get(endpoint["id"], float("-inf")) < first_at:
+                    # Given up, and nothing reached the endpoint since this event's first attempt:
+                    # every delivery failed for the whole retry window.
+                    self._disable(endpoint["id"], "every delivery failed for the retry window")
         finally:
             with self._cond:
                 self._in_flight -= 1
                 self._cond.notify_all()
+
+    def _disable(self, endpoint_id: str, why: str) -> None:
+        # Called with the condition held: Stripe stops sending to it, and queues nothing for it.
+        endpoint = self._endpoints.get(endpoint_id)
+        if endpoint is None or endpoint["status"] == "disabled":
+            return
+        endpoint["status"] = "disabled"
+        self._queue = [d for d in self._queue if d.endpoint_id != endpoint_id]
+        heapq.heapify(self._queue)
+        logger.warning("webhook endpoint %s (%s) disabled: %s", endpoint_id, endpoint["url"], why)
 
     def _post(self, endpoint: dict[str, Any], event: dict[str, Any]) -> tuple[int | None, str | None]:
         body = json.dumps(event, indent=2)
@@ -475,3 +549,10 @@ def signature_header(payload: str, secret: str, timestamp: int) -> str:
     """Stripe's ``Stripe-Signature`` for ``payload``: ``t=<timestamp>,v1=<HMAC-SHA256 hex>``."""
     mac = hmac.new(secret.encode(), f"{timestamp}.{payload}".encode(), hashlib.sha256).hexdigest()
     return f"t={timestamp},v1={mac}"
+
+
+def _check_events(enabled_events: list[str]) -> None:
+    """``ValueError`` unless ``enabled_events`` names events the emulator sends (or ``*``)."""
+    unknown = set(enabled_events) - EVENT_TYPES - {"*"}
+    if not enabled_events or unknown:
+        raise ValueError(f"enabled_events must name events among {sorted(EVENT_TYPES)} or '*'")

@@ -2,7 +2,9 @@
 ``WebhookEndpoint.create`` receives every PaymentIntent change as a Stripe Event that the SDK's own
 ``Webhook.construct_event`` verifies with the secret the create returned; a delivery that gets no 2xx
 is retried and signed anew; the disorder (duplicates, reordering, losses, an endpoint down) does what
-it says; a ``processing`` payment settles by itself and sends its event; the admin trigger resends."""
+it says; a ``processing`` payment settles by itself and sends its event; the admin trigger resends;
+an endpoint that fails every delivery for Stripe's whole retry window is disabled, sent nothing
+while it is, and enabled again through the API."""
 
 from __future__ import annotations
 
@@ -35,19 +37,23 @@ SAGA_EVENTS = [
 
 
 class Receiver:
-    """A webhook endpoint on loopback: records what it is sent, answers ``statuses`` in turn (then 200)."""
+    """A webhook endpoint on loopback: records what it is sent, answers ``statuses`` in turn (then 200),
+    and 500 to every delivery of the orders in ``failing``."""
 
     def __init__(self) -> None:
         self.received: list[tuple[str, str]] = []  # (body, Stripe-Signature)
         self.statuses: list[int] = []
+        self.failing: set[str] = set()
         self.lock = threading.Lock()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+                order_id = json.loads(body)["data"]["object"]["metadata"].get("orderId")
                 with receiver.lock:
                     status = receiver.statuses.pop(0) if receiver.statuses else 200
+                    status = 500 if order_id in receiver.failing else status
                     receiver.received.append((body, self.headers.get("Stripe-Signature", "")))
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
@@ -288,3 +294,58 @@ def test_a_live_endpoint_receives_no_test_mode_events(emulator: ProviderEmulator
         ("payment_intent.created", False),
         ("payment_intent.succeeded", False),
     ]
+
+
+def test_an_endpoint_failing_every_delivery_for_the_retry_window_is_disabled_until_enabled_again(
+    emulator: ProviderEmulator, receiver: Receiver
+) -> None:
+    secret = endpoint(emulator, receiver)
+    client = sdk(emulator)
+    (registered,) = client.v1.webhook_endpoints.list().data
+    emulator.webhooks.time_scale = 0.000001  # Stripe's three days of retries in a quarter of a second
+    receiver.statuses = [500] * 15  # every attempt Stripe makes at the first event fails
+    charge(emulator, "ORDER-WH-12")
+    settled(emulator)
+
+    failed = emulator.webhooks.attempts("ORDER-WH-12")
+    assert [(a.attempt, a.status) for a in failed] == [(n, 500) for n in range(1, 16)]
+    assert client.v1.webhook_endpoints.retrieve(registered.id).status == "disabled"
+
+    unsent = charge(emulator, "ORDER-WH-13")  # its event is made while the endpoint is disabled
+    settled(emulator)
+
+    assert emulator.webhooks.attempts("ORDER-WH-13") == []
+    (missed,) = [e for e in emulator.webhooks.events(unsent) if e["type"] == "payment_intent.succeeded"]
+    assert missed["pending_webhooks"] == 0  # Stripe queues nothing for a disabled endpoint
+
+    enabled = client.v1.webhook_endpoints.update(registered.id, {"disabled": False})
+    assert enabled.status == "enabled"
+    charge(emulator, "ORDER-WH-14")
+    settled(emulator)
+
+    delivered = [e.data.object.metadata["orderId"] for e in receiver.events(secret)]
+    assert delivered == ["ORDER-WH-12"] * 15 + ["ORDER-WH-14"]  # ORDER-WH-13's event never comes
+    assert client.v1.webhook_endpoints.retrieve(registered.id).status == "enabled"
+
+
+def test_an_endpoint_that_answers_other_deliveries_meanwhile_stays_enabled_when_an_event_is_given_up(
+    emulator: ProviderEmulator, receiver: Receiver
+) -> None:
+    endpoint(emulator, receiver)
+    client = sdk(emulator)
+    (registered,) = client.v1.webhook_endpoints.list().data
+    emulator.webhooks.time_scale = 0.00002  # Stripe's three days of retries in five seconds
+    receiver.failing = {"ORDER-WH-15"}  # a handler that fails on this one event only
+    charge(emulator, "ORDER-WH-15")
+    pause = threading.Event()
+    for _ in range(500):  # its first attempt made (and failed) before the next event exists
+        if emulator.webhooks.attempts("ORDER-WH-15"):
+            break
+        pause.wait(0.01)
+    charge(emulator, "ORDER-WH-16")  # answered 200 while the first event's retries go on failing
+    settled(emulator)
+
+    given_up = emulator.webhooks.attempts("ORDER-WH-15")
+    assert [(a.attempt, a.delivered) for a in given_up] == [(n, False) for n in range(1, 16)]
+    assert [a.delivered for a in emulator.webhooks.attempts("ORDER-WH-16")] == [True]
+    assert client.v1.webhook_endpoints.retrieve(registered.id).status == "enabled"

@@ -1,7 +1,9 @@
 """Stripe's webhooks through the embedded stack as `saga up` wires them: the emulator's own signed
 deliveries to the receiver's local function URL (payload format 2.0), the secret it registered in the
 stack's Secrets Manager secret, the webhook queue's event source running the consumer with its role,
-the real state machine. No sweeper runs here: what resolves a claim is the webhook alone."""
+the real state machine. No sweeper runs here but in the last test: what resolves a claim is the
+webhook alone, until Stripe disables an endpoint that kept failing and the sweeper, the backstop,
+closes the claims whose events never came."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from saga_local.harness.chaos_sweep import SweeperTicks
 from saga_local.runtime.faults import Fault
 from saga_local.stack.embedded import EmbeddedStack
 from saga_local.stripe_emulator import WebhookDisorder
@@ -184,3 +187,40 @@ def test_the_admin_trigger_curl_line_of_the_docs_sends_an_event_the_receiver_acc
     assert [a.status for a in attempts] == [200, 200]  # the first delivery, and the triggered one
     assert claim_status(hooked, "ORDER-003") == "COMPLETED"
     assert len(hooked.provider.charges_for("ORDER-003")) == 1
+
+
+def test_orders_whose_events_a_disabled_endpoint_never_got_are_closed_by_the_sweeper(
+    hooked: EmbeddedStack,
+) -> None:
+    """Stripe disabled the endpoint after three days of failures: the first order's events were
+    given up, the second's never sent. The sweeper, the backstop, still closes both claims from the
+    provider's own record, each charged once."""
+    hooked.faults.add(Fault("MarkCompleteFunction", "start", "die", times=100))
+    webhooks = hooked.provider.webhooks
+    webhooks.time_scale = 0.000001  # Stripe's three days of retries in a quarter of a second
+    webhooks.take_down(3600)  # the receiver's URL answers nothing (a wrong or deleted URL)
+    with hooked.driver.polling():
+        first = hooked.driver.wait(hooked.driver.start(order("ORDER-WL-5"), name="endpoint-failing"))
+        eventually(lambda: webhooks.endpoints()[0]["status"] == "disabled", "Stripe disabling the endpoint")
+        second = hooked.driver.wait(hooked.driver.start(order("ORDER-WL-6"), name="endpoint-disabled"))
+        assert webhooks.wait_idle(30)
+
+    assert (first.error, second.error) == ("NeedsReconciliation", "NeedsReconciliation")
+    assert not any(a.delivered for a in webhooks.attempts("ORDER-WL-5"))
+    assert webhooks.attempts("ORDER-WL-6") == []  # nothing is sent to a disabled endpoint
+    assert claim_status(hooked, "ORDER-WL-5") == claim_status(hooked, "ORDER-WL-6") == "CLAIMED"
+
+    end, decided = SweeperTicks(hooked).tick()  # the scheduled SweeperFunction, past lease and grace
+
+    assert end == "swept"
+    assert sorted((d.order_id, d.outcome) for d in decided) == [
+        ("ORDER-WL-5", "completed"),
+        ("ORDER-WL-6", "completed"),
+    ]
+    for order_id in ("ORDER-WL-5", "ORDER-WL-6"):
+        (landed,) = hooked.provider.charges_for(order_id)
+        claim = hooked.driver.claim(order_id)
+        assert claim is not None
+        assert (claim["status"], claim["chargeId"]) == ("COMPLETED", landed.charge_id)
+        (charged,) = [e for e in final_events(hooked, order_id) if e.detail_type == "OrderCharged"]
+        assert charged.detail["resolvedBy"] == "sweeper"
