@@ -680,8 +680,13 @@ class World:
         raise ValueError(action)
 
     def _start(self, actor: str, message: dict[str, Any]) -> StepResult:
-        execution_input = {"order": message, "messageId": f"msg-{actor}"}
-        self._start_execution(actor, f"{ACCOUNT_ARN}:{actor}", execution_input)
+        from payment_saga.execution_names import execution_name
+
+        message_id = f"msg-{actor}"
+        execution_input = {"order": message, "messageId": message_id}
+        # Named by the product's one rule (the start function's), after the SQS message.
+        name = execution_name(message["orderId"], message_id)
+        self._start_execution(actor, f"{ACCOUNT_ARN}:{name}", execution_input)
         card = "declining card" if message["paymentMethod"] == DECLINED_CARD else "card"
         return StepResult(f"deliver {actor} (paymentAttempt {message['paymentAttempt']}, {card})")
 
