@@ -145,6 +145,9 @@ HOLDS_NOTHING = frozenset(
 )
 
 
+#: How the invariant below begins (what it says of the step follows).
+_SETTLED_FIRST = "ended in 'Needs Reconciliation' because a webhook settled its claim before its"
+_AWAIT_FIRST = "webhook-settles-before-await-settlement"
 #: Invariants the checker is known to find broken, by the invariant's text (as ``explore`` groups
 #: violations) -> the finding's name and where its fix stands. Reported apart, and not a failure
 #: (every other violation is); once a fix lands the checker stops finding it, and its entry goes.
@@ -153,17 +156,15 @@ KNOWN_FINDINGS = {
     # write lands, the payment settles and the webhook's `succeeded` (or `payment_failed`) event
     # closes the claim. The execution's write then finds the claim closed, is refused (ClaimLost),
     # and the execution ends in Needs Reconciliation for an order the webhook already settled.
-    # Being fixed in functions/.
-    "ended in 'Needs Reconciliation' because a webhook settled its claim before its Await Settlement step": (
-        "webhook-settles-before-await-settlement (a fix is under way in functions/)"
-    ),
+    f"{_SETTLED_FIRST} Await Settlement step": f"{_AWAIT_FIRST} (a fix is under way in functions/)",
+    # The same when Await Settlement's first write landed but its Lambda died after it: its retry
+    # comes after the webhook closed the claim.
+    f"{_SETTLED_FIRST} retried Await Settlement step": f"{_AWAIT_FIRST} (its retry; a fix is under way)",
     # Found by this checker, not fixed yet: Charge Payment's answer is lost (the provider applied
     # it: PaymentOutcomeUnknown, retried); before the retry runs, the payment settles (a debit) and
     # the webhook closes the claim; the retried Charge Payment finds the claim no longer open
     # (ClaimLost) and the execution ends in Needs Reconciliation, for an order already settled.
-    "ended in 'Needs Reconciliation' because a webhook settled its claim before its Charge Payment step": (
-        "webhook-settles-before-charge-retry (new: reported, no fix yet)"
-    ),
+    f"{_SETTLED_FIRST} retried Charge Payment step": "webhook-settles-before-charge-retry (new, no fix yet)",
 }
 
 
@@ -833,6 +834,8 @@ class World:
         state = self.state
         execution = state.executions[index]
         task = execution.state
+        # A Task run again by its Retry (the earlier invocation failed): said so in the findings.
+        step = f"retried {task}" if execution.retry_count else task
         run = _Run(owner=execution.arn, payment_attempt=state.messages[index]["paymentAttempt"])
         if fault and fault[0] == "outage":
             run.outage = fault[1]
@@ -857,7 +860,7 @@ class World:
         label = f"{state.actors[index]}: {task}{_fault_text(fault)} -> {' / '.join(results)}"
         if execution.status != asl.RUNNING:
             label += f" => {execution.status} {execution.end or ''}".rstrip()
-            state.findings.extend(self._ended_violations(index, execution, task))
+            state.findings.extend(self._ended_violations(index, execution, step))
         fired = fault is None or run.fired or run.outage is not None
         return StepResult(label, run.writes, run.creates, run.dynamodb_calls, fired)
 
@@ -1420,8 +1423,8 @@ class World:
             found.append(f"{actor} ended in 'Order Charged' with a charge the provider does not show")
         return found
 
-    def _ended_violations(self, index: int, execution: asl.Execution, task: str) -> list[str]:
-        """What must hold when an execution ends (in its last step, ``task``), of what it could know
+    def _ended_violations(self, index: int, execution: asl.Execution, step: str) -> list[str]:
+        """What must hold when an execution ends (in its last ``step``), of what it could know
         then: an execution whose attempt a webhook had already settled (completed or released) does
         not end in Needs Reconciliation: the order was resolved, and a person would be asked about
         it for nothing, with an OrderNeedsReconciliation the order's subscribers act on."""
@@ -1437,8 +1440,8 @@ class World:
             return []
         closed = f"{settled[0]['status']} {settled[0]['reason'] or ''}".strip()
         return [
-            f"{self.state.actors[index]} ended in {NEEDS_RECONCILIATION!r} because a webhook settled its"
-            f" claim before its {task} step ({closed} by the webhook): the step found it closed"
+            f"{self.state.actors[index]} {_SETTLED_FIRST} {step} step ({closed} by the webhook): the step"
+            " found it closed"
         ]
 
     def quiescent(self) -> bool:
