@@ -33,6 +33,9 @@ delivered to the real consumer any number of times, in any order, or lost):
 * ``authentication-canceled``: a card that needs authentication: ``requires_action``, then the
   provider client's cancel (``canceled``), a decline.
 
+Their full versions put the clock (and the sweeper mid-schedule) back, a fault of any kind on the
+debit, a duplicate debit delivery, a retry after the canceled card, and more redeliveries.
+
 The relay runs in every scope (each closing write's events, each re-queue); its faults
 (``relay.RELAY_FAULTS``) only in the last three, which the full scopes widen with the clock and the
 sweeper, more re-sends or lost charges.
@@ -219,21 +222,21 @@ FULL_SCOPES: tuple[Scope, ...] = (
         (D("d1", "initial", DEBIT), D("d2", "initial", DEBIT)),
         max_faults=0,
         requeues=0,
+        clock=False,
         webhooks=True,
         webhook_repeats=2,
     ),
     Scope(
         "declined-then-charged-webhooks",
         (D("d1", "initial", DECLINED_CARD), D("d2", "retry-1")),
-        max_faults=1,
+        max_faults=0,
         requeues=0,
         webhooks=True,
-        webhook_repeats=2,
     ),
     Scope(
         "authentication-canceled",
         (D("d1", "initial", NEEDS_ACTION), D("d2", "retry-1")),
-        max_faults=1,
+        max_faults=0,
         requeues=0,
         webhooks=True,
     ),
