@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tests.model.protocol import Scope, World
+from tests.model.protocol import KNOWN_FINDINGS, Scope, World
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -43,6 +43,8 @@ class Report:
     max_depth: int = 0
     complete: bool = True
     counterexamples: dict[str, Counterexample] = field(default_factory=dict)
+    #: Violations of ``protocol.KNOWN_FINDINGS``: expected until the product's fix lands, not failures.
+    known: dict[str, Counterexample] = field(default_factory=dict)
     memo_hits: int = 0
     memo_misses: int = 0
 
@@ -56,9 +58,12 @@ class Report:
             + ("" if self.complete else " -- STOPPED at the state limit, not exhaustive"),
         ]
         if not self.counterexamples:
-            lines.append("  every invariant held")
+            lines.append("  every invariant held" + (" but the known findings below" if self.known else ""))
         for example in self.counterexamples.values():
             lines.append(f"  VIOLATED: {example.invariant}")
+            lines.extend(f"    {number}. {step}" for number, step in enumerate(example.trace, 1))
+        for key, example in self.known.items():
+            lines.append(f"  KNOWN FINDING {KNOWN_FINDINGS[key]}: {example.invariant}")
             lines.extend(f"    {number}. {step}" for number, step in enumerate(example.trace, 1))
         return "\n".join(lines)
 
@@ -88,8 +93,9 @@ class Explorer:
             self._root = world.snapshot()
             self._visit(world.snapshot(), [])
             if self.shrink:
-                for key, example in self.report.counterexamples.items():
-                    self.report.counterexamples[key] = self._shrink(example)
+                for found in (self.report.counterexamples, self.report.known):
+                    for key, example in found.items():
+                        found[key] = self._shrink(example)
             self.report.memo_hits, self.report.memo_misses = world.table.hits, world.table.misses
         self.report.seconds = time.perf_counter() - started
         return self.report
@@ -135,9 +141,10 @@ class Explorer:
 
     def _record(self, violation: str, actions: list[tuple[Any, ...]]) -> None:
         key = _kind(violation)
-        known = self.report.counterexamples.get(key)
+        found = self.report.known if key in KNOWN_FINDINGS else self.report.counterexamples
+        known = found.get(key)
         if known is None or len(actions) < len(known.actions):
-            self.report.counterexamples[key] = Counterexample(violation, actions, [])
+            found[key] = Counterexample(violation, actions, [])
 
     # -- counterexamples --------------------------------------------------------------------------
 

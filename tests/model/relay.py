@@ -167,21 +167,33 @@ def poison_record(sequence: int, now: int) -> dict[str, Any]:
     }
 
 
+#: The ``reason`` the model gives the start of a wait for settlement (an open claim, not a closing).
+AWAITING_SETTLEMENT = "AWAITING_SETTLEMENT"
+
+
 def closing(record: dict[str, Any]) -> dict[str, Any] | None:
-    """What a record of the order's row closed, read by the model itself (not by the relay's code)."""
+    """What a record of the order's row closed, read by the model itself (not by the relay's code).
+
+    Also the start of a wait for settlement (``CLAIMED``, reason :data:`AWAITING_SETTLEMENT`): the
+    row newly holds a ``settlementIntentId``. It closes nothing, but the relay announces it
+    (``OrderPaymentProcessing``), so the events' rule reads it like a closing.
+    """
     new, old = record.get("NewImage") or {}, record.get("OldImage") or {}
     status = new.get("status", {}).get("S")
-    if status not in ("COMPLETED", "RELEASED") or old.get("status", {}).get("S") == status:
+    awaiting = status == "CLAIMED" and "settlementIntentId" in new and "settlementIntentId" not in old
+    if not awaiting and (status not in ("COMPLETED", "RELEASED") or old.get("status", {}).get("S") == status):
         return None
     version = new.get("version", {}).get("N")
     return {
         "record": record["sequence"],
         "sequence": int(version) if version is not None else None,
         "status": status,
-        "reason": new.get("releaseReason", {}).get("S"),
+        "reason": AWAITING_SETTLEMENT if awaiting else new.get("releaseReason", {}).get("S"),
         "attempt": int(new["attempt"]["N"]),
         "chargeId": new.get("chargeId", {}).get("S"),
         "paymentAttempt": new.get("paymentAttempt", {}).get("S"),
+        # The Stripe event whose proof the write was (the webhook consumer's writes), else None.
+        "webhookEventId": new.get("webhookEventId", {}).get("S"),
     }
 
 
@@ -192,6 +204,8 @@ _ANNOUNCES = {
     Outcome.RELEASED.value: ("RELEASED", "NOT_CHARGED"),
     Outcome.REQUEUED.value: ("RELEASED", "NOT_CHARGED"),
     Outcome.NEEDS_ATTENTION.value: ("RELEASED", "NOT_CHARGED"),
+    # Not a closing: the open claim's wait for a payment the provider settles later (never final).
+    Outcome.PAYMENT_PROCESSING.value: ("CLAIMED", AWAITING_SETTLEMENT),
 }
 
 

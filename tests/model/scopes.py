@@ -20,6 +20,22 @@ that each known hole of the claim protocol is within reach of some scope:
 * ``declined-then-charged``: a decline then the customer's charged retry, the relay failing once
   (one failed PutEvents published the decline after the charge).
 
+With a Stripe webhook endpoint registered (``webhooks``: every PaymentIntent change is an event
+delivered to the real consumer any number of times, in any order, or lost):
+
+* ``debit-settled-by-webhook``: a bank debit, answered ``processing``, settling later as succeeded or
+  failed, its events racing the execution's Await Settlement (the known finding
+  ``webhook-settles-before-await-settlement``);
+* ``debit-answer-lost``: the same debit with the Charge's answer lost, or a Lambda dying after its
+  write (the finding ``webhook-settles-before-charge-retry``);
+* ``declined-then-charged-webhooks``: a decline and the charged retry, their ``payment_failed`` and
+  ``succeeded`` events racing Release Claim and Mark Complete, redelivered or lost;
+* ``authentication-canceled``: a card that needs authentication: ``requires_action``, then the
+  provider client's cancel (``canceled``), a decline.
+
+Their full versions put the clock (and the sweeper mid-schedule) back, a fault of any kind on the
+debit, a duplicate debit delivery, a retry after the canceled card, and more redeliveries.
+
 The relay runs in every scope (each closing write's events, each re-queue); its faults
 (``relay.RELAY_FAULTS``) only in the last three, which the full scopes widen with the clock and the
 sweeper, more re-sends or lost charges.
@@ -34,6 +50,7 @@ import os
 
 from tests.model.protocol import DECLINED_CARD, Delivery, Scope
 from tests.model.relay import RELAY_FAULTS
+from tests.model.webhooks import DEBIT, NEEDS_ACTION
 
 D = Delivery
 RELAY_CALLS = RELAY_FAULTS - {"poison"}
@@ -105,6 +122,42 @@ CI_SCOPES: tuple[Scope, ...] = (
         fault_kinds=RELAY_FAULTS,
         relay_lags=True,
     ),
+    # The webhook scopes leave the clock out during the schedule (the sweeper still ends every one
+    # whose claim is left open): with it, a debit alone has ten times the states.
+    Scope(
+        "debit-settled-by-webhook",
+        (D("d1", "initial", DEBIT),),
+        max_faults=0,
+        requeues=0,
+        clock=False,
+        webhooks=True,
+    ),
+    Scope(
+        "debit-answer-lost",
+        (D("d1", "initial", DEBIT),),
+        max_faults=1,
+        requeues=0,
+        clock=False,
+        fault_kinds=frozenset({"lost", "die_after"}),
+        webhooks=True,
+    ),
+    Scope(
+        "declined-then-charged-webhooks",
+        (D("d1", "initial", DECLINED_CARD), D("d2", "retry-1")),
+        max_faults=0,
+        requeues=0,
+        clock=False,
+        sweeper=False,
+        webhooks=True,
+    ),
+    Scope(
+        "authentication-canceled",
+        (D("d1", "initial", NEEDS_ACTION),),
+        max_faults=0,
+        requeues=0,
+        clock=False,
+        webhooks=True,
+    ),
 )
 
 #: ``make model``: the same shapes with the clock, the sweeper and every fault kind on, more faults
@@ -162,6 +215,30 @@ FULL_SCOPES: tuple[Scope, ...] = (
         requeues=0,
         fault_kinds=RELAY_FAULTS,
         relay_lags=True,
+    ),
+    Scope("debit-settled-by-webhook", (D("d1", "initial", DEBIT),), max_faults=1, requeues=0, webhooks=True),
+    Scope(
+        "debit-duplicates-webhooks",
+        (D("d1", "initial", DEBIT), D("d2", "initial", DEBIT)),
+        max_faults=0,
+        requeues=0,
+        clock=False,
+        webhooks=True,
+        webhook_repeats=2,
+    ),
+    Scope(
+        "declined-then-charged-webhooks",
+        (D("d1", "initial", DECLINED_CARD), D("d2", "retry-1")),
+        max_faults=0,
+        requeues=0,
+        webhooks=True,
+    ),
+    Scope(
+        "authentication-canceled",
+        (D("d1", "initial", NEEDS_ACTION), D("d2", "retry-1")),
+        max_faults=0,
+        requeues=0,
+        webhooks=True,
     ),
 )
 

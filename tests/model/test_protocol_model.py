@@ -6,16 +6,22 @@ shrunk schedule that breaks the invariant, step by step.
 
 from __future__ import annotations
 
-from typing import Any, cast
+import dataclasses
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
+from payment_saga import webhooks
 from payment_saga.claims import ClaimOutcome, ClaimResult, ClaimsStore
 from payment_saga.outcomes import OutcomeRelay, Relayed
 from saga_local.stripe_emulator import ProviderEmulator
 from tests.model.explore import Explorer
 from tests.model.protocol import DECLINED_CARD, Delivery, Scope
 from tests.model.scopes import selected
+from tests.model.webhooks import DEBIT
+
+if TYPE_CHECKING:
+    from payment_saga.claims import Claim
 
 
 @pytest.mark.parametrize("scope", selected(), ids=lambda scope: scope.name)
@@ -166,3 +172,99 @@ def test_the_emulator_still_has_what_the_model_reaches_into() -> None:
     state = vars(emulator)
     for name in ("_intents", "_saved", "_ledger", "_faults"):
         assert name in state, name
+
+
+def test_the_checker_finds_a_webhook_that_completes_the_claim_on_a_failed_payment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Planted in the webhook's decision (the function the consumer's handle_event calls): a
+    # payment_failed event of the claim's attempt completes the claim instead of releasing it.
+    real_decide = webhooks.decide
+
+    def decide(event: webhooks.PaymentIntentEvent, claim: Claim | None) -> webhooks.WebhookDecision:
+        decision = real_decide(event, claim)
+        if decision.outcome is webhooks.WebhookOutcome.RELEASED:
+            return dataclasses.replace(decision, outcome=webhooks.WebhookOutcome.COMPLETED)
+        return decision
+
+    monkeypatch.setattr(webhooks, "decide", decide)
+    scope = Scope(
+        "planted-webhook-bug",
+        (Delivery("d1", "initial", DECLINED_CARD),),
+        max_faults=0,
+        requeues=0,
+        clock=False,
+        webhooks=True,
+    )
+
+    report = Explorer(scope).run()
+
+    example = next(
+        (e for e in report.counterexamples.values() if "COMPLETED with a charge" in e.invariant), None
+    )
+    assert example is not None, [e.invariant for e in report.counterexamples.values()]
+    assert any(step.startswith("webhook payment_failed") for step in example.trace), example.trace
+
+
+def test_the_checker_finds_a_webhook_that_applies_an_earlier_attempts_event_to_the_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Planted: the decision reads every event as if it were of the claim's current attempt. The
+    # declined first attempt's payment_failed, delivered late, then releases the retry's claim
+    # while the retry is being charged.
+    real_decide = webhooks.decide
+
+    def decide(event: webhooks.PaymentIntentEvent, claim: Claim | None) -> webhooks.WebhookDecision:
+        if claim is not None and event.attempt is not None:
+            event = dataclasses.replace(event, attempt=claim.attempt)
+        return real_decide(event, claim)
+
+    monkeypatch.setattr(webhooks, "decide", decide)
+    scope = Scope(
+        "planted-webhook-bug",
+        (Delivery("d1", "initial", DECLINED_CARD), Delivery("d2", "retry-1")),
+        max_faults=0,
+        requeues=0,
+        clock=False,
+        sweeper=False,
+        webhooks=True,
+        webhook_repeats=0,
+        webhook_losses=0,
+    )
+
+    report = Explorer(scope).run()
+
+    assert report.counterexamples, "the planted decision was not caught"
+    example = min(report.counterexamples.values(), key=lambda e: len(e.trace))
+    assert any("payment_failed" in step and "(attempt 1)" in step for step in example.trace), example.trace
+
+
+def test_the_checker_finds_a_webhook_that_releases_a_debit_still_processing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Planted: a processing event is taken for a failure (release without proof). The debit then
+    # settles as succeeded: the order is charged on a released claim.
+    real_decide = webhooks.decide
+
+    def decide(event: webhooks.PaymentIntentEvent, claim: Claim | None) -> webhooks.WebhookDecision:
+        decision = real_decide(event, claim)
+        if decision.outcome is webhooks.WebhookOutcome.AWAITING_SETTLEMENT:
+            return dataclasses.replace(decision, outcome=webhooks.WebhookOutcome.RELEASED)
+        return decision
+
+    monkeypatch.setattr(webhooks, "decide", decide)
+    scope = Scope(
+        "planted-webhook-bug",
+        (Delivery("d1", "initial", DEBIT),),
+        max_faults=0,
+        requeues=0,
+        clock=False,
+        webhooks=True,
+        webhook_repeats=0,
+        webhook_losses=0,
+    )
+
+    report = Explorer(scope).run()
+
+    found = [example.invariant for example in report.counterexamples.values()]
+    assert any("RELEASED (DECLINED) but its attempt 1 was charged" in text for text in found), found
