@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from model import Catalogue
 
+from catalogue.outbox import SWEEPER_TESTS
+
 PROTOCOL = "tests/functional/test_claim_protocol.py"
 CLAIMS_TESTS = "tests/functional/test_claims.py"
 HOLES = "tests/statemachine/test_holes.py"
 TAKEOVER = "tests/statemachine/test_takeover.py"
 PATHS = "tests/statemachine/test_paths.py"
-SWEEPER = "tests/functional/test_sweeper.py"
 DECLINED = "tests/functional/test_declined_attempts.py"
 EDGES = "tests/statemachine/test_gate_edges.py"
 PROPERTIES = "tests/local/test_properties.py"
@@ -229,7 +230,7 @@ CLOSING.text(
     "declined = reason is ReleaseReason.DECLINED\n        return self._resolve_stale(",
     "declined = False\n        return self._resolve_stale(",
     "a decline found by the sweeper is not remembered: a redelivery of it reaches the provider",
-    tests=(DECLINED, PROTOCOL, SWEEPER),
+    tests=(DECLINED, PROTOCOL, *SWEEPER_TESTS),
 )
 # -- the fence after a failed Claim step --
 CLOSING.text(

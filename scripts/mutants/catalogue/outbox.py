@@ -9,8 +9,16 @@ from __future__ import annotations
 
 from model import Catalogue
 
-SWEEPER = (
+#: The sweeper's functional tests, one module per concern: its decisions, at an account's volume,
+#: its races with the saga, and its Lambda.
+SWEEPER_TESTS = (
     "tests/functional/test_sweeper.py",
+    "tests/functional/test_sweeper_volume.py",
+    "tests/functional/test_sweeper_races.py",
+    "tests/functional/test_sweeper_lambda.py",
+)
+SWEEPER = (
+    *SWEEPER_TESTS,
     "tests/statemachine/test_sweeper.py",
     "tests/local/test_reconcile_local.py",
 )
@@ -86,7 +94,7 @@ RELAY_HANDLER.text(
 
 # -- retention and the handlers' configuration ----------------------------------------------------
 
-RETENTION_TESTS = ("tests/static/test_template.py", "tests/functional/test_sweeper.py")
+RETENTION_TESTS = ("tests/static/test_template.py", *SWEEPER_TESTS)
 
 RETENTION = Catalogue("template.yaml", RETENTION_TESTS)
 RETENTION.text(
@@ -105,7 +113,7 @@ RETENTION.text(
 
 RUNTIME = Catalogue(
     "functions/handlers/runtime.py",
-    ("tests/functional/test_sweeper.py", "tests/statemachine/test_observability.py"),
+    (*SWEEPER_TESTS, "tests/statemachine/test_observability.py"),
 )
 RUNTIME.text(
     "runtime-retention-silent-default",
@@ -116,7 +124,7 @@ RUNTIME.text(
 
 # -- the sweeper's Lambda: one sweep at a time, within its time, seen when it fails -----------------
 
-SWEEPER_LAMBDA = ("tests/functional/test_sweeper.py", "tests/functional/test_sweep_lock.py")
+SWEEPER_LAMBDA = (*SWEEPER_TESTS, "tests/functional/test_sweep_lock.py")
 
 SWEEPER_HANDLER = Catalogue("functions/handlers/sweeper.py", SWEEPER_LAMBDA)
 SWEEPER_HANDLER.text(
@@ -136,7 +144,7 @@ SWEEPER_HANDLER.text(
     "lease_seconds = lease_for(context.get_remaining_time_in_millis())",
     "lease_seconds = lease_for(0)",
     "the lease runs out long before the sweep may: the next tick starts a second sweep beside it",
-    tests=("tests/functional/test_sweep_lock.py", "tests/functional/test_sweeper.py"),
+    tests=("tests/functional/test_sweep_lock.py", *SWEEPER_TESTS),
 )
 SWEEPER_HANDLER.text(
     "sweeper-ignores-its-time-budget",

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from model import Catalogue
 
+from catalogue.outbox import SWEEPER_TESTS
+
 PAYMENTS = Catalogue(
     "functions/payment_saga/payments.py",
     (
@@ -16,7 +18,7 @@ PAYMENTS = Catalogue(
 )
 m = PAYMENTS
 #: What reconciliation decides from the provider's records is tested with the sweeper too.
-SWEEP = ("tests/unit/test_charge_rules.py", "tests/unit/test_payments.py", "tests/functional/test_sweeper.py")
+SWEEP = ("tests/unit/test_charge_rules.py", "tests/unit/test_payments.py", *SWEEPER_TESTS)
 
 # -- the idempotency key (invariant 5) --
 m.text(
