@@ -31,10 +31,10 @@ import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
-from saga_local.commands.targets import running_stack
 from saga_local.output import Out, plural
 from saga_local.runtime.control import TOKEN_HEADER
 from saga_local.runtime.faults import CALLS, LANDS_AFTER, WRITE_CALLS, Fault
+from saga_local.stack.targets import running_stack
 from saga_local.stripe_emulator import ENDPOINTS
 from saga_local.stripe_emulator.emulator import ADMIN_TOKEN_HEADER
 

@@ -35,8 +35,8 @@ from payment_saga.outcomes import (
     UnreadableChange,
     read_change,
 )
-from saga_local.commands.targets import resolve_target
 from saga_local.output import Out, plural
+from saga_local.stack.targets import resolve_target
 
 if TYPE_CHECKING:
     from collections.abc import Callable

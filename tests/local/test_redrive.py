@@ -16,7 +16,7 @@ import pytest
 from botocore.stub import Stubber
 
 from saga_local.aws.stack import REGION
-from saga_local.commands.redrive import DEAD_LETTER_SENDERS_SID, RedriveReport, redrive, render
+from saga_local.harness.redrive import DEAD_LETTER_SENDERS_SID, RedriveReport, redrive, render
 from saga_local.stack.embedded import EmbeddedStack
 from tests.helpers import failed_receives
 

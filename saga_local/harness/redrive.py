@@ -57,8 +57,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from saga_local.commands.targets import resolve_target
 from saga_local.output import Out
+from saga_local.stack.targets import resolve_target
 
 if TYPE_CHECKING:
     from collections.abc import Callable

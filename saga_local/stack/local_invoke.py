@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from saga_local.commands.running import endpoint_answers
-from saga_local.commands.targets import relative, running_stack
 from saga_local.paths import STATE_DIR
 from saga_local.private_files import write_private_text
+from saga_local.stack.running import endpoint_answers
+from saga_local.stack.targets import relative, running_stack
 from saga_local.template import ROOT, functions, load_template, parameter_defaults
 
 if TYPE_CHECKING:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from saga_local.commands.targets import relative, resolve_target
 from saga_local.output import Out
 from saga_local.paths import STATE_DIR
+from saga_local.stack.targets import relative, resolve_target
 from saga_local.template import functions, load_template
 
 if TYPE_CHECKING:
