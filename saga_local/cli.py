@@ -31,15 +31,15 @@ from saga_local.commands.demo import cmd_demo
 from saga_local.commands.events import cmd_events
 from saga_local.commands.executions import cmd_executions
 from saga_local.commands.fault import cmd_fault
+from saga_local.commands.invoke import cmd_invoke
+from saga_local.commands.logs import cmd_logs
+from saga_local.commands.redrive import cmd_redrive
 from saga_local.commands.replay import cmd_replay_parked
 from saga_local.commands.send import cmd_send
 from saga_local.commands.simulate import cmd_simulate
 from saga_local.commands.sweep import cmd_reconcile
 from saga_local.commands.trace import cmd_trace
 from saga_local.commands.up import cmd_up
-from saga_local.harness.redrive import cmd_redrive
-from saga_local.stack.function_logs import cmd_logs
-from saga_local.stack.local_invoke import cmd_invoke
 from saga_local.template import ROOT
 
 if TYPE_CHECKING:

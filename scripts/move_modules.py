@@ -72,11 +72,23 @@ MOVES: dict[str, Move] = {
     "saga_local.commands.targets": Move("saga_local.stack.targets"),
     "saga_local.commands.running": Move("saga_local.stack.running"),
     # One function on one event as `sam local invoke` runs it, and the env-vars file `saga up` writes.
-    "saga_local.commands.invoke": Move("saga_local.stack.local_invoke"),
+    "saga_local.commands.invoke": Move(
+        "saga_local.stack.local_invoke", {"cmd_invoke": "saga_local.commands.invoke"}
+    ),
     # The functions' log events, read from `saga up`'s files or a deployed stack's log groups.
-    "saga_local.commands.logs": Move("saga_local.stack.function_logs"),
+    "saga_local.commands.logs": Move(
+        "saga_local.stack.function_logs", {"cmd_logs": "saga_local.commands.logs"}
+    ),
     # Moving the dead-letter queue back to the orders queue drives a stack: the harness's.
-    "saga_local.commands.redrive": Move("saga_local.harness.redrive"),
+    "saga_local.commands.redrive": Move(
+        "saga_local.harness.redrive",
+        # What stayed: the report in words, and the subcommand.
+        {
+            "render": "saga_local.commands.redrive",
+            "render_survey": "saga_local.commands.redrive",
+            "cmd_redrive": "saga_local.commands.redrive",
+        },
+    ),
     # The docs' figures, measured from `saga cost --json`: `make docs-figures`, no saga subcommand.
     "saga_local.commands.figures": Move("saga_local.harness.figures"),
     # The leaves: read by every floor.

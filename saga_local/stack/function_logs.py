@@ -1,28 +1,23 @@
-"""``saga logs``: the functions' log events, merged in time, as ``sam logs`` shows them.
+"""The functions' log events, merged in time, as ``sam logs`` shows them (``saga logs``).
 
 Locally, `saga up` writes each function's output to ``.saga/logs/<LogicalId>.log`` (Powertools' JSON
 lines, one per log event, and its EMF metric lines); against a deployed stack (``--stack NAME``) the
 same lines are in CloudWatch Logs, in each function's log group as template.yaml names it
 (``/aws/lambda/<stack>-<LogicalId>``). Either way a line is one log event; this module picks them
 by function, by ``orderId`` (every event the saga logs about an order carries it) and by a piece of
-text, and prints each on one line: when, which function, the level, the event, the order, the rest.
+text, and renders each on one line: when, which function, the level, the event, the order, the rest.
 ``--tail`` keeps reading, as ``sam logs --tail`` does. The EMF lines (the metrics) are left out
 unless asked for: they repeat what the log event next to them says.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from saga_local.output import Out
-from saga_local.paths import STATE_DIR
-from saga_local.stack.targets import relative, resolve_target
 from saga_local.template import functions, load_template
 
 if TYPE_CHECKING:
@@ -264,44 +259,3 @@ def _matching(
             continue
         if line.matches(order_id=order_id, text=text, metrics=metrics):
             yield line
-
-
-def cmd_logs(args: argparse.Namespace) -> int:
-    """The functions' log lines: .saga/logs/ locally, CloudWatch Logs with --stack."""
-    try:
-        names = resolve_functions(args.function)
-    except LogsError as exc:
-        raise SystemExit(f"saga logs: {exc}") from None
-    since = time.time() - args.since if args.since is not None else None
-    source: LocalLogs | CloudWatchLogs
-    if args.stack:
-        target = resolve_target(args)
-        groups = log_group_names(args.stack, names)
-        # As `sam logs`: the last 10 minutes unless told otherwise.
-        start = since if since is not None else time.time() - 600
-        source = CloudWatchLogs(target.clients("logs"), groups, since=start, order_id=args.order_id)
-    else:
-        directory = STATE_DIR / "logs"
-        if not directory.is_dir():
-            raise SystemExit(
-                f"saga logs: no function logs in {relative(directory)}: `saga up` writes them there (another"
-                " terminal); or pass --stack NAME for a deployed stack's CloudWatch Logs."
-            )
-        source = LocalLogs(directory, names)
-    out = Out()
-    try:
-        shown = follow(
-            source,
-            out,
-            order_id=args.order_id,
-            text=args.filter,
-            metrics=args.metrics,
-            raw=args.json,
-            tail=args.tail,
-            since=since,
-        )
-    except KeyboardInterrupt:  # --tail ends with Ctrl-C
-        return 0
-    if not shown:
-        sys.stderr.write("saga logs: no log line matches (fewer filters, or --since further back?)\n")
-    return 0

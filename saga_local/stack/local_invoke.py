@@ -1,4 +1,4 @@
-"""``saga invoke``: one function on one event, the way ``sam local invoke`` runs it, without Docker.
+"""One function on one event, the way ``sam local invoke`` runs it, without Docker (``saga invoke``).
 
 What ``sam local invoke FUNCTION -e EVENT --env-vars FILE`` does, and this does too:
 
@@ -20,7 +20,6 @@ points every function at the embedded local stack (:data:`SAM_ENV_FILE`): the sa
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -34,7 +33,6 @@ from urllib.parse import urlsplit
 from saga_local.paths import STATE_DIR
 from saga_local.private_files import write_private_text
 from saga_local.stack.running import endpoint_answers
-from saga_local.stack.targets import relative, running_stack
 from saga_local.template import ROOT, functions, load_template, parameter_defaults
 
 if TYPE_CHECKING:
@@ -268,30 +266,3 @@ def invoke(
             }
         )
     return InvokeResult(payload_text, "Unhandled", elapsed)
-
-
-def cmd_invoke(args: argparse.Namespace) -> int:
-    """One function on one event, as `sam local invoke` runs it: result on stdout, logs on stderr."""
-    from pathlib import Path
-
-    if args.env_vars:
-        env_vars = Path(args.env_vars)
-    elif running_stack("invoke") is not None and SAM_ENV_FILE.exists():
-        env_vars = SAM_ENV_FILE
-    else:
-        raise SystemExit(
-            "saga invoke: no local stack is running. Start one with `saga up` (another terminal): it writes"
-            f" {relative(SAM_ENV_FILE)}, which points every function at it. Or pass --env-vars FILE"
-            " (SAM's format) for another stack."
-        )
-    try:
-        result = invoke(args.function, Path(args.event), env_vars, region=args.region)
-    except InvokeError as exc:
-        raise SystemExit(f"saga invoke: {exc}") from None
-    print(result.payload, flush=True)
-    if result.function_error:
-        sys.stderr.write(
-            f"saga invoke: {args.function} failed ({result.function_error}); its error is above\n"
-        )
-        return 1
-    return 0
