@@ -306,6 +306,52 @@ def test_saga_events_shows_the_state_machines_times_as_the_relays_in_whole_utc_s
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", line.split()[0]) for line in lines), lines
 
 
+def archived(detail_type: str, detail: dict[str, Any], *, time: str) -> str:
+    """An event as the outcome bus's rule puts it on the archive queue."""
+    envelope = {"version": "0", "id": f"{detail_type}-{detail['eventId']}", "source": "payment-saga"}
+    return json.dumps({**envelope, "detail-type": detail_type, "time": time, "detail": detail})
+
+
+def test_saga_events_lists_an_orders_events_of_one_second_by_their_sequence_then_time(
+    saga: Saga, saga_events: Callable[..., str]
+) -> None:
+    # All three in one second, arrived in the wrong order: the state machine's conflict (its time
+    # has a fraction, it has no sequence), then the relay's charge and the wait before it (whole
+    # seconds; the claim's version after each write).
+    order_id, second = "ORDER-EV-SAME-SECOND", "2026-12-01T10:00:05"
+    common = {"orderId": order_id, "amount": 15000, "currency": "BRL", "resolvedBy": "saga"}
+    events = [
+        archived(
+            "OrderConflict",
+            {**common, "eventId": f"{order_id}/conflict/exec-2", "occurredAt": f"{second}.250+00:00"},
+            time=f"{second}Z",
+        ),
+        archived(
+            "OrderCharged",
+            {**common, "eventId": f"{order_id}/attempt-1/charged", "sequence": 3, "occurredAt": f"{second}Z"},
+            time=f"{second}Z",
+        ),
+        archived(
+            "OrderPaymentProcessing",
+            {
+                **common,
+                "eventId": f"{order_id}/attempt-1/processing",
+                "sequence": 2,
+                "occurredAt": f"{second}Z",
+            },
+            time=f"{second}Z",
+        ),
+    ]
+    for body in events:
+        saga.driver.sqs.send_message(QueueUrl=saga.stack.outputs["OutcomeArchiveQueueUrl"], MessageBody=body)
+
+    listed = [line.split()[1] for line in saga_events(order_id=order_id).splitlines()[:-2]]
+    raw = [json.loads(line)["detailType"] for line in saga_events(order_id=order_id, raw=True).splitlines()]
+
+    assert listed == ["OrderPaymentProcessing", "OrderCharged", "OrderConflict"]
+    assert raw == listed
+
+
 def test_saga_events_shows_every_event_past_the_first_ten_and_each_orders_final_one(
     saga: Saga, saga_events: Callable[..., str]
 ) -> None:
