@@ -56,6 +56,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
+from saga_local.queue_reading import receive_each_once
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -418,29 +420,18 @@ def survey(sqs: Any, dead_letter_queue_url: str, *, hide_seconds: int = 30) -> D
     visible again at the end.
     """
     found = DeadLetterSurvey()
-    seen: dict[str, str] = {}
+    seen: dict[str, dict[str, Any]] = {}
     try:
-        while True:
-            batch = sqs.receive_message(
-                QueueUrl=dead_letter_queue_url,
-                MaxNumberOfMessages=10,
-                MessageAttributeNames=["All"],
-                VisibilityTimeout=hide_seconds,
-                WaitTimeSeconds=1,  # long polling asks every server: an empty answer means empty
-            ).get("Messages", [])
-            fresh = [m for m in batch if m["MessageId"] not in seen]
-            for message in batch:
-                seen[message["MessageId"]] = message["ReceiptHandle"]
-            if not fresh:
-                break
-            for message in fresh:
-                reason = known_rejection(message)
-                if reason is None:
-                    found.to_run += 1
-                else:
-                    found.rejected[reason] += 1
+        for message in receive_each_once(
+            sqs, dead_letter_queue_url, hide_seconds=hide_seconds, seen=seen
+        ).values():
+            reason = known_rejection(message)
+            if reason is None:
+                found.to_run += 1
+            else:
+                found.rejected[reason] += 1
     finally:
-        for chunk in _chunks(list(seen.values()), 10):
+        for chunk in _chunks([message["ReceiptHandle"] for message in seen.values()], 10):
             sqs.change_message_visibility_batch(
                 QueueUrl=dead_letter_queue_url,
                 Entries=[
