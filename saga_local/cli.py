@@ -237,7 +237,11 @@ def _add_fault(sub: Any) -> None:
         help="throttle, crash, late-write (needed there): the function's logical id, e.g. ClaimOrderFunction"
         " (default: none)",
     )
-    ft.add_argument("--seconds", type=seconds, default=THROTTLE_SECONDS, help="throttle: for this long")
+    # No default in the parser for --seconds and --times: an option that does not apply to the kind
+    # is refused (commands/fault.py), which needs to know whether it was given.
+    ft.add_argument(
+        "--seconds", type=seconds, help=f"throttle: for this long (default: {THROTTLE_SECONDS:g})"
+    )
     ft.add_argument(
         "--point",
         help="crash: where it dies (start, before:<call>, after:<call>, end; default: start);"
@@ -245,7 +249,7 @@ def _add_fault(sub: Any) -> None:
     )
     ft.add_argument("--order-id", help="only this order's invocations or charge (default: any order's)")
     ft.add_argument(
-        "--times", type=count(), default=1, help="lost-answer, crash, late-write: this many times"
+        "--times", type=count(), help="lost-answer, crash, late-write: this many times (default: 1)"
     )
     ft.set_defaults(func=cmd_fault)
 

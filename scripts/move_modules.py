@@ -67,6 +67,30 @@ MOVES: dict[str, Move] = {
     "saga_local.commands.cost": Move("saga_local.harness.cost", {"cmd_cost": "saga_local.commands.cost"}),
     "saga_local.commands.cost_measure": Move("saga_local.harness.cost_measure"),
     "saga_local.commands.usage": Move("saga_local.harness.usage"),
+    # Where a command sends and reads (the running `saga up` stack, or a deployed one), and the
+    # lock and description of `saga up` it reads: the harness and the stack's tools use them too.
+    "saga_local.commands.targets": Move("saga_local.stack.targets"),
+    "saga_local.commands.running": Move("saga_local.stack.running"),
+    # One function on one event as `sam local invoke` runs it, and the env-vars file `saga up` writes.
+    "saga_local.commands.invoke": Move(
+        "saga_local.stack.local_invoke", {"cmd_invoke": "saga_local.commands.invoke"}
+    ),
+    # The functions' log events, read from `saga up`'s files or a deployed stack's log groups.
+    "saga_local.commands.logs": Move(
+        "saga_local.stack.function_logs", {"cmd_logs": "saga_local.commands.logs"}
+    ),
+    # Moving the dead-letter queue back to the orders queue drives a stack: the harness's.
+    "saga_local.commands.redrive": Move(
+        "saga_local.harness.redrive",
+        # What stayed: the report in words, and the subcommand.
+        {
+            "render": "saga_local.commands.redrive",
+            "render_survey": "saga_local.commands.redrive",
+            "cmd_redrive": "saga_local.commands.redrive",
+        },
+    ),
+    # The docs' figures, measured from `saga cost --json`: `make docs-figures`, no saga subcommand.
+    "saga_local.commands.figures": Move("saga_local.harness.figures"),
     # The leaves: read by every floor.
     "saga_local.aws.template": Move("saga_local.template"),
     "saga_local.commands.output": Move("saga_local.output"),

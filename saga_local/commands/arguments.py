@@ -43,8 +43,15 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """Exit 2 with ``PROG: MESSAGE (PROG --help)`` on stderr."""
-        sys.stderr.write(f"{self.prog}: {message} (see {self.prog} --help)\n")
-        raise SystemExit(2)
+        usage_error(self.prog, message)
+
+
+def usage_error(prog: str, message: str) -> NoReturn:
+    """Answer a mistake in the command line as the parser does: ``PROG: MESSAGE (see PROG --help)``
+    on stderr and exit status 2, for a mistake only the command can see (an option its choice
+    makes meaningless)."""
+    sys.stderr.write(f"{prog}: {message} (see {prog} --help)\n")
+    raise SystemExit(2)
 
 
 def count(minimum: int = 1) -> Callable[[str], int]:

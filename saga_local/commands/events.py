@@ -7,9 +7,9 @@ import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from saga_local.commands.targets import resolve_target
 from saga_local.output import Out
 from saga_local.stack.outcome_log import deduplicated, peek
+from saga_local.stack.targets import resolve_target
 
 if TYPE_CHECKING:
     from saga_local.stack.outcome_log import OutcomeEvent

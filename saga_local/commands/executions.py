@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from payment_saga.execution_names import name_safe
-from saga_local.commands.targets import local_state, relative, resolve_target
 from saga_local.output import Out
+from saga_local.stack.targets import local_state, relative, resolve_target
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -31,10 +31,11 @@ import urllib.parse
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
-from saga_local.commands.targets import running_stack
+from saga_local.commands.arguments import usage_error
 from saga_local.output import Out, plural
 from saga_local.runtime.control import TOKEN_HEADER
 from saga_local.runtime.faults import CALLS, LANDS_AFTER, WRITE_CALLS, Fault
+from saga_local.stack.targets import running_stack
 from saga_local.stripe_emulator import ENDPOINTS
 from saga_local.stripe_emulator.emulator import ADMIN_TOKEN_HEADER
 
@@ -47,6 +48,15 @@ KINDS = (*PROVIDER_KINDS, *FUNCTION_KINDS, "clear")
 THROTTLE_SECONDS = 60.0
 #: A fault that fires for a window of time, however many invocations come (``Fault.times``).
 _ALWAYS = 10**9
+#: Each option of ``saga fault`` (its ``argparse`` dest, its flag) and the kinds it means something
+#: to: given to another kind it would be silently ignored, so it is refused instead.
+OPTION_KINDS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("function", "--function"): FUNCTION_KINDS,
+    ("seconds", "--seconds"): ("throttle",),
+    ("point", "--point"): ("crash", "late-write"),
+    ("order_id", "--order-id"): ("lost-answer", *FUNCTION_KINDS),
+    ("times", "--times"): ("lost-answer", "crash", "late-write"),
+}
 
 if TYPE_CHECKING:
     import argparse
@@ -193,6 +203,24 @@ def clear_functions(control: dict[str, str]) -> str:
     return f"function faults cleared ({answer['cleared']} removed): every invocation runs normally"
 
 
+def _kinds(kinds: tuple[str, ...]) -> str:
+    return kinds[0] if len(kinds) == 1 else f"{', '.join(kinds[:-1])} and {kinds[-1]}"
+
+
+def misplaced(args: argparse.Namespace) -> str | None:
+    """The options given that mean nothing to ``args.kind``, as one sentence saying what to do, or
+    None: ``saga fault outage --seconds 5`` would otherwise do something other than what was meant."""
+    given = [
+        (flag, kinds)
+        for (dest, flag), kinds in OPTION_KINDS.items()
+        if getattr(args, dest, None) is not None and args.kind not in kinds
+    ]
+    if not given:
+        return None
+    named = " or ".join(f"{flag} (for {_kinds(kinds)})" for flag, kinds in given)
+    return f"{args.kind} takes no {named}: leave {'it' if len(given) == 1 else 'them'} out"
+
+
 def check(args: argparse.Namespace) -> dict[str, Any] | None:
     """The function fault ``saga fault`` was asked for (None for a provider's, or ``clear``), checked
     before any stack is looked for, so that a mistake in it is what the one line names."""
@@ -203,10 +231,10 @@ def check(args: argparse.Namespace) -> dict[str, Any] | None:
     return function_fault(
         args.kind,
         args.function,
-        seconds=args.seconds,
+        seconds=THROTTLE_SECONDS if args.seconds is None else args.seconds,
         point=args.point,
         order_id=args.order_id,
-        times=args.times,
+        times=1 if args.times is None else args.times,
     )
 
 
@@ -229,7 +257,7 @@ def run(state: dict[str, Any], args: argparse.Namespace, spec: dict[str, Any] | 
         args.kind,
         token=str(state.get("providerAdminToken", "")),
         order_id=args.order_id,
-        times=args.times,
+        times=1 if args.times is None else args.times,
     )
     if args.kind == "clear" and control:
         said = f"{said}; {clear_functions(control)}"
@@ -238,6 +266,9 @@ def run(state: dict[str, Any], args: argparse.Namespace, spec: dict[str, Any] | 
 
 def cmd_fault(args: argparse.Namespace) -> int:
     """A fault of the provider or of a function on the running `saga up`."""
+    mistake = misplaced(args)
+    if mistake is not None:
+        usage_error("saga fault", mistake)
     try:
         spec = check(args)
     except FaultError as exc:

@@ -35,8 +35,9 @@ from payment_saga.outcomes import (
     UnreadableChange,
     read_change,
 )
-from saga_local.commands.targets import resolve_target
 from saga_local.output import Out, plural
+from saga_local.queue_reading import receive_each_once
+from saga_local.stack.targets import resolve_target
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -96,27 +97,21 @@ def requeue_policy(parameters: dict[str, str]) -> RequeuePolicy:
 
 def read_parked(sqs: Any, queue_url: str) -> list[Parked]:
     """Every message on the parking queue, each once (they stay hidden while this command runs)."""
-    seen: dict[str, Parked] = {}
-    while True:
-        batch = sqs.receive_message(
-            QueueUrl=queue_url,
-            MaxNumberOfMessages=10,
-            MessageAttributeNames=["All"],
-            VisibilityTimeout=VISIBILITY_SECONDS,
-            WaitTimeSeconds=1,  # long polling asks every server: an empty answer means empty
-        ).get("Messages", [])
-        fresh = [m for m in batch if m["MessageId"] not in seen]
-        if not fresh:
-            return list(seen.values())
-        for message in fresh:
-            attributes = message.get("MessageAttributes") or {}
-            seen[message["MessageId"]] = Parked(
+    # Unlike the redrive's survey, nothing is shown again here: each stays hidden until the replay
+    # deletes it (replayed) or shows it again (left for a person).
+    parked = []
+    for message in receive_each_once(sqs, queue_url, hide_seconds=VISIBILITY_SECONDS).values():
+        attributes = message.get("MessageAttributes") or {}
+        parked.append(
+            Parked(
                 message_id=message["MessageId"],
                 receipt_handle=message["ReceiptHandle"],
                 body=message.get("Body", ""),
                 reason=str((attributes.get("parkReason") or {}).get("StringValue") or "no reason given"),
                 order_id=str((attributes.get("orderId") or {}).get("StringValue") or "-"),
             )
+        )
+    return parked
 
 
 def replay(

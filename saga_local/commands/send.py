@@ -7,9 +7,9 @@ import json
 import time
 from typing import Any
 
-from saga_local.commands.targets import Target, resolve_target
 from saga_local.commands.trace import execution_arn
 from saga_local.output import Out, plural
+from saga_local.stack.targets import Target, resolve_target
 
 
 def cmd_send(args: argparse.Namespace) -> int:
@@ -39,7 +39,7 @@ def cmd_send(args: argparse.Namespace) -> int:
         message_id = sqs.send_message(QueueUrl=queue_url, MessageBody=body)["MessageId"]
         names.append(message_id)
     out(f"sent {plural(args.copies, 'message')} to {target.where}")
-    from saga_local.commands.redrive import rejection_reason
+    from saga_local.harness.redrive import rejection_reason
 
     rejection = rejection_reason(body)
     if rejection is not None:

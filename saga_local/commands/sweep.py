@@ -6,9 +6,9 @@ import argparse
 import json
 import time
 
-from saga_local.commands import targets
-from saga_local.commands.targets import resolve_target
 from saga_local.output import Out
+from saga_local.stack import targets
+from saga_local.stack.targets import resolve_target
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:

@@ -6,10 +6,10 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from saga_local.commands import running, targets
-from saga_local.commands.targets import local_state, resolve_target
 from saga_local.output import Out
+from saga_local.stack import running, targets
 from saga_local.stack.outcome_log import deduplicated, peek
+from saga_local.stack.targets import local_state, resolve_target
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -10,10 +10,10 @@ import signal
 import threading
 from typing import TYPE_CHECKING
 
-from saga_local.commands import running, targets
-from saga_local.commands.targets import relative
 from saga_local.output import Out
 from saga_local.paths import STATE_DIR
+from saga_local.stack import running, targets
+from saga_local.stack.targets import relative
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -39,9 +39,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path, payment_api: tuple[str, str] | None) -> int:
     from saga_local.aws.stack import REGION
     from saga_local.commands.activity import Activity
-    from saga_local.commands.invoke import write_sam_env_file
     from saga_local.private_files import write_private_text
     from saga_local.stack.embedded import EmbeddedStack
+    from saga_local.stack.local_invoke import write_sam_env_file
 
     visibility = 30
     # Stripe's webhook retries (a minute, five, half an hour...) compressed as the queues' waits are.

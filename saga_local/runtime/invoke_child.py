@@ -1,6 +1,6 @@
 """The process ``saga invoke`` runs a function in: one cold start, one invocation, then exit.
 
-Usage (by :mod:`saga_local.commands.invoke` only):
+Usage (by :mod:`saga_local.stack.local_invoke` only):
 ``python -m saga_local.runtime.invoke_child HANDLER TIMEOUT MEMORY``, the event on stdin, the
 function's environment already set. Like the Lambda runtime, it prints
 ``START`` / ``END`` / ``REPORT`` around the invocation; the handler's logs and those lines go to

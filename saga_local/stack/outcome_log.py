@@ -223,11 +223,33 @@ def peek(sqs: Any, queue_url: str, *, hide_seconds: int = 30) -> list[OutcomeEve
                     for i, handle in enumerate(batch)
                 ],
             )
-    return sorted(found.values(), key=_by_time)
+    return sorted(found.values(), key=_listed)
 
 
-def _by_time(event: OutcomeEvent) -> tuple[str, int, bool]:
-    """When it was published, then (within a second) the claim's version it announces, then the
-    final event of a transition after the interim one (a release, then the person it calls)."""
+def _listed(event: OutcomeEvent) -> tuple[str, int, int, bool, float]:
+    """Where a person reads it in a listing: by the second it happened (the one its line shows),
+    then within that second by the events' own order.
+
+    The relay's events name the claim's version they announce (``sequence``, which grows with every
+    write of the row) and its times are whole seconds, so within a second the version orders them,
+    and of the two events of one write the final one comes after the interim (a release, then the
+    person it calls). The events no claim write made (a conflict, a needs-reconciliation, a
+    rejection) follow the relay's of the same second, by their own time: theirs has fractions of a
+    second, the relay's was cut to the second, so the two cannot be weighed within it, and an
+    ``OrderConflict`` is not listed before the ``OrderCharged`` of the same second only because its
+    time says ``.250`` and the charge's says nothing.
+    """
+    stamp = str(event.detail.get("occurredAt") or event.time)
     sequence = event.detail.get("sequence")
-    return (event.time, sequence if isinstance(sequence, int) else -1, event.final)
+    if isinstance(sequence, int):
+        return (_second(stamp), 0, sequence, event.final, 0.0)
+    return (_second(stamp), 1, 0, event.final, _instant(stamp))
+
+
+def _instant(stamp: str) -> float:
+    """``stamp`` as seconds since the epoch (0 when it is no ISO 8601 time with a zone)."""
+    try:
+        moment = datetime.fromisoformat(stamp)
+    except ValueError:
+        return 0.0
+    return moment.timestamp() if moment.tzinfo is not None else 0.0

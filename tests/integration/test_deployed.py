@@ -39,7 +39,7 @@ if not _credentials_present():
 def stack() -> dict[str, Any]:
     import boto3
 
-    from saga_local.commands.targets import stack_outputs
+    from saga_local.stack.targets import stack_outputs
 
     cloudformation = boto3.client("cloudformation")
     outputs = stack_outputs(cloudformation, STACK or "")

@@ -10,8 +10,8 @@ import pytest
 
 from saga_local import cli
 from saga_local.aws.stack import REGION
-from saga_local.commands import targets
 from saga_local.runtime.faults import Fault
+from saga_local.stack import targets
 from tests.helpers import Saga, deliver_webhook, failed_receives, order
 
 
@@ -181,8 +181,8 @@ def test_what_the_cli_records_under_its_state_directory_is_private_to_its_user(
     import os
     import stat
 
-    from saga_local.commands.invoke import write_sam_env_file
     from saga_local.stack import archive
+    from saga_local.stack.local_invoke import write_sam_env_file
 
     saga.driver.send(order_body("ORDER-MODE"))
     saga.driver.pump()

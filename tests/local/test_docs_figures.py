@@ -1,6 +1,6 @@
 """The figures the README and docs/ quote are the ones the commands count now.
 
-Each figure sits in a marked block rendered by saga_local/commands/figures.py from ``saga cost
+Each figure sits in a marked block rendered by saga_local/harness/figures.py from ``saga cost
 --json`` and ``template.yaml``; ``make docs-figures`` rewrites them. These tests fail when a block
 has drifted from a fresh measurement (a count changed, a price moved by more than the run's noise),
 or when a block the docs rely on has gone.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from saga_local.commands import figures
+from saga_local.harness import figures
 from saga_local.template import ROOT, load_template
 
 

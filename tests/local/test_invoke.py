@@ -7,7 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from saga_local.commands.invoke import InvokeError, credentials_for, function_environment, read_env_vars_file
+from saga_local.stack.local_invoke import (
+    InvokeError,
+    credentials_for,
+    function_environment,
+    read_env_vars_file,
+)
 from saga_local.template import FunctionSpec
 
 if TYPE_CHECKING:

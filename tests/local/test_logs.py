@@ -17,7 +17,7 @@ import pytest
 
 from saga_local import cli
 from saga_local.aws.stack import REGION
-from saga_local.commands import logs
+from saga_local.stack import function_logs as logs
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -270,6 +270,43 @@ def test_a_mistake_is_answered_in_one_line_with_a_non_zero_exit(
     assert_one_line(result, mistake.says)
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["fault", "outage", "--seconds", "5"], "outage takes no --seconds (for throttle): leave it out"),
+        (
+            ["fault", "throttle", "--function", "ClaimOrderFunction", "--times", "3"],
+            "throttle takes no --times (for lost-answer, crash and late-write): leave it out",
+        ),
+        (
+            ["fault", "clear", "--function", "ClaimOrderFunction", "--order-id", "ORDER-1"],
+            "clear takes no --function (for throttle, crash and late-write) or --order-id",
+        ),
+        (
+            ["fault", "lost-answer", "--point", "start"],
+            "lost-answer takes no --point (for crash and late-write)",
+        ),
+    ],
+)
+def test_a_fault_option_its_kind_would_ignore_is_refused_as_a_usage_mistake(
+    args: list[str], says: str, state_dir: Path
+) -> None:
+    """Refused before any stack is looked for (none runs here), with argparse's exit status."""
+    result = run(state_dir, args)
+
+    assert_one_line(result, says)
+    assert result.returncode == 2
+    assert "see saga fault --help" in result.stderr
+
+
+def test_every_option_a_fault_kind_takes_is_accepted(state_dir: Path) -> None:
+    args = ["fault", "crash", "--function", "ClaimOrderFunction", "--point", "start"]
+    result = run(state_dir, [*args, "--times", "2", "--order-id", "ORDER-1"])
+
+    assert_one_line(result, "no local stack is running")  # past the options, to the stack it needs
+    assert result.returncode == 1
+
+
 def _into_a_closed_pipe(state_dir: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the first byte, as `| head` is after its lines

@@ -17,7 +17,8 @@ import boto3
 import pytest
 
 from payment_saga.execution_names import requeue_execution_name
-from saga_local.commands.events import command
+from saga_local import cli
+from saga_local.aws.stack import REGION
 from saga_local.harness.outcomes import final_outcomes, tally
 from saga_local.harness.usage import transitions
 from saga_local.runtime.faults import Fault, call_error
@@ -28,6 +29,8 @@ from tests.helpers import order
 from tests.local.conftest import sweep
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from saga_local.stack.outcome_log import OutcomeLog
     from tests.helpers import Saga
 
@@ -43,6 +46,21 @@ def log(saga: Saga) -> OutcomeLog:
 
 def kinds(events: list[OutcomeEvent]) -> list[str]:
     return [event.detail_type for event in events]
+
+
+@pytest.fixture
+def saga_events(deployed: str, capsys: pytest.CaptureFixture[str]) -> Callable[..., str]:
+    """What ``saga events --stack NAME [--order-id ID] [--json]`` prints, as a person runs it."""
+
+    def run(*, order_id: str | None = None, raw: bool = False) -> str:
+        args = ["events", "--stack", deployed, "--region", REGION]
+        args += ["--order-id", order_id] if order_id else []
+        args += ["--json"] if raw else []
+        capsys.readouterr()
+        assert cli.main(args) == 0
+        return capsys.readouterr().out
+
+    return run
 
 
 def test_a_charged_order_delivered_three_times_publishes_one_order_charged(saga: Saga) -> None:
@@ -103,7 +121,9 @@ def test_a_malformed_message_publishes_order_rejected_with_its_reason(saga: Saga
     assert final_outcomes(log(saga).collect()) == {}, "a rejection is no order's outcome"
 
 
-def test_a_malformed_body_claiming_a_charged_order_leaves_its_final_outcome_charged(saga: Saga) -> None:
+def test_a_malformed_body_claiming_a_charged_order_leaves_its_final_outcome_charged(
+    saga: Saga, saga_events: Callable[..., str]
+) -> None:
     """A buggy or hostile producer sends a refused body naming an order already charged: the order's
     subscribers still see OrderCharged as its end, and only a person reading the claim sees it."""
     saga.driver.send(order("SEC-1"))
@@ -112,8 +132,8 @@ def test_a_malformed_body_claiming_a_charged_order_leaves_its_final_outcome_char
     (message_id,) = saga.driver.send(forged)
     saga.driver.pump(timeout=60)
 
-    clients = saga.driver.sqs  # read by saga events first: the log below empties the archive queue
-    text = command(lambda _: clients, saga.stack.outputs, "local", order_id="SEC-1", raw=False)
+    # Read by saga events first: the log below empties the archive queue.
+    text = saga_events(order_id="SEC-1")
     claim_line = next(line for line in text.splitlines() if "OrderRejected" in line)
     assert message_id in claim_line
     assert "body claims SEC-1: untrusted" in claim_line
@@ -250,13 +270,12 @@ def test_the_outbox_costs_no_state_transition_and_a_conflict_costs_one(saga: Sag
     assert kinds(log(saga).events("ORDER-EV-9")) == ["OrderCharged", "OrderConflict"]
 
 
-def test_saga_events_lists_each_event_once_for_a_person(saga: Saga) -> None:
+def test_saga_events_lists_each_event_once_for_a_person(saga: Saga, saga_events: Callable[..., str]) -> None:
     saga.driver.send(order("ORDER-EV-10"), copies=2)
     saga.driver.send(order("ORDER-EV-11", paymentMethod="pm_card_chargeDeclined"))
     saga.driver.pump(timeout=60)
-    clients = saga.driver.sqs  # the archive queue is read without being emptied
 
-    text = command(lambda _: clients, saga.stack.outputs, "local", order_id=None, raw=False)
+    text = saga_events()
     lines = text.splitlines()
     assert any(
         line.split()[1:4] == ["OrderCharged", "ORDER-EV-10", "attempt"] and "150.00 BRL" in line
@@ -265,38 +284,86 @@ def test_saga_events_lists_each_event_once_for_a_person(saga: Saga) -> None:
     assert any(line.split()[1:3] == ["OrderDeclined", "ORDER-EV-11"] for line in lines)
     assert all(line.split()[0].endswith("Z") for line in lines[:-2]), "each event says when, in UTC"
     assert lines[-1] == "2 events: 1 OrderCharged, 1 OrderDeclined"
-    only = command(lambda _: clients, saga.stack.outputs, "local", order_id="ORDER-EV-11", raw=True)
+    only = saga_events(order_id="ORDER-EV-11", raw=True)
     assert [json.loads(line)["detailType"] for line in only.splitlines()] == ["OrderDeclined"]
     assert sorted(kinds(log(saga).events())) == ["OrderCharged", "OrderDeclined"], "still there for the log"
 
 
-def test_saga_events_shows_the_state_machines_times_as_the_relays_in_whole_utc_seconds(saga: Saga) -> None:
+def test_saga_events_shows_the_state_machines_times_as_the_relays_in_whole_utc_seconds(
+    saga: Saga, saga_events: Callable[..., str]
+) -> None:
     # OrderCharged comes from the relay (whole seconds); OrderConflict from the state machine, whose
     # $$.State.EnteredTime carries fractions and an offset.
     saga.driver.send(order("ORDER-EV-14"))
     saga.driver.pump(timeout=60)
     saga.driver.send(order("ORDER-EV-14", amount=99900))
     saga.driver.pump(timeout=60)
-    clients = saga.driver.sqs
 
-    text = command(lambda _: clients, saga.stack.outputs, "local", order_id="ORDER-EV-14", raw=False)
+    text = saga_events(order_id="ORDER-EV-14")
 
     lines = text.splitlines()[:-2]
     assert sorted(line.split()[1] for line in lines) == ["OrderCharged", "OrderConflict"]
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", line.split()[0]) for line in lines), lines
 
 
-def test_saga_events_shows_every_event_past_the_first_ten_and_each_orders_final_one(saga: Saga) -> None:
+def archived(detail_type: str, detail: dict[str, Any], *, time: str) -> str:
+    """An event as the outcome bus's rule puts it on the archive queue."""
+    envelope = {"version": "0", "id": f"{detail_type}-{detail['eventId']}", "source": "payment-saga"}
+    return json.dumps({**envelope, "detail-type": detail_type, "time": time, "detail": detail})
+
+
+def test_saga_events_lists_an_orders_events_of_one_second_by_their_sequence_then_time(
+    saga: Saga, saga_events: Callable[..., str]
+) -> None:
+    # All three in one second, arrived in the wrong order: the state machine's conflict (its time
+    # has a fraction, it has no sequence), then the relay's charge and the wait before it (whole
+    # seconds; the claim's version after each write).
+    order_id, second = "ORDER-EV-SAME-SECOND", "2026-12-01T10:00:05"
+    common = {"orderId": order_id, "amount": 15000, "currency": "BRL", "resolvedBy": "saga"}
+    events = [
+        archived(
+            "OrderConflict",
+            {**common, "eventId": f"{order_id}/conflict/exec-2", "occurredAt": f"{second}.250+00:00"},
+            time=f"{second}Z",
+        ),
+        archived(
+            "OrderCharged",
+            {**common, "eventId": f"{order_id}/attempt-1/charged", "sequence": 3, "occurredAt": f"{second}Z"},
+            time=f"{second}Z",
+        ),
+        archived(
+            "OrderPaymentProcessing",
+            {
+                **common,
+                "eventId": f"{order_id}/attempt-1/processing",
+                "sequence": 2,
+                "occurredAt": f"{second}Z",
+            },
+            time=f"{second}Z",
+        ),
+    ]
+    for body in events:
+        saga.driver.sqs.send_message(QueueUrl=saga.stack.outputs["OutcomeArchiveQueueUrl"], MessageBody=body)
+
+    listed = [line.split()[1] for line in saga_events(order_id=order_id).splitlines()[:-2]]
+    raw = [json.loads(line)["detailType"] for line in saga_events(order_id=order_id, raw=True).splitlines()]
+
+    assert listed == ["OrderPaymentProcessing", "OrderCharged", "OrderConflict"]
+    assert raw == listed
+
+
+def test_saga_events_shows_every_event_past_the_first_ten_and_each_orders_final_one(
+    saga: Saga, saga_events: Callable[..., str]
+) -> None:
     # The runbook's RequeueExhausted case makes ten events (five releases, four re-queues, then a
     # person); a charged order behind them makes the eleventh: more than one batch of the queue.
     saga.driver.send(order("ORDER-EV-12", paymentMethod=SAVED_PAYMENT_METHOD))
     saga.driver.send(order("ORDER-EV-13"))
     saga.driver.pump(timeout=180)
-    clients = saga.driver.sqs
 
-    every = command(lambda _: clients, saga.stack.outputs, "local", order_id=None, raw=True)
-    charged = command(lambda _: clients, saga.stack.outputs, "local", order_id="ORDER-EV-13", raw=True)
-    exhausted = command(lambda _: clients, saga.stack.outputs, "local", order_id="ORDER-EV-12", raw=False)
+    every = saga_events(raw=True)
+    charged = saga_events(order_id="ORDER-EV-13", raw=True)
+    exhausted = saga_events(order_id="ORDER-EV-12")
 
     assert len(every.splitlines()) == 11
     assert [json.loads(line)["detailType"] for line in charged.splitlines()] == ["OrderCharged"]

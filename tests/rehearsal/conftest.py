@@ -34,7 +34,7 @@ LOCALSTACK_HOST = ROOT / "scripts" / "rehearsal" / "localstack_host.py"
 SAM = ROOT / ".venv-sam" / "bin" / "sam"
 BUILT_TEMPLATE = ROOT / ".aws-sam" / "build-check" / "template.yaml"
 #: The outputs the README promises a deployed stack has ("The stack's outputs: `A`, `B` (what it is), ...").
-#: The README's list of the stack's outputs (generated from the template: saga_local/commands/figures.py).
+#: The README's list of the stack's outputs (generated from the template: saga_local/harness/figures.py).
 README_OUTPUTS = re.compile(r"<!-- figures:outputs -->(.*?)<!-- /figures:outputs -->", re.DOTALL)
 FIRST_REGION = "us-east-1"
 SECOND_REGION = "eu-west-1"

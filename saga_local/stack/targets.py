@@ -6,8 +6,8 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from saga_local.commands import running
 from saga_local.paths import STATE_DIR
+from saga_local.stack import running
 from saga_local.template import ROOT
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 STATE_FILE = STATE_DIR / "stack.json"
 
 
-#: Held by `saga up` while it runs (saga_local/commands/running.py): one stack per state directory.
+#: Held by `saga up` while it runs (saga_local/stack/running.py): one stack per state directory.
 LOCK_FILE = STATE_DIR / "up.lock"
 
 

@@ -255,7 +255,7 @@ def drifted(figures: Figures, root: Path = ROOT) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """``--check``: exit 1 naming the drifted blocks; default: rewrite them in place."""
-    parser = argparse.ArgumentParser(prog="python -m saga_local.commands.figures", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m saga_local.harness.figures", description=__doc__)
     parser.add_argument("--check", action="store_true", help="only say which blocks have drifted")
     args = parser.parse_args(argv)
     figures = measure()
