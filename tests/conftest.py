@@ -7,6 +7,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import botocore.session
 import pytest
 from moto import mock_aws
 
@@ -17,6 +18,8 @@ from tests.helpers import FakeClock
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from botocore.loaders import Loader
 
 # Never reach a real account from a test, whatever the developer's shell holds.
 for _name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
@@ -38,10 +41,26 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+@pytest.fixture(scope="session")
+def botocore_loader() -> Loader:
+    """botocore's loader of service models, shared by the session's tests: it only reads files and
+    caches what it read, and loading a service's models again is most of a new client's cost."""
+    loader: Loader = botocore.session.get_session().get_component("data_loader")
+    return loader
+
+
 @pytest.fixture
-def aws() -> Iterator[None]:
+def aws(botocore_loader: Loader) -> Iterator[None]:
     """moto for every AWS call in the test, Step Functions executing state machines."""
     with mock_aws(config=SFN_CONFIG):
+        # moto gives each test a new default boto3 session, so that no test sees the event hooks
+        # another registered; it is given one here that reads the models through the shared loader
+        # (a client then takes milliseconds, not a tenth of a second), its hooks still its own.
+        core = botocore.session.get_session()
+        core.register_component("data_loader", botocore_loader)
+        boto3.DEFAULT_SESSION = boto3.Session(botocore_session=core)
+        # boto3 adds its own data folder to the loader's search path with every session: keep one.
+        botocore_loader.search_paths[:] = list(dict.fromkeys(botocore_loader.search_paths))
         yield
 
 
