@@ -10,6 +10,8 @@ import boto3
 import botocore.session
 import pytest
 from moto import mock_aws
+from moto.kms import models as moto_kms
+from moto.kms import utils as moto_kms_utils
 
 from saga_local.aws.moto_adapter import SFN_CONFIG
 from saga_local.aws.stack import REGION, table_request
@@ -39,6 +41,23 @@ os.environ.update(
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kms_symmetric_keys_share_their_unused_rsa_key() -> Iterator[None]:
+    """moto makes an RSA key pair for every KMS key, symmetric ones too, and uses it only to sign and
+    verify, which a symmetric key never does. A table encrypted at rest (the claims table) makes
+    DynamoDB's default key afresh in every test, and the RSA key was most of a table's set-up: the
+    symmetric keys share one, every other key spec gets its own as before."""
+    generate = moto_kms_utils.generate_private_key
+    shared = generate("SYMMETRIC_DEFAULT")
+
+    def private_key(key_spec: str) -> Any:
+        return shared if key_spec == "SYMMETRIC_DEFAULT" else generate(key_spec)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(moto_kms, "generate_private_key", private_key)
+        yield
 
 
 @pytest.fixture(scope="session")
