@@ -149,7 +149,7 @@ PYTEST = run_pytest() { $(BIN)/python -m pytest "$$@" || { \
 UNIT_TIERS := tests/unit tests/functional
 PRODUCT_TIERS := $(UNIT_TIERS) tests/statemachine
 
-unit: install ## The product's unit and functional tests, in about a minute (no SAM CLI, npm or python3.13)
+unit: install ## The quick loop: the product's unit and functional tests (no SAM CLI, npm or python3.13)
 	@$(PYTEST) $(UNIT_TIERS) -m "not slow and not rehearsal and not bulk" -p no:cacheprovider
 
 test: install tools lint check-template checkov chromium ## Everything CI runs: lint, template checks, checkov, pytest with the coverage of functions/ (not the slow tests)
