@@ -9,22 +9,12 @@ import dataclasses
 import pytest
 
 from payment_saga.claims import Claim, ClaimStatus, ReleaseReason, Settled, settled_before_await
+from tests.unit.test_webhook_rules import OPEN
 
-TOKEN = "arn:aws:states:us-east-1:123456789012:execution:PaymentSaga:ORDER-SEPA-debit"
 PI = "pi_this_attempts"
-
-#: The claim this execution held at attempt 2, awaiting nothing yet.
-HELD = Claim(
-    order_id="ORDER-SEPA",
-    status=ClaimStatus.CLAIMED,
-    claim_token=TOKEN,
-    attempt=2,
-    fingerprint="15000|BRL|cus_123",
-    payment_attempt="initial",
-    lease_expires_at=1_790_000_900,
-    attempt_started_at=1_790_000_000,
-    attempt_started_by=TOKEN,
-)
+#: The webhook rules' open claim, held by this execution at attempt 2 and awaiting nothing yet.
+HELD = dataclasses.replace(OPEN, attempt=2)
+TOKEN = HELD.claim_token
 
 
 def row(**changes: object) -> Claim:
