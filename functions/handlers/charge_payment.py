@@ -22,7 +22,7 @@ from payment_saga.errors import (
     PaymentProcessing,
 )
 from payment_saga.orders import order_from_message
-from payment_saga.payments import idempotency_key
+from payment_saga.payments import KeyModeMismatch, idempotency_key
 from payment_saga.proof import first_request_of_attempt
 
 if TYPE_CHECKING:
@@ -40,6 +40,10 @@ LEASE_MARGIN_SECONDS = 60
 def _provider() -> StripeProvider:
     try:
         return provider()
+    except KeyModeMismatch as exc:
+        # The key is of the other mode than the stack's (runtime.provider logged and counted it): nothing
+        # was sent, so the claim may be released with proof, as after the provider refusing the key.
+        raise ChargeNotAttempted(f"payment provider refused before any request: {exc}") from exc
     except Exception as exc:  # any failure here is before the provider was called
         raise ChargeNotAttempted(f"payment provider unavailable: {type(exc).__name__}") from exc
 

@@ -1,7 +1,9 @@
 """Mark Complete: the fenced write that closes the claim once the money moved.
 
 The same function makes the state machine's other write on a held claim, in state "Await
-Settlement": a payment the provider settles later keeps the claim open, fenced on its token.
+Settlement": a payment the provider settles later keeps the claim open, fenced on its token. When
+Stripe's webhook settled the attempt first, that write raises ``SettledBeforeAwait`` and the
+execution ends in "Settled Before Await".
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from handlers.runtime import claims_store, count, log_event, logger, metrics, tracer
-from payment_saga.errors import ClaimLost
+from payment_saga.errors import ClaimLost, SettledBeforeAwait
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -38,6 +40,14 @@ def _await_settlement(event: dict[str, Any]) -> dict[str, Any]:
         claim = claims_store().await_settlement(
             order_id, token=token, attempt=attempt, payment_intent_id=intent
         )
+    except SettledBeforeAwait as exc:
+        # Stripe's webhook settled this attempt with this PaymentIntent first: the order has its end,
+        # published by the relay from the webhook's write. The state machine ends it without a page.
+        log_event(
+            "settled_before_await", chargeId=intent, attempt=attempt, settled=json.loads(str(exc))["settled"]
+        )
+        count("SettledBeforeAwait")
+        raise
     except ClaimLost as exc:
         logger.error("settlement_refused", extra={"event": "settlement_refused", "reason": str(exc)})
         count("SettlementRefused")

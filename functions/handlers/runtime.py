@@ -23,7 +23,7 @@ from payment_saga.claims import (
     SECONDS_PER_DAY,
     ClaimsStore,
 )
-from payment_saga.payments import StripeProvider, stripe_secret_from_string
+from payment_saga.payments import KeyModeMismatch, StripeProvider, stripe_secret_from_string
 
 if TYPE_CHECKING:
     from mypy_boto3_secretsmanager import SecretsManagerClient
@@ -80,13 +80,37 @@ def claims_store() -> ClaimsStore:
 
 @functools.cache
 def provider() -> StripeProvider:
-    """The payment provider: ``PAYMENT_API_KEY`` if set (local runs, tests), else the secret."""
+    """The payment provider: ``PAYMENT_API_KEY`` if set (local runs, tests), else the secret.
+
+    The key must be of the stack's mode, ``PAYMENT_API_MODE`` (``test`` unless set, as the webhook
+    consumer reads it): a key of the other mode is refused before any request is sent, logged at ERROR
+    as ``payment_key_mode_mismatch`` (the two modes, never the key) and counted as
+    ``PaymentKeyModeMismatch``, at every call (a refusal is not cached).
+
+    Raises:
+        KeyModeMismatch: the key's mode is not the stack's.
+    """
     tracer.patch(modules=("requests",))  # the Stripe SDK's HTTP calls, as X-Ray subsegments
-    return StripeProvider(
-        _api_key(),
-        api_base=os.environ.get("PAYMENT_API_BASE") or None,
-        timeout_seconds=float(env("PAYMENT_API_TIMEOUT_SECONDS", "10")),
-    )
+    stack_mode = env("PAYMENT_API_MODE", "test")
+    try:
+        return StripeProvider(
+            _api_key(),
+            api_base=os.environ.get("PAYMENT_API_BASE") or None,
+            timeout_seconds=float(env("PAYMENT_API_TIMEOUT_SECONDS", "10")),
+            mode=stack_mode,
+        )
+    except KeyModeMismatch as exc:
+        logger.error(
+            "payment_key_mode_mismatch",
+            extra={
+                "event": "payment_key_mode_mismatch",
+                "keyMode": exc.key_mode,
+                "stackMode": exc.stack_mode,
+                "reason": str(exc),
+            },
+        )
+        count("PaymentKeyModeMismatch")
+        raise
 
 
 def _api_key() -> str:

@@ -88,6 +88,20 @@ class ClaimLost(SagaError):
     """A fenced write found the claim held by someone else, or no longer ``CLAIMED`` (invariant 7)."""
 
 
+class SettledBeforeAwait(ClaimLost):
+    """Await Settlement found its attempt already settled: Stripe's webhook closed the claim first.
+
+    Raised by the settlement write when its condition fails on a claim that this execution held at
+    this attempt and that is now closed by the settlement of the very PaymentIntent it was to await:
+    completed with it, or released ``DECLINED`` for it (``payment_saga.claims.settlement``). Not a
+    failure: the order has its end and the outcome relay published it from the webhook's write. It is
+    an error only so that the state machine can branch on it without a Choice state (Await Settlement
+    catches it into "Settled Before Await", no page). A :class:`ClaimLost`, so that any other caller
+    of the write still reads it as a write that did not land. Its message is JSON naming the
+    PaymentIntent and how the claim was closed (``settled``: ``CHARGED`` or ``DECLINED``).
+    """
+
+
 class ReleaseRefused(SagaError):
     """Release Claim was reached with an error that does not prove that nothing was charged.
 
@@ -104,5 +118,6 @@ NON_RETRYABLE = (
     "PaymentDeclined",
     "PaymentProcessing",
     "ClaimLost",
+    "SettledBeforeAwait",
     "ReleaseRefused",
 )

@@ -113,8 +113,60 @@ STRIPE_API_HOST = "api.stripe.com"
 _LIVE_KEY_PREFIXES = ("sk_live_", "rk_live_")
 
 
+#: A secret or restricted key of test mode: it moves no money.
+_TEST_KEY_PREFIXES = ("sk_test_", "rk_test_")
+#: The stack's modes (the template's PaymentApiMode).
+API_MODES = ("test", "live")
+
+
 class UnsafeApiBase(ValueError):
     """A payment API base URL the key must not be sent to. The message names the rule, never the key."""
+
+
+class KeyModeMismatch(ValueError):
+    """The API key is not of the stack's mode (``PaymentApiMode``). Names the modes, never the key."""
+
+    def __init__(self, message: str, *, key_mode: str | None, stack_mode: str) -> None:
+        super().__init__(message)
+        self.key_mode = key_mode
+        self.stack_mode = stack_mode
+
+
+def key_mode(api_key: str) -> str | None:
+    """``live`` for ``sk_live_``/``rk_live_``, ``test`` for ``sk_test_``/``rk_test_``, None for any other
+    string (Stripe then refuses it itself: a 401 before anything runs)."""
+    if api_key.startswith(_LIVE_KEY_PREFIXES):
+        return "live"
+    if api_key.startswith(_TEST_KEY_PREFIXES):
+        return "test"
+    return None
+
+
+def check_key_mode(api_key: str, mode: str) -> None:
+    """Refuse a key whose mode is not the stack's ``mode`` (``test`` or ``live``), before anything is sent.
+
+    The stack's mode is also what its webhook consumer accepts (the events' ``livemode``): a live key
+    on a test stack (or the reverse) would charge, and every webhook about those charges would be
+    refused, leaving each claim to the sweeper, silently. Refused here, nothing reaches the provider,
+    which is a failure before the provider was called (the Charge step's ``ChargeNotAttempted``).
+
+    Raises:
+        KeyModeMismatch: ``mode`` is not one of :data:`API_MODES`, or the key is of the other mode.
+    """
+    if mode not in API_MODES:
+        raise KeyModeMismatch(
+            f"the stack's payment API mode must be one of {', '.join(API_MODES)}, not {mode!r}",
+            key_mode=key_mode(api_key),
+            stack_mode=mode,
+        )
+    found = key_mode(api_key)
+    if found is not None and found != mode:
+        raise KeyModeMismatch(
+            f"the payment API key is a {found}-mode key and the stack's PaymentApiMode is {mode}:"
+            " nothing is sent to the provider until they agree",
+            key_mode=found,
+            stack_mode=mode,
+        )
 
 
 def check_api_base(api_base: str | None, *, api_key: str | None = None) -> None:
@@ -268,9 +320,12 @@ class StripeProvider:
     ``timeout_seconds`` (connect and read). ``api_base`` points the client at another host (the
     local provider emulator); it must pass :func:`check_api_base` with the key, so a live key goes to
     Stripe's host only. ``client`` replaces the SDK client altogether (and ``api_base`` with it).
+    ``mode``, when given, is the stack's ``PaymentApiMode``: the key must be of that mode
+    (:func:`check_key_mode`), checked before any client exists.
 
     Raises:
         UnsafeApiBase: ``api_base`` is not a place this key may be sent to.
+        KeyModeMismatch: the key is not of ``mode``.
     """
 
     def __init__(
@@ -280,11 +335,14 @@ class StripeProvider:
         api_base: str | None = None,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         client: stripe.StripeClient | None = None,
+        mode: str | None = None,
     ) -> None:
         if not api_key:
             raise ValueError("api_key must be a non-empty string")
         if timeout_seconds <= 0:
             raise ValueError("timeout_seconds must be positive")
+        if mode is not None:
+            check_key_mode(api_key, mode)
         self._api_key = api_key
         self._http_client: stripe.HTTPClient | None = None
         if client is None:

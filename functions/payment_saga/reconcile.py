@@ -261,24 +261,37 @@ def reconcile(
     if list_page_cap < 1:
         raise ValueError("list_page_cap must be at least 1")
     report = ReconcileReport(now=now, apply=apply, search_grace_seconds=search_grace_seconds)
+    sweep = _Sweep(
+        store=store,
+        provider=provider,
+        now=now,
+        apply=apply,
+        grace=search_grace_seconds,
+        page_cap=list_page_cap,
+        keep_going=keep_going,
+    )
     for seen in store.open_claims(lease_expired_before=int(now)):
         if keep_going is not None and not keep_going():
             report.finished = False
             break
-        decision = _settle(
-            store,
-            provider,
-            seen,
-            now=now,
-            apply=apply,
-            grace=search_grace_seconds,
-            page_cap=list_page_cap,
-            keep_going=keep_going,
-        )
+        decision = _settle(sweep, seen)
         report.decisions.append(decision)
         if on_decision is not None:
             on_decision(decision)
     return report
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    """What every claim of one sweep is settled with: :func:`reconcile`'s arguments, checked."""
+
+    store: ClaimsStore
+    provider: PaymentProvider
+    now: float
+    apply: bool
+    grace: int
+    page_cap: int
+    keep_going: Callable[[], bool] | None
 
 
 class _Decide:
@@ -300,20 +313,8 @@ class _Decide:
         )
 
 
-def _settle(
-    store: ClaimsStore,
-    provider: PaymentProvider,
-    seen: Claim,
-    *,
-    now: float,
-    apply: bool,
-    grace: int,
-    page_cap: int,
-    keep_going: Callable[[], bool] | None,
-) -> ReconcileDecision:
-    decision = _ask_provider(
-        store, provider, seen, now=now, apply=apply, grace=grace, page_cap=page_cap, keep_going=keep_going
-    )
+def _settle(sweep: _Sweep, seen: Claim) -> ReconcileDecision:
+    decision = _ask_provider(sweep, seen)
     if seen.awaiting_settlement and decision.outcome is ReconcileOutcome.PENDING:
         # Its lease ran to the settle-by deadline, so the sweeper sees it only past that: the provider
         # took longer to settle than the payment method allows. A person looks (the runbook).
@@ -325,18 +326,9 @@ def _settle(
     return decision
 
 
-def _ask_provider(
-    store: ClaimsStore,
-    provider: PaymentProvider,
-    seen: Claim,
-    *,
-    now: float,
-    apply: bool,
-    grace: int,
-    page_cap: int,
-    keep_going: Callable[[], bool] | None,
-) -> ReconcileDecision:
+def _ask_provider(sweep: _Sweep, seen: Claim) -> ReconcileDecision:
     decided = _Decide(seen)
+    store, provider, now, apply, grace = sweep.store, sweep.provider, sweep.now, sweep.apply, sweep.grace
     try:
         key = idempotency_key(seen.order_id, seen.attempt)
         order = searchable_order(seen)
@@ -365,8 +357,8 @@ def _ask_provider(
                     created_from=created_from,
                     created_to=created_to,
                     customer=customer,
-                    max_pages=page_cap,
-                    keep_going=keep_going,
+                    max_pages=sweep.page_cap,
+                    keep_going=sweep.keep_going,
                 )
             except ListTooLong as exc:
                 return decided(

@@ -357,6 +357,7 @@ def apply(store: ClaimsStore, decision: WebhookDecision) -> WebhookDecision:
             reason=ReleaseReason.DECLINED,
             payment_attempt=seen.payment_attempt,
             webhook_event=decision.event_id,
+            payment_intent_id=decision.payment_intent_id,
         )
     elif decision.outcome is WebhookOutcome.CHARGE_ON_RELEASED:
         assert seen is not None

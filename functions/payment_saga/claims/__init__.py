@@ -77,6 +77,7 @@ from payment_saga.claims.rows import (
     order_attribute,
     release_log_entry,
 )
+from payment_saga.claims.settlement import Settled, settled_before_await
 from payment_saga.claims.store import ClaimsStore
 
 __all__ = [
@@ -99,7 +100,9 @@ __all__ = [
     "Fence",
     "FenceResult",
     "ReleaseReason",
+    "Settled",
     "open_shard",
     "order_attribute",
     "release_log_entry",
+    "settled_before_await",
 ]

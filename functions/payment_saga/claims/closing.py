@@ -91,10 +91,14 @@ class ClosingWrites(ClaimsTable):
         reason: ReleaseReason,
         payment_attempt: str,
         webhook_event: str | None = None,
+        payment_intent_id: str | None = None,
     ) -> Claim:
         """Release the claim, if ``token`` still holds it. Only call this with proof nothing was charged.
 
         ``webhook_event``: as for :meth:`complete`, the Stripe event that is the proof.
+        ``payment_intent_id``: the PaymentIntent whose failure that event reports, kept as
+        ``declinedIntentId`` on a ``DECLINED`` release, so that the execution's own Await Settlement,
+        landing after it, can tell that its attempt was settled by that very PaymentIntent.
 
         ``payment_attempt`` is the producer's payment attempt the claim was taken for; a ``DECLINED``
         release remembers it in ``declinedAttempts`` so that no redelivery of it reaches the provider.
@@ -107,6 +111,7 @@ class ClosingWrites(ClaimsTable):
             ClaimLost: another execution holds the claim, or it is completed.
         """
         now = self.now()
+        declined_intent = payment_intent_id if reason is ReleaseReason.DECLINED else None
         entry = release_log_entry(token, reason)
         declined = reason is ReleaseReason.DECLINED
         won, item = self._update(
@@ -114,7 +119,10 @@ class ClosingWrites(ClaimsTable):
             {
                 "UpdateExpression": (
                     "SET #status = :released, releaseReason = :reason, releasedAt = :now_iso,"
-                    " expiresAt = :ttl" + _webhook_mark(webhook_event) + " REMOVE openClaim"
+                    " expiresAt = :ttl"
+                    + _webhook_mark(webhook_event)
+                    + (", declinedIntentId = :declined_intent" if declined_intent else "")
+                    + " REMOVE openClaim"
                     " ADD releaseLog :entry" + (", declinedAttempts :pa_set" if declined else "")
                 ),
                 "ConditionExpression": "claimToken = :token AND paymentAttempt = :pa AND (#status = :claimed"
@@ -129,6 +137,7 @@ class ClosingWrites(ClaimsTable):
                     ":ttl": {"N": str(now + self.retention_seconds)},
                     ":entry": {"SS": [entry]},
                     **({":pa_set": {"SS": [payment_attempt]}} if declined else {}),
+                    **({":declined_intent": {"S": declined_intent}} if declined_intent else {}),
                     **_webhook_value(webhook_event),
                 },
             },

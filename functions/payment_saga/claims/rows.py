@@ -131,6 +131,9 @@ class Claim:
     awaiting_settlement_since: int | None = None
     #: Until when the provider may take to settle (``settleBy``), after which the sweeper asks.
     settle_by: int | None = None
+    #: The PaymentIntent whose failure a webhook's ``DECLINED`` release is the proof of
+    #: (``declinedIntentId``); None for any other release, or a row written before releases named it.
+    declined_intent_id: str | None = None
 
     @property
     def awaiting_settlement(self) -> bool:
@@ -173,6 +176,7 @@ class Claim:
             settlement_intent_id=item.get("settlementIntentId", {}).get("S"),
             awaiting_settlement_since=_optional_number(item, "awaitingSettlementSince"),
             settle_by=_optional_number(item, "settleBy"),
+            declined_intent_id=item.get("declinedIntentId", {}).get("S"),
         )
 
 

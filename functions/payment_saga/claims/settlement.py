@@ -8,14 +8,61 @@ until when (``settleBy``). The lease is moved to ``settleBy`` in the same write,
 takes the claim over and the sweeper's index does not find it before the provider's own window
 has passed; Stripe's webhook closes it long before, with :meth:`complete` or a ``DECLINED``
 :meth:`release`.
+
+The webhook can also close it *before* that write lands (its event is faster than the execution's
+next Task, or the execution's write is retried after it): the write then fails its condition, and
+the row it failed on says whether the attempt is already settled (:func:`settled_before_await`).
+
+=====================================================  ===================================
+The row the write failed on                            Decision
+=====================================================  ===================================
+``COMPLETED`` by this token, at this attempt, with     ``CHARGED``: settled first, no page
+this PaymentIntent as its charge
+``RELEASED`` ``DECLINED`` by this token, at this       ``DECLINED``: settled first, no page
+attempt, for this PaymentIntent (``declinedIntentId``,
+or the ``settlementIntentId`` it awaited)
+anything else: still ``CLAIMED``, another token or     None: the write is refused
+attempt, another charge or PaymentIntent, released     (``ClaimLost``), the order needs
+``NOT_CHARGED``, a ``DECLINED`` release naming no      reconciliation
+PaymentIntent, no row
+=====================================================  ===================================
 """
 
 from __future__ import annotations
 
-from payment_saga.claims.rows import Claim, ClaimStatus
+import enum
+import json
+
+from payment_saga.claims.rows import Claim, ClaimStatus, ReleaseReason
 from payment_saga.claims.table import ClaimsTable
 from payment_saga.clock import iso_utc
-from payment_saga.errors import ClaimLost
+from payment_saga.errors import ClaimLost, SettledBeforeAwait
+
+
+class Settled(enum.StrEnum):
+    """How an attempt's settlement closed its claim before the execution's own settlement write."""
+
+    CHARGED = "CHARGED"  # completed with the awaited PaymentIntent
+    DECLINED = "DECLINED"  # released DECLINED on that PaymentIntent's failure
+
+
+def settled_before_await(claim: Claim, *, token: str, attempt: int, payment_intent_id: str) -> Settled | None:
+    """Whether ``claim`` is already closed, for ``token``'s ``attempt``, by the settlement of
+    ``payment_intent_id`` (pure; the module's table).
+
+    Only a closing write of this very attempt and PaymentIntent counts: the webhook's writes are fenced
+    on the holder's token, so a row closed for this execution keeps its token, and its end was published
+    by the outcome relay from that write. Anything else proves nothing about this attempt.
+    """
+    if claim.claim_token != token or claim.attempt != attempt:
+        return None
+    if claim.status is ClaimStatus.COMPLETED and claim.charge_id == payment_intent_id:
+        return Settled.CHARGED
+    if claim.status is ClaimStatus.RELEASED and claim.release_reason is ReleaseReason.DECLINED:
+        released_for = claim.declined_intent_id or claim.settlement_intent_id
+        if released_for == payment_intent_id:
+            return Settled.DECLINED
+    return None
 
 
 class SettlementWrites(ClaimsTable):
@@ -30,8 +77,10 @@ class SettlementWrites(ClaimsTable):
         lands again; ``settleBy`` is then counted from the later write, never earlier than before.
 
         Raises:
+            SettledBeforeAwait: the webhook settled this attempt with this PaymentIntent first
+                (:func:`settled_before_await`): the order has its end.
             ClaimLost: the claim is not this execution's at this attempt any more, was completed or
-                released (a webhook settled it first), or awaits another PaymentIntent.
+                released otherwise, or awaits another PaymentIntent.
         """
         now = self.now()
         settle_by = now + self.settlement_window_seconds
@@ -62,6 +111,22 @@ class SettlementWrites(ClaimsTable):
         if not item:
             raise ClaimLost(f"cannot await settlement of order {order_id}: there is no claim")
         current = Claim.from_item(item)
+        settled = settled_before_await(
+            current, token=token, attempt=attempt, payment_intent_id=payment_intent_id
+        )
+        if settled is not None:
+            raise SettledBeforeAwait(
+                json.dumps(
+                    {
+                        "orderId": order_id,
+                        "attempt": attempt,
+                        "paymentIntentId": payment_intent_id,
+                        "settled": settled.value,
+                        "status": current.status.value,
+                    },
+                    sort_keys=True,
+                )
+            )
         raise ClaimLost(
             f"cannot await settlement of order {order_id}: it is {current.status.value} at attempt"
             f" {current.attempt} under {'this' if current.claim_token == token else 'another'} token"

@@ -14,6 +14,7 @@ CRASHES = "tests/statemachine/test_crashes.py"
 POLICIES = "tests/statemachine/test_retry_policies.py"
 HOLES = "tests/statemachine/test_holes.py"
 SETTLING = "tests/statemachine/test_settlement.py"
+SETTLED_FIRST = "tests/statemachine/test_settled_first.py"
 
 ASL = Catalogue(ASL_PATH, (STATIC, PATHS, CRASHES))
 m = ASL
@@ -223,6 +224,12 @@ m.asl(
     drop_rule(CHARGE, "Catch", "PaymentProcessing"),
     "a debit that settles later ends in Needs Reconciliation and pages, as every bank debit did before",
     tests=(SETTLING,),
+)
+m.asl(
+    "asl-settled-before-await-pages",
+    drop_rule("Await Settlement", "Catch", "SettledBeforeAwait"),
+    "a debit the webhook settled before Await Settlement's write ends in Needs Reconciliation and pages",
+    tests=(SETTLED_FIRST,),
 )
 m.asl(
     "asl-await-settlement-not-retried",

@@ -19,6 +19,8 @@ EDGES = "tests/statemachine/test_gate_edges.py"
 PROPERTIES = "tests/local/test_properties.py"
 WEBHOOK_WRITES = "tests/functional/test_webhook_writes.py"
 SETTLING = "tests/statemachine/test_settlement.py"
+SETTLED_ROWS = "tests/unit/test_settled_before_await.py"
+SETTLED_FIRST = "tests/statemachine/test_settled_first.py"
 
 _DEFAULT_TESTS = (PROTOCOL, CLAIMS_TESTS, HOLES, TAKEOVER)
 _PACKAGE = "functions/payment_saga/claims"
@@ -294,6 +296,60 @@ SETTLEMENT.text(
     "the lease is not moved to the settle-by deadline: the claim is taken over and re-charged, and the"
     " sweeper polls it from the next hour on",
     tests=(WEBHOOK_WRITES, SETTLING),
+)
+# -- a settlement write that lands after the webhook settled the attempt --
+SETTLEMENT.text(
+    "claims-settled-before-await-any-token",
+    "if claim.claim_token != token or claim.attempt != attempt:",
+    "if claim.attempt != attempt:",
+    "another execution's settled claim ends this one as settled: a zombie of a taken-over attempt"
+    " reports the taker's end as its own",
+    tests=(SETTLED_ROWS, SETTLED_FIRST),
+)
+SETTLEMENT.text(
+    "claims-settled-before-await-any-attempt",
+    "if claim.claim_token != token or claim.attempt != attempt:",
+    "if claim.claim_token != token:",
+    "a claim closed at another attempt ends this execution as settled, with no page",
+    tests=(SETTLED_ROWS, SETTLED_FIRST),
+)
+SETTLEMENT.text(
+    "claims-settled-before-await-any-charge",
+    "if claim.status is ClaimStatus.COMPLETED and claim.charge_id == payment_intent_id:",
+    "if claim.status is ClaimStatus.COMPLETED:",
+    "a claim completed with another charge (two charges for one attempt) ends as settled, with no page",
+    tests=(SETTLED_ROWS, SETTLED_FIRST),
+)
+SETTLEMENT.text(
+    "claims-settled-before-await-any-release",
+    "if claim.status is ClaimStatus.RELEASED and claim.release_reason is ReleaseReason.DECLINED:",
+    "if claim.status is ClaimStatus.RELEASED:",
+    "a claim released NOT_CHARGED under the awaited PaymentIntent ends as settled: a debit that may"
+    " still succeed is reported as decided",
+    tests=(SETTLED_ROWS, SETTLED_FIRST),
+)
+SETTLEMENT.text(
+    "claims-settled-before-await-declined-for-any-intent",
+    "if released_for == payment_intent_id:",
+    "if True:",
+    "a release declined for another PaymentIntent (or naming none) ends this attempt as settled",
+    tests=(SETTLED_ROWS, SETTLED_FIRST),
+)
+SETTLEMENT.text(
+    "claims-settled-before-await-never",
+    "if settled is not None:",
+    "if False:",
+    "a debit the webhook settled before the execution recorded the wait pages once, for an order that"
+    " is fine",
+    tests=(SETTLED_FIRST, SETTLED_ROWS),
+)
+CLOSING.text(
+    "claims-declined-release-names-no-intent",
+    "declined_intent = payment_intent_id if reason is ReleaseReason.DECLINED else None",
+    "declined_intent = None",
+    "the webhook's declined release does not say which PaymentIntent failed: an Await Settlement"
+    " that lands after it cannot tell its attempt settled, and pages",
+    tests=(SETTLED_FIRST,),
 )
 WRITES.text(
     "claims-reclaim-keeps-the-settlement",

@@ -234,3 +234,28 @@ m.text(
     "an attempt with no PaymentIntent at all counts as declined (the order is never charged again)",
     tests=SWEEP,
 )
+
+# -- the key's mode against the stack's --
+KEY_MODE = ("tests/unit/test_key_mode.py", "tests/statemachine/test_key_mode.py")
+m.text(
+    "pay-key-mode-not-compared",
+    "if found is not None and found != mode:",
+    "if False:",
+    "a live key on a test stack charges, and every webhook about its charges is refused: the claims"
+    " wait for the sweeper, silently",
+    tests=KEY_MODE,
+)
+m.text(
+    "pay-key-mode-live-prefixes-only-secret",
+    '    if api_key.startswith(_LIVE_KEY_PREFIXES):\n        return "live"',
+    '    if api_key.startswith("sk_live_"):\n        return "live"',
+    "a restricted live key is taken for a key of no mode and sent from a test stack",
+    tests=KEY_MODE,
+)
+m.text(
+    "pay-key-mode-not-checked-by-the-provider",
+    "        if mode is not None:\n            check_key_mode(api_key, mode)",
+    "        pass",
+    "the provider the Charge step and the sweeper build never checks the key's mode",
+    tests=("tests/statemachine/test_key_mode.py", "tests/unit/test_key_mode.py"),
+)
