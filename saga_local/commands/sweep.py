@@ -14,14 +14,20 @@ from saga_local.stack.targets import resolve_target
 def cmd_reconcile(args: argparse.Namespace) -> int:
     """``saga reconcile``: what the sweeper would do with stale claims, or do it with --apply."""
     from payment_saga.claims import ClaimsStore
-    from payment_saga.payments import StripeProvider
+    from payment_saga.payments import KeyModeMismatch, StripeProvider, UnsafeApiBase
     from payment_saga.reconcile import reconcile
     from saga_local.commands import stripe_mode
     from saga_local.harness.sweep import not_due, not_due_deployed, reconcile_deployed, render
 
     waiting = None
     if args.stack:
-        report = reconcile_deployed(args.stack, apply=args.apply, region=args.region)
+        try:
+            report = reconcile_deployed(args.stack, apply=args.apply, region=args.region)
+        except UnsafeApiBase as exc:
+            raise SystemExit(f"saga reconcile: the stack's PaymentApiBase is refused: {exc}") from None
+        except (LookupError, KeyModeMismatch) as exc:
+            # Each names what to fix in the stack (a parameter, its secret), never the key.
+            raise SystemExit(f"saga reconcile: {exc}") from None
         waiting = not_due_deployed(args.stack, region=args.region, now=report.now)
     else:
         target = resolve_target(args)

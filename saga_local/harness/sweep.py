@@ -79,12 +79,15 @@ class DeployedStack:
     retention_seconds: int
     #: The account the stack lives in (from its StackId), which its secret must be in too.
     account: str | None = None
+    #: The stack's ``PaymentApiMode`` (``test`` when it predates the parameter, as its default):
+    #: the key in its secret must be of this mode, as the deployed sweeper requires.
+    api_mode: str = "test"
 
 
 def deployed_stack(cloudformation: Any, stack_name: str) -> DeployedStack:
     """Read the claims table (output ``ClaimsTableName``), the provider settings (the stack's
-    parameters ``PaymentApiKeySecretArn`` and ``PaymentApiBase``) and the retention of a closed claim
-    (``ClaimRetentionDays``) of a deployed stack.
+    parameters ``PaymentApiKeySecretArn``, ``PaymentApiBase`` and ``PaymentApiMode``) and the
+    retention of a closed claim (``ClaimRetentionDays``) of a deployed stack.
 
     A stack without ``ClaimRetentionDays`` is refused rather than given the library's default: a
     claim closed with a shorter retention than the stack's could expire while a copy of its order
@@ -116,6 +119,7 @@ def deployed_stack(cloudformation: Any, stack_name: str) -> DeployedStack:
         api_base=parameters.get("PaymentApiBase") or None,
         retention_seconds=int(parameters["ClaimRetentionDays"]) * SECONDS_PER_DAY,
         account=_account_of(str(found.get("StackId", ""))),
+        api_mode=parameters.get("PaymentApiMode") or "test",
     )
 
 
@@ -157,7 +161,9 @@ def reconcile_deployed(
     store = ClaimsStore(
         found.table_name, client=session.client("dynamodb"), retention_seconds=found.retention_seconds
     )
-    provider = StripeProvider(stripe_secret_from_string(raw), api_base=found.api_base)
+    # A key of the other mode than the stack's is refused before anything is sent, as the sweeper
+    # refuses it: reconciling by hand must not succeed where the deployed sweeper would not.
+    provider = StripeProvider(stripe_secret_from_string(raw), api_base=found.api_base, mode=found.api_mode)
     try:
         return reconcile(
             store, provider, now=time.time(), apply=apply, search_grace_seconds=search_grace_seconds

@@ -12,13 +12,13 @@ import pytest
 
 from payment_saga.claims import ClaimsStore, ClaimStatus
 from payment_saga.orders import Order
-from payment_saga.payments import StripeProvider, UnsafeApiBase, idempotency_key
+from payment_saga.payments import KeyModeMismatch, StripeProvider, UnsafeApiBase, idempotency_key
 from payment_saga.reconcile import ReconcileOutcome
 from saga_local import cli
 from saga_local.aws.stack import LOCAL_API_KEY, REGION
 from saga_local.harness.sweep import deployed_stack, not_due, reconcile_deployed, reconcile_stack, render
 from saga_local.stack.embedded import EmbeddedStack
-from saga_local.stripe_emulator import ProviderEmulator
+from saga_local.stripe_emulator import ENDPOINTS, ProviderEmulator
 from saga_local.template import load_template
 
 if TYPE_CHECKING:
@@ -79,11 +79,13 @@ def create_deployed_stack(
     retention_days: str | None = "45",
     api_key: str = LOCAL_API_KEY,
     secret_account: str | None = None,
+    api_mode: str | None = None,
 ) -> str:
     """A stack with what reconciliation reads: the claims table as template.yaml declares it, its
     ``ClaimsTableName`` output, the provider parameters, with the key in Secrets Manager, and the
     retention of closed claims (``None``: a stack deployed before it was a parameter).
-    ``secret_account`` names the secret's ARN in another account than the stack's."""
+    ``secret_account`` names the secret's ARN in another account than the stack's; ``api_mode`` is the
+    stack's ``PaymentApiMode`` (``None``: left to its default)."""
     secret = boto3.client("secretsmanager", region_name=REGION).create_secret(
         Name="payment-saga/stripe", SecretString=json.dumps({"apiKey": api_key})
     )
@@ -100,6 +102,7 @@ def create_deployed_stack(
                 "PaymentApiKeySecretArn",
                 "ClaimRetentionDays",
                 "ExistingClaimsTableStreamArn",
+                "PaymentApiMode",
             )
             if retention_days is not None or name != "ClaimRetentionDays"
         },
@@ -119,6 +122,7 @@ def create_deployed_stack(
                 if retention_days is None
                 else [{"ParameterKey": "ClaimRetentionDays", "ParameterValue": retention_days}]
             ),
+            *([] if api_mode is None else [{"ParameterKey": "PaymentApiMode", "ParameterValue": api_mode}]),
         ],
     )
     return "payment-saga"
@@ -198,7 +202,8 @@ LIVE_KEY = "_".join(("sk", "live", "operator", "laptop"))
 def test_reconcile_of_a_deployed_stack_refuses_a_redirected_base_url(
     aws: None, api_base: str, key: str
 ) -> None:
-    name = create_deployed_stack(api_base, api_key=key)
+    # The stack's mode matches its key: what is refused is where the key would go.
+    name = create_deployed_stack(api_base, api_key=key, api_mode="live" if key == LIVE_KEY else None)
 
     with pytest.raises(UnsafeApiBase) as refused:
         reconcile_deployed(name, apply=True, region=REGION)
@@ -250,3 +255,52 @@ def test_reconcile_of_a_deployed_stack_with_nothing_due_says_which_claims_wait_a
     (line,) = [line for line in text.splitlines() if ORDER.order_id in line]
     assert "open, lease ends" in line
     assert 0 < float(line.split("(in ")[1].split(" s)")[0].replace(",", "")) <= LEASE
+
+
+def test_reconcile_of_a_deployed_stack_refuses_a_key_of_the_other_mode_and_touches_no_claim(
+    aws: None,
+) -> None:
+    """The stack says live (its webhooks accept only live events) and its secret holds a test key: the
+    deployed sweeper refuses to sweep, so reconciling by hand must refuse too, before any request."""
+    with ProviderEmulator() as emulator:
+        name = create_deployed_stack(emulator.url, api_mode="live")
+        table = deployed_stack(boto3.client("cloudformation", region_name=REGION), name).table_name
+        dynamodb = boto3.client("dynamodb", region_name=REGION)
+        ClaimsStore(table, client=dynamodb, clock=lambda: time.time() - 2000).claim(ORDER, token="exec-A")
+
+        with pytest.raises(KeyModeMismatch, match="test-mode key") as refused:
+            reconcile_deployed(name, apply=True, region=REGION)
+        requests = sum(emulator.request_count(endpoint) for endpoint in ENDPOINTS)
+
+    assert LOCAL_API_KEY not in str(refused.value)
+    assert requests == 0  # nothing was sent to the provider
+    claim = ClaimsStore(table, client=dynamodb).get(ORDER.order_id)
+    assert claim is not None
+    assert (claim.status, claim.claim_token) == (ClaimStatus.CLAIMED, "exec-A")
+
+
+@pytest.mark.parametrize(
+    ("stack", "says"),
+    [
+        ("mode", "test-mode key and the stack's PaymentApiMode is live"),
+        ("retention", "no ClaimRetentionDays parameter"),
+        ("base", "PaymentApiBase is refused: plain http"),
+    ],
+)
+def test_saga_reconcile_answers_a_stack_it_refuses_in_one_line(
+    aws: None, capsys: pytest.CaptureFixture[str], stack: str, says: str
+) -> None:
+    name = {
+        "mode": lambda: create_deployed_stack("", api_mode="live"),
+        "retention": lambda: create_deployed_stack("", retention_days=None),
+        "base": lambda: create_deployed_stack("http://203.0.113.7/collect"),
+    }[stack]()
+
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["reconcile", "--stack", name, "--region", REGION])
+
+    message = str(refused.value.code)
+    assert message.startswith("saga reconcile: ")
+    assert says in message
+    assert "\n" not in message
+    assert LOCAL_API_KEY not in message
