@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from saga_local import output
-from saga_local.commands.chaos import main, render
+from saga_local.cli import main
 from saga_local.harness.chaos import run_chaos
 from saga_local.harness.chaos_plan import ChaosConfig, plan_faults
-from saga_local.harness.chaos_report import broken_invariants
+from saga_local.harness.chaos_report import broken_invariants, render
 from saga_local.harness.chaos_sweep import SEARCH_GRACE_SECONDS, SweeperTicks
 from saga_local.harness.outcomes import final_outcomes, tally
 from saga_local.harness.simulate import LOST_ENDINGS, make_orders, money, order_ending
@@ -359,9 +359,9 @@ def test_the_audit_catches_each_broken_invariant() -> None:
     assert not any("FINE" in p for p in problems)
 
 
-def test_main_prints_a_json_report_and_exits_by_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+def test_saga_chaos_prints_a_json_report_and_exits_by_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
     flags = ["--orders", "3", "--copies", "2", "--concurrency", "1", "--seed", "5", "--json"]
-    status = main([*flags, "--outage-start", "0", "--outage-seconds", "0.5"])
+    status = main(["chaos", *flags, "--outage-start", "0", "--outage-seconds", "0.5"])
 
     report = json.loads(capsys.readouterr().out)
     assert report["before"]["orders"] == 3
