@@ -52,8 +52,9 @@ SMALL = ChaosConfig(
     # The outage first, with the orders flowing freely for two seconds; then the throttle, which lets
     # no claim through to a Charge: over the whole outage, the outage would meet no call.
     outage_start_seconds=0.5,
-    # Long enough for a Charge and all its retries to meet it on a loaded machine.
-    outage_seconds=5.0,
+    # Long enough for a Charge and all its retries to meet it on a loaded machine: each retry is a
+    # few state transitions, and on a shared machine five seconds saw some chains outlast it.
+    outage_seconds=8.0,
     throttle_start_seconds=2.5,
     throttle_seconds=4.0,  # long enough for a Claim and its retries to all meet it on a slow machine
 )
