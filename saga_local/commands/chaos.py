@@ -58,6 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.throttle_seconds,
         help="how long both are throttled on every invocation (0: never)",
     )
+    parser.add_argument(
+        "--webhooks",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.webhooks,
+        help="Stripe's webhooks on, delivered in disorder (duplicated, reordered, delayed, lost, the"
+        f" endpoint down for {defaults.webhook_down_seconds:.0f} s), and {defaults.debit_rate * 100:.0f}%% of"
+        " the orders paid by bank debit, settling later; --no-webhooks: the sweeper alone closes what"
+        " the executions leave open (default: %(default)s)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--html",
@@ -82,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         outage_seconds=args.outage_seconds,
         throttle_start_seconds=args.throttle_start,
         throttle_seconds=args.throttle_seconds,
+        webhooks=args.webhooks,
     )
     from saga_local.stack.embedded import EmbeddedStack
 
@@ -93,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         open(args.log_file or os.devnull, "a", encoding="utf-8") as logs,
         contextlib.redirect_stdout(logs),
         EmbeddedStack(
-            runtime="inprocess", retry_time_scale=0, visibility_timeout=config.visibility_timeout
+            runtime="inprocess",
+            retry_time_scale=0,
+            visibility_timeout=config.visibility_timeout,
+            webhooks=config.webhooks,
+            webhook_time_scale=config.webhook_time_scale,
         ) as stack,
     ):
         report = run_chaos(stack, config, progress=progress)

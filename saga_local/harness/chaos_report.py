@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from saga_local.harness.chaos_plan import ChaosConfig
     from saga_local.harness.chaos_sweep import Resolved
+    from saga_local.harness.chaos_webhooks import WebhookSummary
     from saga_local.stack.embedded import EmbeddedStack
     from saga_local.stripe_emulator import LedgerEntry
 
@@ -82,6 +83,23 @@ class ChaosReport:
     sweeper_troubles: dict[str, int] = field(default_factory=dict)
     #: The outcome events counted against the orders (None: the stack archives no outcome event).
     outcomes: OutcomeTally | None = None
+    #: The webhooks' disorder and the bank debits (None: the run had webhooks off).
+    webhooks: WebhookSummary | None = None
+    #: Orders by what closed them (their last final outcome event's ``resolvedBy``).
+    closed_by: dict[str, int] = field(default_factory=dict)
+    #: Orders that waited in Awaiting Settlement, and those still waiting before the sweep (their
+    #: settlement webhook lost: the sweeper closes them past the settlement window).
+    awaited_settlement: int = 0
+    awaiting_before_sweep: int = 0
+    #: Orders a delivered webhook had resolved whose claim was still open before the sweep, and
+    #: orders paged after a webhook had closed them (one line each).
+    webhook_left_open: list[str] = field(default_factory=list)
+    #: Orders paged while their payment settled: Needs Reconciliation after Awaiting Settlement, or the
+    #: sweeper's SettlementOverdue (one line each).
+    settling_paged: list[str] = field(default_factory=list)
+    #: Debits the sweeper found past their settlement window and could not ask the provider about
+    #: (its search or list down in that tick): SettlementOverdue counted, closed by a later tick.
+    overdue_unasked: list[str] = field(default_factory=list)
 
     @property
     def requeued_endings(self) -> dict[str, int]:
@@ -109,6 +127,8 @@ class ChaosReport:
             "every needs-reconciliation resolved": self.after.needs_reconciliation == 0,
             "invariants 6 and 7 hold": not self.violations_before and not self.violations_after,
             "each order exactly one final outcome event": self.outcomes is not None and self.outcomes.exact,
+            "no order a webhook resolved left in Needs Reconciliation": not self.webhook_left_open,
+            "no settling payment paged (Awaiting Settlement is a state)": not self.settling_paged,
         }
 
     @property
@@ -142,6 +162,13 @@ class ChaosReport:
             "sweeperFaults": self.sweeper_faults,
             "outcomeEvents": None if self.outcomes is None else self.outcomes.to_dict(),
             "requeuedEndings": self.requeued_endings,
+            "webhooks": None if self.webhooks is None else self.webhooks.to_dict(),
+            "closedBy": self.closed_by,
+            "awaitedSettlement": self.awaited_settlement,
+            "awaitingBeforeSweep": self.awaiting_before_sweep,
+            "webhookLeftOpen": self.webhook_left_open,
+            "settlingPaged": self.settling_paged,
+            "overdueUnasked": self.overdue_unasked,
             "checks": self.checks,
             "promiseKept": self.promise_kept,
         }
@@ -165,7 +192,7 @@ def count_outcome_events(stack: EmbeddedStack, order_ids: list[str]) -> OutcomeT
 
 def render(report: ChaosReport) -> str:
     """The report of ``saga chaos``: ``saga simulate``'s report (before the sweep), then the faults,
-    the sweep and the verdict."""
+    the webhooks, the sweep and the verdict."""
     lines = [simulate.render(dataclasses.replace(report.before, faults_injected={}, problems=[]))]
     lines.append(
         f"faults injected      {sum(report.faults_by_kind.values())} fired"
@@ -179,6 +206,7 @@ def render(report: ChaosReport) -> str:
     lines.append(f"redeliveries         {_counts(report.redeliveries)}")
     lines.append(f"dead letters         {report.dead_letters}")
     lines.append(f"declined attempts sent to the provider again  {len(report.declined_sent_again)}")
+    lines.extend(_render_webhooks(report))
     lines.append(f"endings, before the sweep  {_counts(report.before.order_endings)}")
     lines.extend(_render_sweep(report))
     lines.extend(_render_outcomes(report))
@@ -186,6 +214,7 @@ def render(report: ChaosReport) -> str:
     # still lost. An order "lost" before it (its re-send still delayed on the queue) is not a problem.
     problems = report.violations_before + report.violations_after
     problems += report.declined_sent_again
+    problems += report.webhook_left_open + report.settling_paged
     if report.outcomes is not None:
         problems += [f"{o}: no final outcome event" for o in report.outcomes.missing[:20]]
         problems += report.outcomes.problems[:20]
@@ -212,8 +241,24 @@ def _render_sweep(report: ChaosReport) -> list[str]:
         f" (troubles around the ticks: {_counts(report.sweeper_troubles)})"
     )
     lines.append(f"endings, after the sweep   {_counts(report.after.order_endings)}")
+    lines.append(f"closed by            {_counts(report.closed_by)}")
     lines.extend(simulate.render_money(report.after.money))
     return lines
+
+
+def _render_webhooks(report: ChaosReport) -> list[str]:
+    """The webhooks' disorder, the bank debits, and the orders that waited for their bank."""
+    if report.webhooks is None:
+        return ["webhooks             off (the sweeper alone closes what the executions left open)"]
+    return [
+        *report.webhooks.lines(),
+        f"awaiting settlement  {report.awaited_settlement} orders waited (not an alarm);"
+        f" {report.awaiting_before_sweep} still waiting before the sweep, their settlement webhook"
+        " lost: the sweeper closes them past the settlement window",
+        f"settlement overdue   {len(report.overdue_unasked)} counted while the provider could not answer"
+        " the sweeper (its search or list down in that tick), closed by a later tick"
+        + "".join(f"\n  {line}" for line in report.overdue_unasked),
+    ]
 
 
 def _render_outcomes(report: ChaosReport) -> list[str]:
