@@ -72,19 +72,20 @@ def arm(stack: EmbeddedStack, config: ChaosConfig, debits: dict[str, str]) -> En
         seed=config.seed + 3,
     )
     return EndpointDown(
-        provider, start_after=config.webhook_down_start_seconds, seconds=config.webhook_down_seconds
+        provider, after_events=config.webhook_down_after_events, seconds=config.webhook_down_seconds
     )
 
 
 class EndpointDown:
-    """The webhook endpoint answering nothing for ``seconds`` (``take_down``), from ``start_after``
-    seconds after the run's first webhook event: counted from the first event rather than from
-    :meth:`start`, so that a slow start on a busy machine cannot leave the window before any
+    """The webhook endpoint answering nothing for ``seconds`` (``take_down``), once the run has sent
+    ``after_events`` webhook events: counted in events rather than in seconds from :meth:`start`,
+    because the run's other windows (Lambda throttled, the provider down) leave long spells in
+    which nothing is charged and no event is sent, and a window in one of them would meet no
     delivery. A window that has not begun when the run is over never happens."""
 
-    def __init__(self, provider: ProviderEmulator, *, start_after: float, seconds: float) -> None:
+    def __init__(self, provider: ProviderEmulator, *, after_events: int, seconds: float) -> None:
         self.provider = provider
-        self.start_after = start_after
+        self.after_events = after_events
         self.seconds = seconds
         self.began: float | None = None
         self._stop = threading.Event()
@@ -103,11 +104,9 @@ class EndpointDown:
             self._thread.join()
 
     def _run(self) -> None:
-        while not self.provider.webhooks.events():
-            if self._stop.wait(0.1):
+        while len(self.provider.webhooks.events()) < self.after_events:
+            if self._stop.wait(0.2):
                 return
-        if self._stop.wait(self.start_after):
-            return
         self.began = time.monotonic() - self._clock
         self.provider.webhooks.take_down(self.seconds)
 

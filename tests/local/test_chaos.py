@@ -72,7 +72,7 @@ SMALL = ChaosConfig(
     webhook_delay_rate=0.4,
     webhook_delay_seconds=2.5,
     webhook_lose_rate=0.5,
-    webhook_down_start_seconds=1.0,
+    webhook_down_after_events=5,
     webhook_down_seconds=3.0,
 )
 
