@@ -187,7 +187,7 @@ CHAOS_ORDERS ?= 1000
 CHAOS_SEED ?= 7
 PROPERTY_EXAMPLES ?= 500
 
-chaos: install ## 1,000 orders x 4 deliveries, random faults at every step, then the sweeper: the verdict
+chaos: install ## 1,000 orders x 4 deliveries, random faults at every step, webhooks in disorder, bank debits, then the sweeper: the verdict
 	$(BIN)/python -m saga_local.commands.chaos --orders $(CHAOS_ORDERS) --copies 4 --concurrency 4 --seed $(CHAOS_SEED)
 
 property-long: install ## The property-based test with 500 examples (SAGA_PROPERTY_EXAMPLES; 25 in make test)

@@ -8,108 +8,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import sys
 import warnings
-from typing import TYPE_CHECKING
 
 from saga_local.commands.arguments import Parser, count, html_file, seconds
 from saga_local.harness import simulate
 from saga_local.harness.chaos import run_chaos
 from saga_local.harness.chaos_plan import ChaosConfig
-from saga_local.harness.chaos_sweep import SEARCH_GRACE_SECONDS
-
-if TYPE_CHECKING:
-    from saga_local.harness.chaos_report import ChaosReport
-
-
-def render(report: ChaosReport) -> str:
-    """``saga simulate``'s report (before the sweep), then the faults, the sweep and the verdict."""
-    lines = [simulate.render(dataclasses.replace(report.before, faults_injected={}, problems=[]))]
-    lines.append(
-        f"faults injected      {sum(report.faults_by_kind.values())} fired"
-        f" (from {report.faults_planned} planned faults)"
-    )
-    lines.extend(f"  {n:6d}  {kind}" for kind, n in report.faults_by_kind.items())
-    lines.append("  by function: " + _counts(report.faults_by_function))
-    lines.append(report.outage_line)
-    lines.append(report.throttle_line)
-    lines.append(f"late writes          {_counts(report.late_writes)}")
-    lines.append(f"redeliveries         {_counts(report.redeliveries)}")
-    lines.append(f"dead letters         {report.dead_letters}")
-    lines.append(f"declined attempts sent to the provider again  {len(report.declined_sent_again)}")
-    lines.append(f"endings, before the sweep  {_counts(report.before.order_endings)}")
-    lines.extend(_render_sweep(report))
-    lines.extend(_render_outcomes(report))
-    # What is wrong at the end: the report after the sweep names every double charge and every order
-    # still lost. An order "lost" before it (its re-send still delayed on the queue) is not a problem.
-    problems = report.violations_before + report.violations_after
-    problems += report.declined_sent_again
-    if report.outcomes is not None:
-        problems += [f"{o}: no final outcome event" for o in report.outcomes.missing[:20]]
-        problems += report.outcomes.problems[:20]
-    problems += report.after.problems
-    if problems:
-        lines.append("problems")
-        lines.extend(f"  {p}" for p in dict.fromkeys(problems))
-    lines.append(f"total wall time      {report.wall_seconds:.1f} s")
-    lines.append("verdict")
-    lines.extend(f"  {'ok  ' if ok else 'FAIL'}  {check}" for check, ok in report.checks.items())
-    lines.append("  PROMISE KEPT" if report.promise_kept else "  PROMISE BROKEN")
-    return "\n".join(lines)
-
-
-def _render_sweep(report: ChaosReport) -> list[str]:
-    lines = [
-        f"sweep                {len(report.sweep)} stale claims in {report.sweep_seconds:.1f} s:"
-        f" {_counts(report.sweep_counts)}"
-    ]
-    lines.extend(f"  {resolved}" for resolved in report.sweep)
-    lines.append(
-        f"sweeper ticks        {sum(report.sweeper_ticks.values())} invocations of SweeperFunction:"
-        f" {_counts(report.sweeper_ticks)}; {report.sweeper_faults} sweeper faults fired"
-        f" (troubles around the ticks: {_counts(report.sweeper_troubles)})"
-    )
-    lines.append(f"endings, after the sweep   {_counts(report.after.order_endings)}")
-    lines.extend(simulate.render_money(report.after.money))
-    return lines
-
-
-def _render_outcomes(report: ChaosReport) -> list[str]:
-    """One line per outcome type, then each order's final outcome counted against the orders."""
-    outcomes = report.outcomes
-    if outcomes is None:
-        return ["outcome events       none read: the stack has no outcome archive (OutcomeArchive=Enabled)"]
-    lines = [
-        f"outcome events       {sum(outcomes.by_type.values())} distinct"
-        f" ({outcomes.duplicates} duplicate deliveries dropped by eventId)"
-    ]
-    lines.extend(f"  {n:6d}  {kind}" for kind, n in sorted(outcomes.by_type.items()))
-    lines.append(
-        f"final outcome events per order ({report.before.orders} orders: exactly one each, after"
-        " declines of earlier payment attempts)"
-    )
-    lines.extend(f"  {n:6d}  {kind}" for kind, n in sorted(outcomes.by_final.items()))
-    lines.append(f"  {len(outcomes.missing):6d}  without a final outcome event")
-    lines.append(f"  {len(outcomes.charged_twice):6d}  with two OrderCharged")
-    lines.append(f"  {len(outcomes.problems):6d}  with final events out of rule or against the ledger")
-    lines.append(
-        f"re-queued by the relay  {len(outcomes.requeued)} orders, ended: {_counts(report.requeued_endings)}"
-    )
-    lines.append(
-        f"search lag           {report.search_lag_seconds:.0f} s"
-        f" (the sweeper's grace: {SEARCH_GRACE_SECONDS} s);"
-        f" the sweeps asked the search {report.sweeper_requests.get('search', 0)} times and the list"
-        f" {report.sweeper_requests.get('list', 0)} times"
-    )
-    return lines
-
-
-def _counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{name} {n}" for name, n in sorted(counts.items())) or "none"
-
+from saga_local.harness.chaos_report import render
 
 # -- entry point -------------------------------------------------------------------------------
 
@@ -150,6 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.throttle_seconds,
         help="how long both are throttled on every invocation (0: never)",
     )
+    parser.add_argument(
+        "--webhooks",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.webhooks,
+        help="Stripe's webhooks on, delivered in disorder (duplicated, reordered, delayed, lost, the"
+        f" endpoint down for {defaults.webhook_down_seconds:.0f} s), and {defaults.debit_rate * 100:.0f}%% of"
+        " the orders paid by bank debit, settling later; --no-webhooks: the sweeper alone closes what"
+        " the executions leave open (default: %(default)s)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--html",
@@ -174,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         outage_seconds=args.outage_seconds,
         throttle_start_seconds=args.throttle_start,
         throttle_seconds=args.throttle_seconds,
+        webhooks=args.webhooks,
     )
     from saga_local.stack.embedded import EmbeddedStack
 
@@ -185,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         open(args.log_file or os.devnull, "a", encoding="utf-8") as logs,
         contextlib.redirect_stdout(logs),
         EmbeddedStack(
-            runtime="inprocess", retry_time_scale=0, visibility_timeout=config.visibility_timeout
+            runtime="inprocess",
+            retry_time_scale=0,
+            visibility_timeout=config.visibility_timeout,
+            webhooks=config.webhooks,
+            webhook_time_scale=config.webhook_time_scale,
         ) as stack,
     ):
         report = run_chaos(stack, config, progress=progress)

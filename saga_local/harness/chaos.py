@@ -40,6 +40,13 @@ drawn at random, reproducibly from ``--seed``:
   (a minute by default), every invocation of Claim Order and Release Claim is throttled, retries
   included: a failed claim that cannot even be fenced, which the state machine itself must send
   back to the orders queue;
+* with :attr:`ChaosConfig.webhooks` (the default), Stripe's webhooks on and in disorder, and bank
+  debits (:mod:`saga_local.harness.chaos_webhooks`): every event delivered twice, overtaken,
+  delayed or lost at its own rate, the endpoint down for :attr:`ChaosConfig.webhook_down_seconds`,
+  and :attr:`ChaosConfig.debit_rate` of the orders that do not decline paid by a debit whose charge
+  answers ``processing`` and which the bank settles :attr:`ChaosConfig.settle_seconds` later,
+  succeeded or (:attr:`ChaosConfig.debit_fail_rate`) failed; every sweep's clock is then past the
+  settlement window too, so that a debit whose settlement webhook was lost is the sweeper's;
 * the provider's search lags :attr:`ChaosConfig.search_lag_seconds` (two hours by default), longer
   than the sweeper's grace (one hour): the search sees none of the run's PaymentIntents, so every
   release rests on the list (``GET /v1/payment_intents``) and every completion the sweeper makes
@@ -60,10 +67,13 @@ that fired, the outage and the search lag, the outcome
 events (one line per type) counted against the orders
 (:func:`saga_local.harness.outcomes.tally`: after deduplication by ``eventId`` every order has
 exactly one final outcome event, or declines of earlier payment attempts before it, and it agrees
-with the provider's ledger), and the verdict.
+with the provider's ledger), what closed each order (its execution, a webhook, the sweeper), the
+webhooks' disorder and the debits, and the verdict.
 The exit status is 0 only if the promise held: no order charged twice, none lost, no declined
 attempt sent again, every needs-reconciliation resolved, invariants 6 (release only on proof) and
-7 (the completed charge is the ledger's) unbroken, and the outcome events exact.
+7 (the completed charge is the ledger's) unbroken, the outcome events exact
+(``OrderPaymentProcessing`` is never an end), no order a delivered webhook resolved left open or
+paged, and no payment that was only settling paged.
 
 The stack is the embedded one, in-process (``retry_time_scale=0``: the ASL's Retry waits are
 recorded, not slept), with a short visibility timeout so redriven messages come back in seconds.
@@ -75,18 +85,37 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from saga_local.harness import simulate
 from saga_local.harness.chaos_plan import ChaosConfig, FaultSchedule, plan_faults
 from saga_local.harness.chaos_report import ChaosReport, broken_invariants, count_outcome_events
-from saga_local.harness.chaos_sweep import SWEEPER_FUNCTION, SweeperTicks, sweep_and_play_out_later
+from saga_local.harness.chaos_sweep import (
+    SWEEPER_FUNCTION,
+    SweeperTicks,
+    sweep_and_play_out_later,
+    wait_for_settlements,
+)
 from saga_local.harness.chaos_troubles import LambdaThrottle, Outage, Redeliverer
+from saga_local.harness.chaos_webhooks import (
+    arm,
+    awaited_settlement,
+    closed_by,
+    left_open_by_webhook,
+    paged_needlessly,
+    summarize,
+)
 from saga_local.runtime.faults import declined_attempts_sent_again
+
+#: The sweeper's words for a decision it could not take because the provider did not answer
+#: (``payment_saga.reconcile``: its search or its list failed).
+PROVIDER_COULD_NOT_TELL = "cannot tell yet"
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from saga_local.harness.chaos_sweep import Resolved
+    from saga_local.harness.outcomes import OutcomeTally
     from saga_local.stack.embedded import EmbeddedStack
     from saga_local.stripe_emulator import ProviderFault
 
@@ -116,8 +145,11 @@ def run_chaos(
     throttle = LambdaThrottle(
         stack, start_after=config.throttle_start_seconds, seconds=config.throttle_seconds
     )
+    down = arm(stack, config, schedule.debits) if config.webhooks else None
     outage.start()
     throttle.start()
+    if down is not None:
+        down.start()
     redeliveries.start()
     try:
         ran = simulate.run(
@@ -136,17 +168,20 @@ def run_chaos(
     finally:
         redeliveries.stop()
         throttle.finish()
+        if down is not None:
+            down.finish()
     outage.finish()  # the outage lasts its whole window; what it left open is settled below
     redeliveries.after_the_end()
-    simulate.settle(stack)
-    stack.faults.late.land_all()  # every write still in flight lands before anything is judged
-    simulate.settle(stack)
+    _settle_after_the_run(stack, webhooks=config.webhooks)
     order_ids = [order["orderId"] for order in orders]
     before = simulate.measure(stack, orders, deliveries=ran.deliveries, wall_seconds=ran.wall_seconds)
-    violations_before = broken_invariants(order_ids, stack.driver.claims(), stack.provider.charges())
+    claims_before = stack.driver.claims()
+    violations_before = broken_invariants(order_ids, claims_before, stack.provider.charges())
+    left_open = _left_open(stack, claims_before) if config.webhooks else []
 
     sweep_began = time.monotonic()
-    ticks = SweeperTicks(stack, troubles=schedule.sweep_troubles)
+    # Past the settlement window too: a debit whose settlement webhook was lost is the sweeper's.
+    ticks = SweeperTicks(stack, troubles=schedule.sweep_troubles, past_settlement=config.webhooks)
     swept, sweeper_requests = sweep_and_play_out_later(stack, ticks)
     sweep_seconds = time.monotonic() - sweep_began
     after = simulate.measure(stack, orders, deliveries=ran.deliveries, wall_seconds=ran.wall_seconds)
@@ -190,8 +225,65 @@ def run_chaos(
         sweeper_requests=dict(sweeper_requests),
         sweeper_ticks=dict(ticks.ends),
         sweeper_troubles=dict(ticks.troubles_fired),
-        outcomes=count_outcome_events(stack, order_ids),
+        outcomes=(outcomes := count_outcome_events(stack, order_ids)),
+        webhooks=summarize(stack.provider, down, schedule.debits) if down is not None else None,
+        awaiting_before_sweep=sum(1 for o in order_ids if _awaiting(claims_before.get(o))),
+        **_webhook_verdict(stack, order_ids, outcomes, swept, left_open),
     )
+
+
+def _settle_after_the_run(stack: EmbeddedStack, *, webhooks: bool) -> None:
+    simulate.settle(stack)
+    stack.faults.late.land_all()  # every write still in flight lands before anything is judged
+    simulate.settle(stack)
+    if webhooks:
+        # The bank answers every debit, and its webhook (if not lost) is delivered and consumed.
+        wait_for_settlements(stack.provider)
+        simulate.settle(stack)
+
+
+def _awaiting(claim: dict[str, Any] | None) -> bool:
+    return bool(claim and claim.get("status") == "CLAIMED" and claim.get("settlementIntentId"))
+
+
+def _left_open(stack: EmbeddedStack, claims: dict[str, dict[str, Any]]) -> list[str]:
+    """Orders whose claim a delivered webhook should have closed, still open (before the sweep)."""
+    attempts = stack.provider.webhooks.attempts()
+    intents = {i["id"]: i for i in stack.provider.payment_intents()}
+    return left_open_by_webhook(claims, attempts, intents)
+
+
+def _webhook_verdict(
+    stack: EmbeddedStack,
+    order_ids: list[str],
+    outcomes: OutcomeTally | None,
+    swept: list[Resolved],
+    left_open: list[str],
+) -> dict[str, Any]:
+    """What closed each order, who waited for their bank, and who was paged needlessly: the
+    :class:`ChaosReport` fields read from the outcome events and the sweeps."""
+    log = stack.driver.outcome_log
+    mine = set(order_ids)
+    events = [e for e in (log.collect() if log is not None else []) if e.order_id in mine]
+    after_webhook, while_settling = paged_needlessly(events)
+    # Every sweep came after the bank had answered each debit (chaos waits for it): an overdue
+    # settlement is a page for a settled payment. One the sweeper could not ask the provider about
+    # (its search or list down in that tick) is the sweeper's "unknown is not no", shown on its own;
+    # one the provider answered is a needless page.
+    overdue = [r for r in swept if r.settlement_overdue]
+    unasked = [r for r in overdue if PROVIDER_COULD_NOT_TELL in r.reason]
+    needless = [
+        f"{r.order_id}: settlement overdue at attempt {r.attempt}, the provider answered: {r.reason}"
+        for r in overdue
+        if r not in unasked
+    ]
+    return {
+        "closed_by": closed_by(events, outcomes.final_by_order) if outcomes is not None else {},
+        "awaited_settlement": awaited_settlement(events),
+        "webhook_left_open": left_open + after_webhook,
+        "settling_paged": while_settling + needless,
+        "overdue_unasked": [f"{r.order_id}  attempt {r.attempt}" for r in unasked],
+    }
 
 
 def _inject_provider_faults(stack: EmbeddedStack, schedule: FaultSchedule) -> list[ProviderFault]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from saga_local.harness.chaos_sweep import SWEEP_TROUBLES, SWEEPER_FUNCTION
+from saga_local.harness.simulate import DECLINING_CARD
 from saga_local.runtime.faults import (
     LANDS_AFTER,
     POINTS,
@@ -69,6 +70,31 @@ class ChaosConfig:
     throttle_start_seconds: float = 20.0
     #: How long every invocation of both is throttled (0: never).
     throttle_seconds: float = 60.0
+    #: Stripe's webhooks on (the receiver served, the consumer polling), delivered in disorder, and a
+    #: share of the orders paid by bank debit. Off: the run of before webhooks, the sweeper alone.
+    webhooks: bool = True
+    #: Per order that does not decline: paid by bank debit, its Charge answered ``processing``.
+    debit_rate: float = 0.1
+    #: Per bank debit: it settles as failed (the bank refused it) rather than succeeded.
+    debit_fail_rate: float = 0.3
+    #: Real seconds a bank debit takes to settle (days on a real account).
+    settle_seconds: float = 3.0
+    #: Stripe's webhook retry waits (a minute, five, half an hour, ...) multiplied by this.
+    webhook_time_scale: float = 0.005
+    #: Per webhook event: delivered twice.
+    webhook_duplicate_rate: float = 0.1
+    #: Per webhook event: held back :attr:`webhook_reorder_seconds`, so the next event overtakes it.
+    webhook_reorder_rate: float = 0.1
+    webhook_reorder_seconds: float = 1.5
+    #: Per webhook event: its first delivery waits up to :attr:`webhook_delay_seconds`.
+    webhook_delay_rate: float = 0.2
+    webhook_delay_seconds: float = 3.0
+    #: Per webhook event: never delivered (the sweeper is the backstop).
+    webhook_lose_rate: float = 0.05
+    #: Webhook events sent before the endpoint goes down (a 1,000-order run sends about 1,200).
+    webhook_down_after_events: int = 300
+    #: How long the endpoint answers nothing (0: never down): Stripe retries on its schedule.
+    webhook_down_seconds: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +112,8 @@ class FaultSchedule:
     provider: list[ProviderFaultPlan] = field(default_factory=list)
     #: The sweeper's tick number -> what goes wrong around it (one of ``SWEEP_TROUBLES``).
     sweep_troubles: dict[int, str] = field(default_factory=dict)
+    #: orderId -> how its bank debit settles (``succeeded`` or ``failed``), for the orders paid by one.
+    debits: dict[str, str] = field(default_factory=dict)
 
 
 def plan_faults(orders: list[dict[str, Any]], config: ChaosConfig, rng: random.Random) -> FaultSchedule:
@@ -126,7 +154,23 @@ def plan_faults(orders: list[dict[str, Any]], config: ChaosConfig, rng: random.R
             seconds = round(rng.uniform(0.05, 0.3), 2) if kind in ("delay", "late_write") else 0.0
             schedule.faults.append(Fault(RELAY_FUNCTION, point, kind, attempt=invocation, seconds=seconds))  # type: ignore[arg-type]
     _plan_sweeper(schedule, config, rng)
+    if config.webhooks:
+        schedule.debits = plan_debits(orders, config)
     return schedule
+
+
+def plan_debits(orders: list[dict[str, Any]], config: ChaosConfig) -> dict[str, str]:
+    """The orders paid by bank debit, and how each settles. Drawn from a generator of their own, so
+    that turning debits on or off leaves the faults of a seed as they were. Declining cards are
+    left out: they decline at the confirm and never reach ``processing``."""
+    rng = random.Random(config.seed + 2)
+    debits: dict[str, str] = {}
+    for order in orders:
+        if order["paymentMethod"] == DECLINING_CARD:
+            continue
+        if rng.random() < config.debit_rate:
+            debits[order["orderId"]] = "failed" if rng.random() < config.debit_fail_rate else "succeeded"
+    return debits
 
 
 def _plan_sweeper(schedule: FaultSchedule, config: ChaosConfig, rng: random.Random) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from saga_local.harness import simulate
-from saga_local.harness.chaos_sweep import SWEEPER_FUNCTION
+from saga_local.harness.chaos_sweep import SEARCH_GRACE_SECONDS, SWEEPER_FUNCTION
 from saga_local.harness.outcomes import OutcomeTally, tally
 
 if TYPE_CHECKING:
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from saga_local.harness.chaos_plan import ChaosConfig
     from saga_local.harness.chaos_sweep import Resolved
+    from saga_local.harness.chaos_webhooks import WebhookSummary
     from saga_local.stack.embedded import EmbeddedStack
     from saga_local.stripe_emulator import LedgerEntry
 
@@ -82,6 +83,23 @@ class ChaosReport:
     sweeper_troubles: dict[str, int] = field(default_factory=dict)
     #: The outcome events counted against the orders (None: the stack archives no outcome event).
     outcomes: OutcomeTally | None = None
+    #: The webhooks' disorder and the bank debits (None: the run had webhooks off).
+    webhooks: WebhookSummary | None = None
+    #: Orders by what closed them (their last final outcome event's ``resolvedBy``).
+    closed_by: dict[str, int] = field(default_factory=dict)
+    #: Orders that waited in Awaiting Settlement, and those still waiting before the sweep (their
+    #: settlement webhook lost: the sweeper closes them past the settlement window).
+    awaited_settlement: int = 0
+    awaiting_before_sweep: int = 0
+    #: Orders a delivered webhook had resolved whose claim was still open before the sweep, and
+    #: orders paged after a webhook had closed them (one line each).
+    webhook_left_open: list[str] = field(default_factory=list)
+    #: Orders paged while their payment settled: Needs Reconciliation after Awaiting Settlement, or the
+    #: sweeper's SettlementOverdue (one line each).
+    settling_paged: list[str] = field(default_factory=list)
+    #: Debits the sweeper found past their settlement window and could not ask the provider about
+    #: (its search or list down in that tick): SettlementOverdue counted, closed by a later tick.
+    overdue_unasked: list[str] = field(default_factory=list)
 
     @property
     def requeued_endings(self) -> dict[str, int]:
@@ -109,6 +127,8 @@ class ChaosReport:
             "every needs-reconciliation resolved": self.after.needs_reconciliation == 0,
             "invariants 6 and 7 hold": not self.violations_before and not self.violations_after,
             "each order exactly one final outcome event": self.outcomes is not None and self.outcomes.exact,
+            "no order a webhook resolved left in Needs Reconciliation": not self.webhook_left_open,
+            "no settling payment paged (Awaiting Settlement is a state)": not self.settling_paged,
         }
 
     @property
@@ -142,6 +162,13 @@ class ChaosReport:
             "sweeperFaults": self.sweeper_faults,
             "outcomeEvents": None if self.outcomes is None else self.outcomes.to_dict(),
             "requeuedEndings": self.requeued_endings,
+            "webhooks": None if self.webhooks is None else self.webhooks.to_dict(),
+            "closedBy": self.closed_by,
+            "awaitedSettlement": self.awaited_settlement,
+            "awaitingBeforeSweep": self.awaiting_before_sweep,
+            "webhookLeftOpen": self.webhook_left_open,
+            "settlingPaged": self.settling_paged,
+            "overdueUnasked": self.overdue_unasked,
             "checks": self.checks,
             "promiseKept": self.promise_kept,
         }
@@ -158,3 +185,111 @@ def count_outcome_events(stack: EmbeddedStack, order_ids: list[str]) -> OutcomeT
         if charge.order_id is not None:
             ledger[charge.order_id].append(charge.charge_id)
     return tally(log.collect(), order_ids, ledger)
+
+
+# -- the report as text ------------------------------------------------------------------------
+
+
+def render(report: ChaosReport) -> str:
+    """The report of ``saga chaos``: ``saga simulate``'s report (before the sweep), then the faults,
+    the webhooks, the sweep and the verdict."""
+    lines = [simulate.render(dataclasses.replace(report.before, faults_injected={}, problems=[]))]
+    lines.append(
+        f"faults injected      {sum(report.faults_by_kind.values())} fired"
+        f" (from {report.faults_planned} planned faults)"
+    )
+    lines.extend(f"  {n:6d}  {kind}" for kind, n in report.faults_by_kind.items())
+    lines.append("  by function: " + _counts(report.faults_by_function))
+    lines.append(report.outage_line)
+    lines.append(report.throttle_line)
+    lines.append(f"late writes          {_counts(report.late_writes)}")
+    lines.append(f"redeliveries         {_counts(report.redeliveries)}")
+    lines.append(f"dead letters         {report.dead_letters}")
+    lines.append(f"declined attempts sent to the provider again  {len(report.declined_sent_again)}")
+    lines.extend(_render_webhooks(report))
+    lines.append(f"endings, before the sweep  {_counts(report.before.order_endings)}")
+    lines.extend(_render_sweep(report))
+    lines.extend(_render_outcomes(report))
+    # What is wrong at the end: the report after the sweep names every double charge and every order
+    # still lost. An order "lost" before it (its re-send still delayed on the queue) is not a problem.
+    problems = report.violations_before + report.violations_after
+    problems += report.declined_sent_again
+    problems += report.webhook_left_open + report.settling_paged
+    if report.outcomes is not None:
+        problems += [f"{o}: no final outcome event" for o in report.outcomes.missing[:20]]
+        problems += report.outcomes.problems[:20]
+    problems += report.after.problems
+    if problems:
+        lines.append("problems")
+        lines.extend(f"  {p}" for p in dict.fromkeys(problems))
+    lines.append(f"total wall time      {report.wall_seconds:.1f} s")
+    lines.append("verdict")
+    lines.extend(f"  {'ok  ' if ok else 'FAIL'}  {check}" for check, ok in report.checks.items())
+    lines.append("  PROMISE KEPT" if report.promise_kept else "  PROMISE BROKEN")
+    return "\n".join(lines)
+
+
+def _render_sweep(report: ChaosReport) -> list[str]:
+    lines = [
+        f"sweep                {len(report.sweep)} stale claims in {report.sweep_seconds:.1f} s:"
+        f" {_counts(report.sweep_counts)}"
+    ]
+    lines.extend(f"  {resolved}" for resolved in report.sweep)
+    lines.append(
+        f"sweeper ticks        {sum(report.sweeper_ticks.values())} invocations of SweeperFunction:"
+        f" {_counts(report.sweeper_ticks)}; {report.sweeper_faults} sweeper faults fired"
+        f" (troubles around the ticks: {_counts(report.sweeper_troubles)})"
+    )
+    lines.append(f"endings, after the sweep   {_counts(report.after.order_endings)}")
+    lines.append(f"closed by            {_counts(report.closed_by)}")
+    lines.extend(simulate.render_money(report.after.money))
+    return lines
+
+
+def _render_webhooks(report: ChaosReport) -> list[str]:
+    """The webhooks' disorder, the bank debits, and the orders that waited for their bank."""
+    if report.webhooks is None:
+        return ["webhooks             off (the sweeper alone closes what the executions left open)"]
+    return [
+        *report.webhooks.lines(),
+        f"awaiting settlement  {report.awaited_settlement} orders waited (not an alarm);"
+        f" {report.awaiting_before_sweep} still waiting before the sweep, their settlement webhook"
+        " lost: the sweeper closes them past the settlement window",
+        f"settlement overdue   {len(report.overdue_unasked)} counted while the provider could not answer"
+        " the sweeper (its search or list down in that tick), closed by a later tick"
+        + "".join(f"\n  {line}" for line in report.overdue_unasked),
+    ]
+
+
+def _render_outcomes(report: ChaosReport) -> list[str]:
+    """One line per outcome type, then each order's final outcome counted against the orders."""
+    outcomes = report.outcomes
+    if outcomes is None:
+        return ["outcome events       none read: the stack has no outcome archive (OutcomeArchive=Enabled)"]
+    lines = [
+        f"outcome events       {sum(outcomes.by_type.values())} distinct"
+        f" ({outcomes.duplicates} duplicate deliveries dropped by eventId)"
+    ]
+    lines.extend(f"  {n:6d}  {kind}" for kind, n in sorted(outcomes.by_type.items()))
+    lines.append(
+        f"final outcome events per order ({report.before.orders} orders: exactly one each, after"
+        " declines of earlier payment attempts)"
+    )
+    lines.extend(f"  {n:6d}  {kind}" for kind, n in sorted(outcomes.by_final.items()))
+    lines.append(f"  {len(outcomes.missing):6d}  without a final outcome event")
+    lines.append(f"  {len(outcomes.charged_twice):6d}  with two OrderCharged")
+    lines.append(f"  {len(outcomes.problems):6d}  with final events out of rule or against the ledger")
+    lines.append(
+        f"re-queued by the relay  {len(outcomes.requeued)} orders, ended: {_counts(report.requeued_endings)}"
+    )
+    lines.append(
+        f"search lag           {report.search_lag_seconds:.0f} s"
+        f" (the sweeper's grace: {SEARCH_GRACE_SECONDS} s);"
+        f" the sweeps asked the search {report.sweeper_requests.get('search', 0)} times and the list"
+        f" {report.sweeper_requests.get('list', 0)} times"
+    )
+    return lines
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in sorted(counts.items())) or "none"

@@ -23,7 +23,7 @@ from unittest import mock
 
 import boto3
 
-from payment_saga.claims import SECONDS_PER_DAY, ClaimsStore
+from payment_saga.claims import DEFAULT_SETTLEMENT_WINDOW_DAYS, SECONDS_PER_DAY, ClaimsStore
 from payment_saga.sweep_lock import LEASE_MARGIN_SECONDS, SWEEP_LOCK_KEY, SweepLock
 from saga_local.aws.moto_adapter import deliver_delayed_messages
 from saga_local.harness import simulate
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from payment_saga.reconcile import ReconcileDecision
     from saga_local.aws.stack import Stack
     from saga_local.stack.embedded import EmbeddedStack
-    from saga_local.stripe_emulator import Endpoint
+    from saga_local.stripe_emulator import Endpoint, ProviderEmulator
 
 #: The pages one stale claim's proof may list in chaos's sweeps (the sweeper's ``CLAIM_LIST_PAGE_CAP``).
 #: A run packs thousands of orders into minutes, so one attempt's window holds more PaymentIntents
@@ -83,11 +83,20 @@ class Resolved:
     outcome: str  # completed, released, pending, changed, failed
     reason: str
     charge_id: str | None = None
+    #: A debit still unsettled past its settlement window: SettlementOverdueAlarm pages.
+    settlement_overdue: bool = False
 
     @classmethod
     def of(cls, decision: ReconcileDecision) -> Resolved:
         outcome = getattr(decision.outcome, "value", str(decision.outcome))
-        return cls(decision.order_id, decision.attempt, outcome, decision.reason, decision.charge_id)
+        return cls(
+            decision.order_id,
+            decision.attempt,
+            outcome,
+            decision.reason,
+            decision.charge_id,
+            decision.settlement_overdue,
+        )
 
     def __str__(self) -> str:
         charge = f" with {self.charge_id}" if self.charge_id else ""
@@ -102,13 +111,18 @@ class SweeperTicks:
     at :data:`SWEEP_LIST_PAGE_CAP`. Each tick is later than the last by more than a sweep's lock lease:
     a sweep killed holding the lock leaves it to run out by the next tick, as on AWS, rather than
     making every later one skip. ``troubles`` maps a tick's number (from 1, as the fault plan counts
-    the function's invocations) to one of :data:`SWEEP_TROUBLES`.
+    the function's invocations) to one of :data:`SWEEP_TROUBLES`. With ``past_settlement`` the clock
+    is past the settlement window too (``SETTLEMENT_WINDOW_DAYS``): a claim awaiting a bank debit
+    keeps its lease until its settle-by deadline, and only a sweep after it closes a debit whose
+    settlement webhook was lost.
 
     The clock is moved by replacing names in the handler's module, which only works with the
     handlers in this process (``runtime="inprocess"``, as chaos runs them).
     """
 
-    def __init__(self, stack: EmbeddedStack, *, troubles: dict[int, str] | None = None) -> None:
+    def __init__(
+        self, stack: EmbeddedStack, *, troubles: dict[int, str] | None = None, past_settlement: bool = False
+    ) -> None:
         if not isinstance(stack.runtime, InProcessRuntime):
             raise ValueError("chaos moves the sweeper's clock in this process: run the stack in-process")
         unknown = set((troubles or {}).values()) - set(SWEEP_TROUBLES)
@@ -119,6 +133,11 @@ class SweeperTicks:
         spec, environment = stack.stack.functions[self.name]
         self.lease = claim_lease_seconds(stack.stack)
         self.grace = int(environment.get("CLAIM_SEARCH_GRACE_SECONDS", SEARCH_GRACE_SECONDS))
+        #: How far past now each tick is: every lease, or the settlement window if longer.
+        self.horizon = self.lease
+        if past_settlement:
+            window = int(environment.get("SETTLEMENT_WINDOW_DAYS", DEFAULT_SETTLEMENT_WINDOW_DAYS))
+            self.horizon = max(self.lease, window * SECONDS_PER_DAY)
         self.interval = spec.timeout + LEASE_MARGIN_SECONDS + 1
         self.troubles = dict(troubles or {})
         #: The last tick's clock. A sweep's lock row keeps the clock of the sweep that last held it:
@@ -138,7 +157,7 @@ class SweeperTicks:
         from handlers import sweeper
 
         self.ticks += 1
-        self.at = max(time.time() + self.lease + self.grace + 1, self.at + self.interval)
+        self.at = max(time.time() + self.horizon + self.grace + 1, self.at + self.interval)
         at = self.at
         decided: list[Resolved] = []
         record = sweeper.record_decision
@@ -271,6 +290,20 @@ def sweep(ticks: SweeperTicks) -> list[Resolved]:
     )
 
 
+def wait_for_settlements(provider: ProviderEmulator, *, timeout: float = 120.0) -> None:
+    """Until no PaymentIntent is ``processing``: the bank answered every debit.
+
+    Before a sweep whose clock is past the settlement window: on an account the bank answers within
+    days, long before the window ends; a sweep that jumped past it while a debit still waited on its
+    real-time settlement would page for a world the run rules out.
+    """
+    deadline = time.monotonic() + timeout
+    while any(i["status"] == "processing" for i in provider.payment_intents()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"debits still processing after {timeout} s")
+        time.sleep(0.2)
+
+
 #: Rounds of landing and settling before a sweep: each landing may start work that sends more.
 MAX_LANDING_ROUNDS = 10
 
@@ -287,6 +320,8 @@ def land_what_is_in_flight(stack: Any) -> None:
     the saga for the double charge that follows.
     """
     for _ in range(MAX_LANDING_ROUNDS):
+        if stack.provider.settle_seconds is not None:
+            wait_for_settlements(stack.provider)  # the bank answers within the settlement window
         simulate.settle(stack)
         if not stack.faults.late.pending():
             return

@@ -4,7 +4,9 @@ The rates are turned up so that 30 orders exercise every path the big run does: 
 executions and unknown outcomes that leave claims for the sweeper, redeliveries, start-function
 failures that redrive messages, a provider outage (a few seconds here, minutes in the big run)
 whose orders the sweeper releases and the relay sends again, a search lag longer than the
-sweeper's grace; then the outcome events are counted against the orders.
+sweeper's grace, Stripe's webhooks delivered in disorder (duplicated, reordered, delayed, lost, the
+endpoint down for a while) and bank debits that settle later; then the outcome events are counted
+against the orders.
 """
 
 from __future__ import annotations
@@ -19,17 +21,18 @@ from typing import TYPE_CHECKING
 import pytest
 
 from saga_local import output
-from saga_local.commands.chaos import main, render
+from saga_local.cli import main
 from saga_local.harness.chaos import run_chaos
 from saga_local.harness.chaos_plan import ChaosConfig, plan_faults
-from saga_local.harness.chaos_report import broken_invariants
+from saga_local.harness.chaos_report import broken_invariants, render
 from saga_local.harness.chaos_sweep import SEARCH_GRACE_SECONDS, SweeperTicks
+from saga_local.harness.chaos_webhooks import left_open_by_webhook
 from saga_local.harness.outcomes import final_outcomes, tally
 from saga_local.harness.simulate import LOST_ENDINGS, make_orders, money, order_ending
 from saga_local.runtime.faults import Fault
 from saga_local.stack.embedded import EmbeddedStack
 from saga_local.stack.outcome_log import OutcomeEvent
-from saga_local.stripe_emulator import LedgerEntry
+from saga_local.stripe_emulator import DeliveryAttempt, LedgerEntry
 from saga_local.trace.report import render_report
 
 if TYPE_CHECKING:
@@ -52,11 +55,37 @@ SMALL = ChaosConfig(
     # The outage first, with the orders flowing freely for two seconds; then the throttle, which lets
     # no claim through to a Charge: over the whole outage, the outage would meet no call.
     outage_start_seconds=0.5,
-    # Long enough for a Charge and all its retries to meet it on a loaded machine.
-    outage_seconds=5.0,
+    # Long enough for a Charge and all its retries to meet it on a loaded machine: each retry is a
+    # few state transitions, and on a shared machine five seconds saw some chains outlast it.
+    outage_seconds=8.0,
     throttle_start_seconds=2.5,
     throttle_seconds=4.0,  # long enough for a Claim and its retries to all meet it on a slow machine
+    # A third of the orders by bank debit (about ten), a third of those refused by the bank; half of
+    # the webhook events lost, so that the sweeper still has charges to find and settlements that
+    # never arrived to close, as webhooks close the rest before it.
+    debit_rate=0.35,
+    debit_fail_rate=0.35,
+    settle_seconds=1.0,
+    webhook_duplicate_rate=0.3,
+    webhook_reorder_rate=0.5,
+    webhook_reorder_seconds=2.5,  # longer than a settlement: a processing arrives after its end
+    webhook_delay_rate=0.4,
+    webhook_delay_seconds=2.5,
+    webhook_lose_rate=0.5,
+    webhook_down_after_events=5,
+    webhook_down_seconds=3.0,
 )
+
+
+def chaos_stack(config: ChaosConfig) -> EmbeddedStack:
+    """The stack ``saga chaos`` runs on: in-process handlers, Retry waits not slept, and the webhooks."""
+    return EmbeddedStack(
+        runtime="inprocess",
+        retry_time_scale=0,
+        visibility_timeout=config.visibility_timeout,
+        webhooks=config.webhooks,
+        webhook_time_scale=config.webhook_time_scale,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,9 +105,7 @@ class SmallRun:
 
 @pytest.fixture(scope="module")
 def small() -> SmallRun:
-    with EmbeddedStack(
-        runtime="inprocess", retry_time_scale=0, visibility_timeout=SMALL.visibility_timeout
-    ) as stack:
+    with chaos_stack(SMALL) as stack:
         report = run_chaos(stack, SMALL)
         assert stack.driver.outcome_log is not None
         ledger: dict[str, list[str]] = {}
@@ -216,6 +243,7 @@ QUIET = dataclasses.replace(
     sweep_trouble_rate=0.0,
     outage_seconds=0.0,
     throttle_seconds=0.0,
+    webhooks=False,
 )
 
 
@@ -224,9 +252,7 @@ def test_faults_planted_in_the_sweeper_fire_in_chaos_sweeps_and_are_counted() ->
         Fault("SweeperFunction", "start", "throttle", attempt=1),
         Fault("SweeperFunction", "before:dynamodb.Query", "error_call", attempt=2),
     ]
-    with EmbeddedStack(
-        runtime="inprocess", retry_time_scale=0, visibility_timeout=QUIET.visibility_timeout
-    ) as stack:
+    with chaos_stack(QUIET) as stack:
         stack.faults.extend(planted)
         report = run_chaos(stack, QUIET)
         # A tick whose container cannot read its key's secret fails before its first claim.
@@ -359,15 +385,16 @@ def test_the_audit_catches_each_broken_invariant() -> None:
     assert not any("FINE" in p for p in problems)
 
 
-def test_main_prints_a_json_report_and_exits_by_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+def test_saga_chaos_prints_a_json_report_and_exits_by_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
     flags = ["--orders", "3", "--copies", "2", "--concurrency", "1", "--seed", "5", "--json"]
-    status = main([*flags, "--outage-start", "0", "--outage-seconds", "0.5"])
+    status = main(["chaos", *flags, "--outage-start", "0", "--outage-seconds", "0.5", "--no-webhooks"])
 
     report = json.loads(capsys.readouterr().out)
     assert report["before"]["orders"] == 3
     assert report["outage"]["seconds"] == 0.5
     assert sum(report["outcomeEvents"]["byFinal"].values()) == 3
     assert report["before"]["deliveries"] >= 6  # and the customers' retries of declined orders
+    assert report["webhooks"] is None  # --no-webhooks: no endpoint, no debit
     assert status == (0 if report["promiseKept"] else 1)
 
 
@@ -414,3 +441,93 @@ def test_an_order_released_not_charged_counts_as_lost(
 ) -> None:
     assert order_ending(claim, charges) == ending
     assert (ending in LOST_ENDINGS) == (ending in {"released, not charged", "lost"})
+
+
+def test_webhooks_in_disorder_and_debits_settling_later_keep_the_promise(small_run: ChaosReport) -> None:
+    assert small_run.promise_kept, render(small_run)
+    hooks = small_run.webhooks
+    assert hooks is not None
+    # Every kind of disorder was drawn, and the endpoint's down window refused deliveries.
+    assert hooks.duplicated > 0
+    assert hooks.delayed > 0
+    assert hooks.lost > 0
+    assert hooks.down_began is not None
+    assert hooks.refused_while_down > 0
+    # Debits the bank accepted and debits it refused; each waited in Awaiting Settlement, unpaged.
+    assert hooks.debits.get("succeeded", 0) > 0
+    assert hooks.debits.get("failed", 0) > 0
+    assert small_run.awaited_settlement > 0
+    assert small_run.webhook_left_open == []
+    assert small_run.settling_paged == []
+    # Orders were closed by webhooks, by the sweeper and by their own executions.
+    assert small_run.closed_by.get("a webhook", 0) > 0
+    assert small_run.closed_by.get("the sweeper", 0) > 0
+    assert small_run.closed_by.get("their own execution", 0) > 0
+    assert sum(small_run.closed_by.values()) == SMALL.orders
+    outcomes = small_run.outcomes
+    assert outcomes is not None
+    assert outcomes.by_type["OrderPaymentProcessing"] > 0
+    assert "OrderPaymentProcessing" not in outcomes.by_final  # settling is never an end
+    text = render(small_run)
+    assert f"{hooks.duplicated} delivered twice, {hooks.reordered} overtaken by a later event" in text
+    assert f"awaiting settlement  {small_run.awaited_settlement} orders waited (not an alarm)" in text
+    assert "ok    no order a webhook resolved left in Needs Reconciliation" in text
+    assert "ok    no settling payment paged (Awaiting Settlement is a state)" in text
+
+
+#: Three orders, all paid by bank debit, every webhook event lost: nothing but the executions and
+#: the sweeper past the settlement window can close them.
+LOST_SETTLEMENTS = dataclasses.replace(
+    QUIET,
+    orders=3,
+    decline_rate=0.0,
+    stop_rate=0.0,
+    webhooks=True,
+    debit_rate=1.0,
+    debit_fail_rate=0.5,
+    settle_seconds=0.5,
+    webhook_lose_rate=1.0,
+    webhook_down_seconds=0.0,
+)
+
+
+def test_a_debit_whose_settlement_webhook_is_lost_is_closed_by_the_sweeper_past_the_window() -> None:
+    with chaos_stack(LOST_SETTLEMENTS) as stack:
+        report = run_chaos(stack, LOST_SETTLEMENTS)
+
+    assert report.promise_kept, render(report)
+    assert report.webhooks is not None
+    assert report.webhooks.lost == report.webhooks.events > 0
+    # Each waited in Awaiting Settlement (the execution's own write), unpaged, until the sweeper
+    # asked the provider past the settlement window and closed it as the bank had answered.
+    assert report.awaited_settlement == report.awaiting_before_sweep == 3
+    assert report.before.execution_outcomes.get("NeedsReconciliation", 0) == 0
+    assert report.settling_paged == []
+    assert report.closed_by == {"the sweeper": 3}
+    assert {r.outcome for r in report.sweep} <= {"completed", "released"}
+    assert report.after.charged + report.after.declined == 3
+    assert report.after.charged == report.webhooks.debits.get("succeeded", 0)
+
+
+def test_the_verdict_fails_when_an_order_a_webhook_resolved_is_left_in_needs_reconciliation(
+    small: SmallRun,
+) -> None:
+    # A succeeded webhook of the claim's attempt was delivered (the receiver answered 200), and the
+    # claim is still CLAIMED: the consumer never closed it, and the order would page.
+    delivered = DeliveryAttempt(
+        "evt_1", "payment_intent.succeeded", "pi_1", "ORDER-HOOKED", "we_1", 1, 0.0, 200
+    )
+    intents = {"pi_1": {"id": "pi_1", "metadata": {"orderId": "ORDER-HOOKED", "attempt": "1"}}}
+    open_claim = {"ORDER-HOOKED": {"status": "CLAIMED", "attempt": "1"}}
+
+    left_open = left_open_by_webhook(open_claim, [delivered], intents)
+
+    assert len(left_open) == 1
+    assert left_open[0].startswith("ORDER-HOOKED: payment_intent.succeeded of pi_1")
+    closed = {"ORDER-HOOKED": {"status": "COMPLETED", "attempt": "1", "chargeId": "pi_1"}}
+    assert left_open_by_webhook(closed, [delivered], intents) == []
+    broken = dataclasses.replace(small.report, webhook_left_open=left_open)
+    assert not broken.promise_kept
+    text = render(broken)
+    assert "FAIL  no order a webhook resolved left in Needs Reconciliation" in text
+    assert f"  {left_open[0]}" in text
