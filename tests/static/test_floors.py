@@ -32,10 +32,6 @@ FLOORS = {
 LEAVES = 6
 #: Outside saga_local, what uses it only through cli.py or from below the commands.
 CALLERS = ("tests", "bench", "scripts")
-#: Files outside saga_local that still import a command module, each until its change lands.
-#: The chaos command's test imports saga_local.commands.chaos until the chaos work, which gives it
-#: the command's way in, is merged: drop it from here then.
-STILL_IMPORTING_COMMANDS = frozenset({"tests/local/test_chaos.py"})
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -169,18 +165,7 @@ def test_no_two_modules_import_each_other() -> None:
 
 @pytest.mark.parametrize("caller", ["saga_local", *CALLERS])
 def test_only_the_cli_imports_the_commands(caller: str) -> None:
-    assert command_importers(ROOT, caller, STILL_IMPORTING_COMMANDS) == []
-
-
-def test_every_file_still_importing_a_command_is_there_and_still_does() -> None:
-    # An exception left behind once its file stopped importing a command would excuse the next one.
-    stale = [
-        name
-        for name in sorted(STILL_IMPORTING_COMMANDS)
-        if not (ROOT / name).is_file()
-        or not any(floor(target) == FLOORS["saga_local.commands"] for target in imported(ROOT / name))
-    ]
-    assert stale == []
+    assert command_importers(ROOT, caller) == []
 
 
 def plant(root: Path, files: dict[str, str]) -> Path:
