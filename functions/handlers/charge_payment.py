@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import stripe  # noqa: F401
 
 from handlers.runtime import claims_store, count, log_event, logger, metrics, provider, tracer
+from payment_saga.api_keys import KeyModeMismatch
 from payment_saga.claims import ClaimStatus
 from payment_saga.errors import (
     ChargeNotAttempted,
@@ -22,7 +23,7 @@ from payment_saga.errors import (
     PaymentProcessing,
 )
 from payment_saga.orders import order_from_message
-from payment_saga.payments import KeyModeMismatch, idempotency_key
+from payment_saga.payments import idempotency_key
 from payment_saga.proof import first_request_of_attempt
 
 if TYPE_CHECKING:

@@ -17,13 +17,14 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from botocore.config import Config
 
+from payment_saga.api_keys import KeyModeMismatch, stripe_secret_from_string
 from payment_saga.claims import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_SETTLEMENT_WINDOW_DAYS,
     SECONDS_PER_DAY,
     ClaimsStore,
 )
-from payment_saga.payments import KeyModeMismatch, StripeProvider, stripe_secret_from_string
+from payment_saga.payments import StripeProvider
 
 if TYPE_CHECKING:
     from mypy_boto3_secretsmanager import SecretsManagerClient

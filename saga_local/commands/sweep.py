@@ -13,8 +13,9 @@ from saga_local.stack.targets import resolve_target
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
     """``saga reconcile``: what the sweeper would do with stale claims, or do it with --apply."""
+    from payment_saga.api_keys import KeyModeMismatch, UnsafeApiBase
     from payment_saga.claims import ClaimsStore
-    from payment_saga.payments import KeyModeMismatch, StripeProvider, UnsafeApiBase
+    from payment_saga.payments import StripeProvider
     from payment_saga.reconcile import reconcile
     from saga_local.commands import stripe_mode
     from saga_local.harness.sweep import not_due, not_due_deployed, reconcile_deployed, render

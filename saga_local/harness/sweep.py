@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
+from payment_saga.api_keys import check_api_base, stripe_secret_from_string
 from payment_saga.claims import SECONDS_PER_DAY, Claim, ClaimsStore
 from payment_saga.clock import iso_utc, system_clock
-from payment_saga.payments import StripeProvider, check_api_base, stripe_secret_from_string
+from payment_saga.payments import StripeProvider
 from payment_saga.reconcile import (
     DEFAULT_LIST_PAGE_CAP,
     DEFAULT_SEARCH_GRACE_SECONDS,

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from handlers import sweeper
+from payment_saga.api_keys import KeyModeMismatch
 from payment_saga.claims import ClaimsStore, ClaimStatus
-from payment_saga.payments import KeyModeMismatch
 from saga_local.runtime.api import LambdaContext
 from saga_local.stripe_emulator import ENDPOINTS
 from saga_local.template import ROOT

@@ -63,8 +63,9 @@ def _executions_for(sfn: Any, state_machine: str, order_id: str, expected: int) 
 def test_seed_000_lab_on_the_deployed_stack_charges_once(stack: dict[str, Any]) -> None:
     import boto3
 
+    from payment_saga.api_keys import stripe_secret_from_string
     from payment_saga.orders import order_from_message
-    from payment_saga.payments import StripeProvider, idempotency_key, stripe_secret_from_string
+    from payment_saga.payments import StripeProvider, idempotency_key
 
     order_id = f"ORDER-IT-{uuid.uuid4().hex[:12]}"
     order = {

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 import boto3
 import pytest
 
+from payment_saga.api_keys import KeyModeMismatch, UnsafeApiBase
 from payment_saga.claims import ClaimsStore, ClaimStatus
 from payment_saga.orders import Order
-from payment_saga.payments import KeyModeMismatch, StripeProvider, UnsafeApiBase, idempotency_key
+from payment_saga.payments import StripeProvider, idempotency_key
 from payment_saga.reconcile import ReconcileOutcome
 from saga_local import cli
 from saga_local.aws.stack import LOCAL_API_KEY, REGION

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from payment_saga.payments import KeyModeMismatch, StripeProvider, check_key_mode, key_mode
+from payment_saga.api_keys import KeyModeMismatch, check_key_mode, key_mode
+from payment_saga.payments import StripeProvider
 from saga_local.stripe_emulator import ENDPOINTS, ProviderEmulator
 
 if TYPE_CHECKING:

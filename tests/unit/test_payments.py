@@ -15,17 +15,10 @@ from typing import Any, cast
 import pytest
 import stripe
 
+from payment_saga.api_keys import UnsafeApiBase, check_api_base, stripe_secret_from_string
 from payment_saga.errors import ChargeNotAttempted, PaymentDeclined, PaymentOutcomeUnknown, PaymentProcessing
 from payment_saga.orders import Order
-from payment_saga.payments import (
-    Charge,
-    PaymentProvider,
-    StripeProvider,
-    UnsafeApiBase,
-    check_api_base,
-    idempotency_key,
-    stripe_secret_from_string,
-)
+from payment_saga.payments import Charge, PaymentProvider, StripeProvider, idempotency_key
 from saga_local.aws.stack import LOCAL_API_KEY
 from saga_local.stripe_emulator import IDEMPOTENCY_TTL_SECONDS, ProviderEmulator
 from tests.helpers import FakeClock, live_mode_provider

@@ -10,7 +10,7 @@ from catalogue.claims import CLAIMS
 from catalogue.handlers import CHARGE, CLAIM, PROOF, RELEASE
 from catalogue.orders import ORDERS
 from catalogue.outbox import OUTCOMES, RECONCILE, RELAY_HANDLER, RETENTION, RUNTIME, SWEEPER_HANDLER
-from catalogue.payments import PAYMENTS
+from catalogue.payments import API_KEYS, PAYMENTS
 from catalogue.template import TEMPLATE_GRANTS
 
 CATALOGUES = (
@@ -20,6 +20,7 @@ CATALOGUES = (
     RELEASE,
     CLAIM,
     PAYMENTS,
+    API_KEYS,
     ASL,
     TEMPLATE_GRANTS,
     RECONCILE,

@@ -1,6 +1,6 @@
 """payments.py: the idempotency key, the charge request, and the mapping of every provider answer to
 Charge / PaymentDeclined / ChargeNotAttempted / PaymentOutcomeUnknown (a wrong row releases a claim
-whose charge may have landed, or charges twice)."""
+whose charge may have landed, or charges twice); and api_keys.py, the checks on the key's mode."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ PAYMENTS = Catalogue(
     ),
 )
 m = PAYMENTS
+#: api_keys.py: where the key may go and in which mode, checked before any request.
+API_KEYS = Catalogue(
+    "functions/payment_saga/api_keys.py", ("tests/unit/test_payments.py", "tests/unit/test_key_mode.py")
+)
 #: What reconciliation decides from the provider's records is tested with the sweeper too.
 SWEEP = ("tests/unit/test_charge_rules.py", "tests/unit/test_payments.py", *SWEEPER_TESTS)
 
@@ -238,6 +242,15 @@ m.text(
 # -- the key's mode against the stack's --
 KEY_MODE = ("tests/unit/test_key_mode.py", "tests/statemachine/test_key_mode.py")
 m.text(
+    "pay-key-mode-not-checked-by-the-provider",
+    "        if mode is not None:\n            check_key_mode(api_key, mode)",
+    "        pass",
+    "the provider the Charge step and the sweeper build never checks the key's mode",
+    tests=("tests/statemachine/test_key_mode.py", "tests/unit/test_key_mode.py"),
+)
+
+# -- the key's mode, in api_keys.py --
+API_KEYS.text(
     "pay-key-mode-not-compared",
     "if found is not None and found != mode:",
     "if False:",
@@ -245,17 +258,10 @@ m.text(
     " wait for the sweeper, silently",
     tests=KEY_MODE,
 )
-m.text(
+API_KEYS.text(
     "pay-key-mode-live-prefixes-only-secret",
     '    if api_key.startswith(_LIVE_KEY_PREFIXES):\n        return "live"',
     '    if api_key.startswith("sk_live_"):\n        return "live"',
     "a restricted live key is taken for a key of no mode and sent from a test stack",
     tests=KEY_MODE,
-)
-m.text(
-    "pay-key-mode-not-checked-by-the-provider",
-    "        if mode is not None:\n            check_key_mode(api_key, mode)",
-    "        pass",
-    "the provider the Charge step and the sweeper build never checks the key's mode",
-    tests=("tests/statemachine/test_key_mode.py", "tests/unit/test_key_mode.py"),
 )
