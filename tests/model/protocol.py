@@ -69,7 +69,6 @@ from botocore.exceptions import ClientError
 
 from saga_local.aws.stack import REGION
 from tests.model import asl
-from tests.model.invariants import KNOWN_FINDINGS as KNOWN_FINDINGS
 from tests.model.invariants import Invariants
 from tests.model.relay import RELAY_CALL_FAULTS, RELAY_FAULTS, lambda_record, poison_record
 from tests.model.state import (
@@ -82,6 +81,7 @@ from tests.model.state import (
     SWEEP_FAULTS,
     WRITE_FAULTS,
     Killed,
+    StepResult,
     _describe,
     _fault_text,
     _LambdaContext,
@@ -89,11 +89,6 @@ from tests.model.state import (
     _Run,
     _short,
 )
-from tests.model.state import DECLINED_CARD as DECLINED_CARD
-from tests.model.state import Delivery as Delivery
-from tests.model.state import Scope as Scope
-from tests.model.state import Snapshot as Snapshot
-from tests.model.state import StepResult as StepResult
 from tests.model.webhooks import SETTLEMENTS, describe, sqs_record
 
 if TYPE_CHECKING:
