@@ -96,7 +96,7 @@ if TYPE_CHECKING:
 
 
 class World(Invariants):
-    """The live system the model drives: moto, the emulator, the handlers wired to both."""
+    """The model's actions and their steps, on the system :class:`WorldBase` sets up and wires."""
 
     # -- the actions ----------------------------------------------------------------------------
 
