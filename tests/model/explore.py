@@ -18,12 +18,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tests.model.protocol import KNOWN_FINDINGS, Scope, World
+from tests.model.invariants import KNOWN_FINDINGS
+from tests.model.protocol import World
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from tests.model.protocol import Snapshot, StepResult
+    from tests.model.state import Scope, Snapshot, StepResult
 
 
 @dataclass
@@ -43,7 +44,7 @@ class Report:
     max_depth: int = 0
     complete: bool = True
     counterexamples: dict[str, Counterexample] = field(default_factory=dict)
-    #: Violations of ``protocol.KNOWN_FINDINGS``: expected until the product's fix lands, not failures.
+    #: Violations of ``invariants.KNOWN_FINDINGS``: expected until the product's fix lands, not failures.
     known: dict[str, Counterexample] = field(default_factory=dict)
     memo_hits: int = 0
     memo_misses: int = 0

@@ -48,8 +48,8 @@ from __future__ import annotations
 
 import os
 
-from tests.model.protocol import DECLINED_CARD, Delivery, Scope
 from tests.model.relay import RELAY_FAULTS
+from tests.model.state import DECLINED_CARD, Delivery, Scope
 from tests.model.webhooks import DEBIT, NEEDS_ACTION
 
 D = Delivery

@@ -16,8 +16,8 @@ from payment_saga.claims import ClaimOutcome, ClaimResult, ClaimsStore
 from payment_saga.outcomes import OutcomeRelay, Relayed
 from saga_local.stripe_emulator import ProviderEmulator
 from tests.model.explore import Explorer
-from tests.model.protocol import DECLINED_CARD, Delivery, Scope
 from tests.model.scopes import selected
+from tests.model.state import DECLINED_CARD, Delivery, Scope
 from tests.model.webhooks import DEBIT
 
 if TYPE_CHECKING:

@@ -20,9 +20,7 @@ ROOTS = ("saga_local", "functions", "bench", "scripts", "tests")
 MAX_LINES = 700
 #: Modules over the limit before it was checked, and the length they may not grow past. Each is a
 #: test module or test model of its own area, to be split there.
-OVER_THE_LIMIT = {
-    "tests/model/protocol.py": 1428,
-}
+OVER_THE_LIMIT: dict[str, int] = {}
 
 
 def line_count(relative: str) -> int:
