@@ -196,7 +196,12 @@ property-long: install ## The property-based test with 500 examples (SAGA_PROPER
 # The figures, side by side in one run. stdout is JSON Lines: each benchmark is one line of the
 # recipe below and prints one JSON object on one line, named by its "benchmark" key; builds, installs and
 # progress go to stderr. To add a benchmark, add its line.
+# The webhook-vs-sweeper line is also recorded (with the time, cores and load it ran on) to the file
+# docs/performance.md's table is rendered from (`make docs-figures`): commit it with the docs. Three
+# orders each way are the fewest that give a median and a range, and keep the run short on a
+# shared machine.
 BENCH_BARE_DIR := .aws-sam/bench-bare
+WEBHOOK_LATENCY_RECORD := bench/recorded/webhook_latency.json
 .PHONY: bench
 bench: ## Benchmarks, one JSON object a line: cold start as shipped, local throughput vs the bare engine, memory at 10,000 orders, a missed charge resolved by webhooks vs the sweeper
 	@$(MAKE) install tools sam-build >&2
@@ -206,7 +211,7 @@ bench: ## Benchmarks, one JSON object a line: cold start as shipped, local throu
 	@$(BIN)/python bench/cold_start.py --python "$(PYTHON313)" --functions $(SAM_BUILD_DIR) --bare $(BENCH_BARE_DIR)
 	@$(BIN)/python bench/throughput.py --concurrency 1 4
 	@$(BIN)/python bench/memory.py --orders 10000 --copies 4
-	@$(BIN)/python bench/webhook_latency.py --orders 10
+	@$(BIN)/python bench/webhook_latency.py --orders 3 --record $(WEBHOOK_LATENCY_RECORD)
 
 # Every interleaving of a few deliveries, the sweeper and up to 2-3 faults, the real code in
 # every step (tests/model). `make test` explores the CI scopes; this explores the full ones.
