@@ -261,8 +261,9 @@ clean: ## Remove build output and caches (keeps the venvs and node_modules)
 clean-all: clean ## clean, and remove the venvs (.venv, .venv-sam, .venv-uv, .venv-checkov, .venv-localstack), node_modules and local stack state (.saga)
 	rm -rf $(VENV) $(SAM_VENV) $(UV_VENV) .venv-checkov $(LOCALSTACK_VENV) node_modules *.egg-info .saga
 
-# The README's and docs' figures are generated (saga_local/harness/figures.py): from `saga cost --json`
-# and template.yaml into their marked blocks. tests/local/test_docs_figures.py fails when one drifts.
+# The README's and docs' figures are generated (saga_local/harness/figures.py): from `saga cost --json`,
+# template.yaml and the webhook timing `make bench` recorded ($(WEBHOOK_LATENCY_RECORD)) into their
+# marked blocks. tests/local/test_docs_figures.py fails when one drifts.
 .PHONY: docs-figures
-docs-figures: install ## Rewrite the figures of README.md and docs/ from saga cost --json and template.yaml
+docs-figures: install ## Rewrite the figures of README.md and docs/ from saga cost --json, template.yaml and make bench's record
 	$(BIN)/python -m saga_local.harness.figures
