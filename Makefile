@@ -196,7 +196,12 @@ property-long: install ## The property-based test with 500 examples (SAGA_PROPER
 # The figures, side by side in one run. stdout is JSON Lines: each benchmark is one line of the
 # recipe below and prints one JSON object on one line, named by its "benchmark" key; builds, installs and
 # progress go to stderr. To add a benchmark, add its line.
+# The webhook-vs-sweeper line is also recorded (with the time, cores and load it ran on) to the file
+# docs/performance.md's table is rendered from (`make docs-figures`): commit it with the docs. Three
+# orders each way are the fewest that give a median and a range, and keep the run short on a
+# shared machine.
 BENCH_BARE_DIR := .aws-sam/bench-bare
+WEBHOOK_LATENCY_RECORD := bench/recorded/webhook_latency.json
 .PHONY: bench
 bench: ## Benchmarks, one JSON object a line: cold start as shipped, local throughput vs the bare engine, memory at 10,000 orders, a missed charge resolved by webhooks vs the sweeper
 	@$(MAKE) install tools sam-build >&2
@@ -206,7 +211,7 @@ bench: ## Benchmarks, one JSON object a line: cold start as shipped, local throu
 	@$(BIN)/python bench/cold_start.py --python "$(PYTHON313)" --functions $(SAM_BUILD_DIR) --bare $(BENCH_BARE_DIR)
 	@$(BIN)/python bench/throughput.py --concurrency 1 4
 	@$(BIN)/python bench/memory.py --orders 10000 --copies 4
-	@$(BIN)/python bench/webhook_latency.py --orders 10
+	@$(BIN)/python bench/webhook_latency.py --orders 3 --record $(WEBHOOK_LATENCY_RECORD)
 
 # Every interleaving of a few deliveries, the sweeper and up to 2-3 faults, the real code in
 # every step (tests/model). `make test` explores the CI scopes; this explores the full ones.
@@ -256,8 +261,9 @@ clean: ## Remove build output and caches (keeps the venvs and node_modules)
 clean-all: clean ## clean, and remove the venvs (.venv, .venv-sam, .venv-uv, .venv-checkov, .venv-localstack), node_modules and local stack state (.saga)
 	rm -rf $(VENV) $(SAM_VENV) $(UV_VENV) .venv-checkov $(LOCALSTACK_VENV) node_modules *.egg-info .saga
 
-# The README's and docs' figures are generated (saga_local/harness/figures.py): from `saga cost --json`
-# and template.yaml into their marked blocks. tests/local/test_docs_figures.py fails when one drifts.
+# The README's and docs' figures are generated (saga_local/harness/figures.py): from `saga cost --json`,
+# template.yaml and the webhook timing `make bench` recorded ($(WEBHOOK_LATENCY_RECORD)) into their
+# marked blocks. tests/local/test_docs_figures.py fails when one drifts.
 .PHONY: docs-figures
-docs-figures: install ## Rewrite the figures of README.md and docs/ from saga cost --json and template.yaml
+docs-figures: install ## Rewrite the figures of README.md and docs/ from saga cost --json, template.yaml and make bench's record
 	$(BIN)/python -m saga_local.harness.figures

@@ -1,6 +1,6 @@
 """From a missed Charge answer to a resolved claim: Stripe's webhooks against the sweeper alone.
 
-    python bench/webhook_latency.py [--orders 10]
+    python bench/webhook_latency.py [--orders 10] [--record PATH]
 
 Both halves run the same orders through the embedded stack as `saga up` wires it (the real ASL and
 handlers in-process, the Stripe emulator sending signed webhooks to the receiver's local function
@@ -19,13 +19,18 @@ open). The clock starts when the charge lands (the emulator's ledger time):
 
 ``ratio`` is the sweeper's median over the webhooks' median. stdout is one JSON object
 (``"benchmark": "webhook_latency"``); the handlers' log and metric lines go to /dev/null.
+``--record PATH`` also writes that object, with ``measured_on`` (the UTC time, the CPU count and the
+load average it ran on, since the webhooks' wall time moves with them), to PATH: the recorded
+figures that docs/performance.md is rendered from (saga_local/harness/figures.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import datetime
 import json
+import os
 import statistics
 import sys
 import time
@@ -136,11 +141,48 @@ def summary(values: list[float]) -> dict[str, float]:
     }
 
 
+def machine_facts() -> dict[str, Any]:
+    """When and on what the run was measured: the webhooks' wall seconds depend on it."""
+    one, five, fifteen = os.getloadavg()
+    return {
+        "utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "cpu_count": os.cpu_count(),
+        "load_average": [round(one, 2), round(five, 2), round(fifteen, 2)],
+    }
+
+
+def result(
+    orders: int, hooked: list[float], swept: list[float], lease: int, every: float, promise_kept: bool
+) -> dict[str, Any]:
+    """The benchmark's JSON object: what it prints and what ``--record`` writes."""
+    webhooks, sweeper = summary(hooked), summary(swept)
+    return {
+        "benchmark": "webhook_latency",
+        "orders": orders,
+        "webhook_seconds": webhooks,
+        "sweeper_seconds": sweeper,
+        "ratio": round(sweeper["median"] / webhooks["median"]),
+        "lease_seconds": lease,
+        "sweep_every_seconds": every,
+        "promise_kept": promise_kept,
+    }
+
+
+def record(path: Path, measured: dict[str, Any]) -> None:
+    """Write ``measured`` and the machine's facts to ``path``, the docs' recorded figures."""
+    recorded = {**measured, "measured_on": machine_facts()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(recorded, indent=2) + "\n", encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--orders", type=int, default=10)
+    parser.add_argument(
+        "--record", type=Path, metavar="PATH", help="also write the result, and the machine's facts, to PATH"
+    )
     args = parser.parse_args()
     with stdout_for_json_only() as out:
         with EmbeddedStack(
@@ -157,18 +199,11 @@ def main() -> None:
             hooked = with_webhooks(stack, [f"BENCH-WH-{n}" for n in range(args.orders)])
             swept = sweeper_alone(stack, [f"BENCH-SW-{n}" for n in range(args.orders)], lease, sweep.seconds)
             per_order = collections.Counter(entry.order_id for entry in stack.provider.charges())
-        webhooks, sweeper = summary(hooked), summary(swept)
-        result = {
-            "benchmark": "webhook_latency",
-            "orders": args.orders,
-            "webhook_seconds": webhooks,
-            "sweeper_seconds": sweeper,
-            "ratio": round(sweeper["median"] / webhooks["median"]),
-            "lease_seconds": lease,
-            "sweep_every_seconds": sweep.seconds,
-            "promise_kept": len(per_order) == 2 * args.orders and set(per_order.values()) == {1},
-        }
-        print(json.dumps(result), file=out)
+        promise_kept = len(per_order) == 2 * args.orders and set(per_order.values()) == {1}
+        measured = result(args.orders, hooked, swept, lease, sweep.seconds, promise_kept)
+        if args.record is not None:
+            record(args.record, measured)
+        print(json.dumps(measured), file=out)
 
 
 if __name__ == "__main__":
