@@ -96,7 +96,7 @@ def settled_before_charge_answer(claim: Claim, *, token: str, attempt: int) -> S
     charge, or the failed PaymentIntent a webhook's ``DECLINED`` release records. A release that names
     none (Release Claim's own, the sweeper's) proves nothing about this attempt's charge.
     """
-    if claim.claim_token != token or claim.attempt != attempt:
+    if (claim.claim_token, claim.attempt) != (token, attempt):
         return None
     if claim.status is ClaimStatus.COMPLETED and claim.charge_id is not None:
         return Settled.CHARGED
