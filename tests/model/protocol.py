@@ -151,21 +151,7 @@ _AWAIT_FIRST = "webhook-settles-before-await-settlement"
 #: Invariants the checker is known to find broken, by the invariant's text (as ``explore`` groups
 #: violations) -> the finding's name and where its fix stands. Reported apart, and not a failure
 #: (every other violation is); once a fix lands the checker stops finding it, and its entry goes.
-KNOWN_FINDINGS = {
-    # A debit's execution is answered `processing` by Charge Payment; before its Await Settlement
-    # write lands, the payment settles and the webhook's `succeeded` (or `payment_failed`) event
-    # closes the claim. The execution's write then finds the claim closed, is refused (ClaimLost),
-    # and the execution ends in Needs Reconciliation for an order the webhook already settled.
-    f"{_SETTLED_FIRST} Await Settlement step": f"{_AWAIT_FIRST} (a fix is under way in functions/)",
-    # The same when Await Settlement's first write landed but its Lambda died after it: its retry
-    # comes after the webhook closed the claim.
-    f"{_SETTLED_FIRST} retried Await Settlement step": f"{_AWAIT_FIRST} (its retry; a fix is under way)",
-    # Found by this checker, not fixed yet: Charge Payment's answer is lost (the provider applied
-    # it: PaymentOutcomeUnknown, retried); before the retry runs, the payment settles (a debit) and
-    # the webhook closes the claim; the retried Charge Payment finds the claim no longer open
-    # (ClaimLost) and the execution ends in Needs Reconciliation, for an order already settled.
-    f"{_SETTLED_FIRST} retried Charge Payment step": "webhook-settles-before-charge-retry (new, no fix yet)",
-}
+KNOWN_FINDINGS: dict[str, str] = {}
 
 
 class Killed(BaseException):
