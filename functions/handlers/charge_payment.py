@@ -2,10 +2,14 @@
 
 Retrying this step is safe only because the provider call carries the order's idempotency key
 (invariant 5): a retry after a timeout or a 5xx either replays the first result or applies once.
+A retry that finds its claim already settled by Stripe's webhook charges nothing: completed, it hands
+that charge on to Mark Complete; released declined for this attempt, it raises
+``SettledBeforeChargeAnswer`` and the execution ends in "Settled Before Charge Answer".
 """
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 # Imported at init, not on the first charge: this is the one function that calls Stripe at every
@@ -14,13 +18,14 @@ import stripe  # noqa: F401
 
 from handlers.runtime import claims_store, count, log_event, logger, metrics, provider, tracer
 from payment_saga.api_keys import KeyModeMismatch
-from payment_saga.claims import ClaimStatus
+from payment_saga.claims import Settled, settled_before_charge_answer
 from payment_saga.errors import (
     ChargeNotAttempted,
     ClaimLost,
     PaymentDeclined,
     PaymentOutcomeUnknown,
     PaymentProcessing,
+    SettledBeforeChargeAnswer,
 )
 from payment_saga.orders import order_from_message
 from payment_saga.payments import idempotency_key
@@ -49,22 +54,17 @@ def _provider() -> StripeProvider:
         raise ChargeNotAttempted(f"payment provider unavailable: {type(exc).__name__}") from exc
 
 
-def _completed_for_this_attempt(order_id: str, *, token: str, attempt: int) -> Claim | None:
-    """The claim, if it is COMPLETED under this execution's token at this attempt (a strongly
-    consistent read, only after ``check_held`` refused): the one charge of the attempt is recorded."""
+def _settled_meanwhile(order_id: str, *, token: str, attempt: int) -> tuple[Claim | None, Settled | None]:
+    """The claim, and how this attempt's own settlement closed it under this execution's token, if it
+    did (a strongly consistent read, only after ``check_held`` refused; the domain's
+    ``settled_before_charge_answer`` decides): ``(None, None)`` when the read fails or finds no row."""
     try:
         claim = claims_store().get(order_id)
     except Exception:  # noqa: BLE001 - a read that fails proves nothing: refuse, as check_held did
-        return None
-    if (
-        claim is not None
-        and claim.status is ClaimStatus.COMPLETED
-        and claim.claim_token == token
-        and claim.attempt == attempt
-        and claim.charge_id is not None
-    ):
-        return claim
-    return None
+        return None, None
+    if claim is None:
+        return None, None
+    return claim, settled_before_charge_answer(claim, token=token, attempt=attempt)
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -86,20 +86,39 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             order.order_id, token=token, attempt=attempt, margin_seconds=LEASE_MARGIN_SECONDS
         )
     except ClaimLost as exc:
-        done = _completed_for_this_attempt(order.order_id, token=token, attempt=attempt)
-        if done is not None:
+        claim, settled = _settled_meanwhile(order.order_id, token=token, attempt=attempt)
+        if claim is not None and settled is Settled.CHARGED:
             # A retry after a lost answer, and Stripe's webhook (or the sweeper) already completed the
             # claim with this attempt's PaymentIntent: the money moved, once. Hand that charge on, so
             # Mark Complete finds its own completion and the order ends charged, not in reconciliation.
-            log_event("charge_completed_meanwhile", chargeId=done.charge_id)
+            log_event("charge_completed_meanwhile", chargeId=claim.charge_id)
             count("ChargeCompletedMeanwhile")
             return {
-                "chargeId": done.charge_id,
+                "chargeId": claim.charge_id,
                 "status": "succeeded",
                 "amount": order.amount,
                 "currency": order.currency,
                 "replayed": True,
             }
+        if claim is not None and settled is Settled.DECLINED:
+            # A retry after a lost answer, and Stripe's webhook already released the claim for this
+            # attempt's failed PaymentIntent: nothing was charged, and the relay published the decline
+            # from that write. Never charge again; the state machine ends it without a page.
+            failed = claim.declined_intent_id or claim.settlement_intent_id
+            log_event("settled_before_charge_answer", chargeId=failed, settled=settled.value)
+            count("SettledBeforeChargeAnswer")
+            raise SettledBeforeChargeAnswer(
+                json.dumps(
+                    {
+                        "orderId": order.order_id,
+                        "attempt": attempt,
+                        "paymentIntentId": failed,
+                        "settled": settled.value,
+                        "status": claim.status.value,
+                    },
+                    sort_keys=True,
+                )
+            ) from exc
         logger.error("charge_refused", extra={"event": "charge_refused", "reason": str(exc)})
         count("ChargeRefused")
         raise

@@ -102,6 +102,22 @@ class SettledBeforeAwait(ClaimLost):
     """
 
 
+class SettledBeforeChargeAnswer(ClaimLost):
+    """A retried Charge Payment found its attempt already settled as declined: Stripe's webhook
+    released the claim for this attempt's failed PaymentIntent before the retry ran.
+
+    Raised by Charge Payment when the first request's answer was lost (the provider applied it) and
+    the retry's re-check finds the claim it held at this attempt released ``DECLINED`` by the
+    settlement of a PaymentIntent the row names (``payment_saga.claims.settlement``). Not a failure:
+    nothing was charged, the order has its end and the outcome relay published it from the webhook's
+    write. It is an error only so that the state machine can branch on it (Charge Payment catches it
+    into "Settled Before Charge Answer", no page); a :class:`ClaimLost`, so that any other caller still
+    reads it as a charge refused. Its message is JSON naming the PaymentIntent and how the claim was
+    closed (``settled``: ``DECLINED``). A claim completed meanwhile is not this: its charge is handed
+    on to Mark Complete, which finds its own completion.
+    """
+
+
 class ReleaseRefused(SagaError):
     """Release Claim was reached with an error that does not prove that nothing was charged.
 
@@ -119,5 +135,6 @@ NON_RETRYABLE = (
     "PaymentProcessing",
     "ClaimLost",
     "SettledBeforeAwait",
+    "SettledBeforeChargeAnswer",
     "ReleaseRefused",
 )

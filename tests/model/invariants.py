@@ -20,25 +20,10 @@ HOLDS_NOTHING = frozenset(
 
 #: How the invariant below begins (what it says of the step follows).
 _SETTLED_FIRST = "ended in 'Needs Reconciliation' because a webhook settled its claim before its"
-_AWAIT_FIRST = "webhook-settles-before-await-settlement"
 #: Invariants the checker is known to find broken, by the invariant's text (as ``explore`` groups
 #: violations) -> the finding's name and where its fix stands. Reported apart, and not a failure
 #: (every other violation is); once a fix lands the checker stops finding it, and its entry goes.
-KNOWN_FINDINGS = {
-    # A debit's execution is answered `processing` by Charge Payment; before its Await Settlement
-    # write lands, the payment settles and the webhook's `succeeded` (or `payment_failed`) event
-    # closes the claim. The execution's write then finds the claim closed, is refused (ClaimLost),
-    # and the execution ends in Needs Reconciliation for an order the webhook already settled.
-    f"{_SETTLED_FIRST} Await Settlement step": f"{_AWAIT_FIRST} (a fix is under way in functions/)",
-    # The same when Await Settlement's first write landed but its Lambda died after it: its retry
-    # comes after the webhook closed the claim.
-    f"{_SETTLED_FIRST} retried Await Settlement step": f"{_AWAIT_FIRST} (its retry; a fix is under way)",
-    # Found by this checker, not fixed yet: Charge Payment's answer is lost (the provider applied
-    # it: PaymentOutcomeUnknown, retried); before the retry runs, the payment settles (a debit) and
-    # the webhook closes the claim; the retried Charge Payment finds the claim no longer open
-    # (ClaimLost) and the execution ends in Needs Reconciliation, for an order already settled.
-    f"{_SETTLED_FIRST} retried Charge Payment step": "webhook-settles-before-charge-retry (new, no fix yet)",
-}
+KNOWN_FINDINGS: dict[str, str] = {}
 
 
 class Invariants(WorldBase):
@@ -148,8 +133,14 @@ class Invariants(WorldBase):
         """What must hold when an execution ends (in its last ``step``), of what it could know
         then: an execution whose attempt a webhook had already settled (completed or released) does
         not end in Needs Reconciliation: the order was resolved, and a person would be asked about
-        it for nothing, with an OrderNeedsReconciliation the order's subscribers act on."""
+        it for nothing, with an OrderNeedsReconciliation the order's subscribers act on.
+
+        Only when the step saw the claim closed (its ``ClaimLost``): a step that could not read the
+        claim at all (DynamoDB down for its whole retry budget) could not know the webhook had been
+        first, and pages rightly; the sweeper then finds the claim closed and resolves nothing."""
         if execution.end != NEEDS_RECONCILIATION:
+            return []
+        if (execution.data.get("error") or {}).get("Error") != "ClaimLost":
             return []
         attempt = (execution.data.get("claim") or {}).get("attempt")
         settled = [

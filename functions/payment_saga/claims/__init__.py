@@ -77,7 +77,7 @@ from payment_saga.claims.rows import (
     order_attribute,
     release_log_entry,
 )
-from payment_saga.claims.settlement import Settled, settled_before_await
+from payment_saga.claims.settlement import Settled, settled_before_await, settled_before_charge_answer
 from payment_saga.claims.store import ClaimsStore
 
 __all__ = [
@@ -105,4 +105,5 @@ __all__ = [
     "order_attribute",
     "release_log_entry",
     "settled_before_await",
+    "settled_before_charge_answer",
 ]

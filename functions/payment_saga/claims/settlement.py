@@ -26,6 +26,29 @@ attempt, another charge or PaymentIntent, released     (``ClaimLost``), the orde
 ``NOT_CHARGED``, a ``DECLINED`` release naming no      reconciliation
 PaymentIntent, no row
 =====================================================  ===================================
+
+The retried Charge Payment meets the same race earlier: its first request's answer was lost
+(``PaymentOutcomeUnknown``, the provider applied it), and before the retry runs the payment settles
+and the webhook closes the claim. The retry's re-check finds the claim no longer open and knows no
+PaymentIntent (the answer that named it was lost), so the row alone decides
+(:func:`settled_before_charge_answer`): the webhook only closes a claim for a PaymentIntent of the
+claim's own attempt (its ``metadata[attempt]``), and its writes are fenced on the holder's token, so
+a row closed under this token at this attempt by a settlement was closed by this attempt's charge.
+
+=====================================================  ===================================
+The row the retried Charge Payment found               Decision
+=====================================================  ===================================
+``COMPLETED`` by this token, at this attempt, with a   ``CHARGED``: the charge is handed on
+charge                                                 to Mark Complete, which finds it done
+``RELEASED`` ``DECLINED`` by this token, at this       ``DECLINED``: settled first, no page
+attempt, naming the PaymentIntent that failed
+(``declinedIntentId``, or the ``settlementIntentId``
+it awaited)
+anything else: still ``CLAIMED`` (a lease about to     None: the charge is refused
+run out), another token or attempt, released           (``ClaimLost``), the order needs
+``NOT_CHARGED``, a ``DECLINED`` release naming no      reconciliation
+PaymentIntent, no row
+=====================================================  ===================================
 """
 
 from __future__ import annotations
@@ -62,6 +85,24 @@ def settled_before_await(claim: Claim, *, token: str, attempt: int, payment_inte
         released_for = claim.declined_intent_id or claim.settlement_intent_id
         if released_for == payment_intent_id:
             return Settled.DECLINED
+    return None
+
+
+def settled_before_charge_answer(claim: Claim, *, token: str, attempt: int) -> Settled | None:
+    """Whether ``claim`` is already closed, for ``token``'s ``attempt``, by that attempt's own
+    settlement, when a retried Charge Payment finds it no longer open (pure; the module's second table).
+
+    The retry knows no PaymentIntent, so the row must name the one that settled it: a completion's
+    charge, or the failed PaymentIntent a webhook's ``DECLINED`` release records. A release that names
+    none (Release Claim's own, the sweeper's) proves nothing about this attempt's charge.
+    """
+    if (claim.claim_token, claim.attempt) != (token, attempt):
+        return None
+    if claim.status is ClaimStatus.COMPLETED and claim.charge_id is not None:
+        return Settled.CHARGED
+    named = claim.declined_intent_id or claim.settlement_intent_id
+    if claim.status is ClaimStatus.RELEASED and claim.release_reason is ReleaseReason.DECLINED and named:
+        return Settled.DECLINED
     return None
 
 

@@ -15,6 +15,7 @@ POLICIES = "tests/statemachine/test_retry_policies.py"
 HOLES = "tests/statemachine/test_holes.py"
 SETTLING = "tests/statemachine/test_settlement.py"
 SETTLED_FIRST = "tests/statemachine/test_settled_first.py"
+SETTLED_BEFORE_RETRY = "tests/statemachine/test_settled_before_charge_answer.py"
 
 ASL = Catalogue(ASL_PATH, (STATIC, PATHS, CRASHES))
 m = ASL
@@ -230,6 +231,12 @@ m.asl(
     drop_rule("Await Settlement", "Catch", "SettledBeforeAwait"),
     "a debit the webhook settled before Await Settlement's write ends in Needs Reconciliation and pages",
     tests=(SETTLED_FIRST,),
+)
+m.asl(
+    "asl-settled-before-charge-answer-pages",
+    drop_rule(CHARGE, "Catch", "SettledBeforeChargeAnswer"),
+    "a debit the webhook declined before Charge Payment's retry ends in Needs Reconciliation and pages",
+    tests=(SETTLED_BEFORE_RETRY,),
 )
 m.asl(
     "asl-await-settlement-not-retried",

@@ -21,6 +21,8 @@ WEBHOOK_WRITES = "tests/functional/test_webhook_writes.py"
 SETTLING = "tests/statemachine/test_settlement.py"
 SETTLED_ROWS = "tests/unit/test_settled_before_await.py"
 SETTLED_FIRST = "tests/statemachine/test_settled_first.py"
+SETTLED_CHARGE_ROWS = "tests/unit/test_settled_before_charge_answer.py"
+SETTLED_BEFORE_RETRY = "tests/statemachine/test_settled_before_charge_answer.py"
 
 _DEFAULT_TESTS = (PROTOCOL, CLAIMS_TESTS, HOLES, TAKEOVER)
 _PACKAGE = "functions/payment_saga/claims"
@@ -342,6 +344,52 @@ SETTLEMENT.text(
     "a debit the webhook settled before the execution recorded the wait pages once, for an order that"
     " is fine",
     tests=(SETTLED_FIRST, SETTLED_ROWS),
+)
+# -- a retried charge that finds the webhook settled its attempt after its answer was lost --
+SETTLEMENT.text(
+    "claims-settled-before-charge-answer-any-token",
+    "if (claim.claim_token, claim.attempt) != (token, attempt):",
+    "if claim.attempt != attempt:",
+    "a retried charge takes another execution's settled claim as its own attempt's end: a zombie of a"
+    " taken-over attempt reports the taker's end, with no page",
+    tests=(SETTLED_CHARGE_ROWS, SETTLED_BEFORE_RETRY),
+)
+SETTLEMENT.text(
+    "claims-settled-before-charge-answer-any-attempt",
+    "if (claim.claim_token, claim.attempt) != (token, attempt):",
+    "if claim.claim_token != token:",
+    "a retried charge takes a claim closed at another attempt as settled, with no page",
+    tests=(SETTLED_CHARGE_ROWS, SETTLED_BEFORE_RETRY),
+)
+SETTLEMENT.text(
+    "claims-settled-before-charge-answer-completed-without-charge",
+    "if claim.status is ClaimStatus.COMPLETED and claim.charge_id is not None:",
+    "if claim.status is ClaimStatus.COMPLETED:",
+    "a completed claim that names no charge is handed on as this attempt's charge (with no id)",
+    tests=(SETTLED_CHARGE_ROWS, SETTLED_BEFORE_RETRY),
+)
+SETTLEMENT.text(
+    "claims-settled-before-charge-answer-any-release",
+    "and claim.release_reason is ReleaseReason.DECLINED and named:",
+    "and named:",
+    "a claim released NOT_CHARGED ends the retried charge as settled declined: a charge that may have"
+    " landed is reported as declined, with no page",
+    tests=(SETTLED_CHARGE_ROWS, SETTLED_BEFORE_RETRY),
+)
+SETTLEMENT.text(
+    "claims-settled-before-charge-answer-release-naming-none",
+    "    named = claim.declined_intent_id or claim.settlement_intent_id\n",
+    '    named = "any"\n',
+    "a declined release that names no PaymentIntent (not the webhook's proof of this attempt's failure)"
+    " ends the retried charge as settled, with no page",
+    tests=(SETTLED_CHARGE_ROWS, SETTLED_BEFORE_RETRY),
+)
+SETTLEMENT.text(
+    "claims-settled-before-charge-answer-never-declined",
+    "        return Settled.DECLINED\n    return None\n\n\nclass SettlementWrites",
+    "        return None\n    return None\n\n\nclass SettlementWrites",
+    "a debit whose failed webhook beat the charge's retry pages once, for an order already declined",
+    tests=(SETTLED_BEFORE_RETRY, SETTLED_CHARGE_ROWS),
 )
 CLOSING.text(
     "claims-declined-release-names-no-intent",

@@ -97,6 +97,23 @@ CHARGE.text(
     "the charge's key is not the attempt's (the sweeper and a takeover look for another key)",
 )
 
+CHARGE.text(
+    "charge-settled-declined-meanwhile-refused",
+    "        if claim is not None and settled is Settled.DECLINED:\n",
+    "        if False:\n",
+    "a retried charge whose claim the webhook released declined for its attempt is refused: the order"
+    " already declined ends in Needs Reconciliation and pages",
+    tests=("tests/statemachine/test_settled_before_charge_answer.py",),
+)
+CHARGE.text(
+    "charge-completed-meanwhile-refused",
+    "        if claim is not None and settled is Settled.CHARGED:\n",
+    "        if False:\n",
+    "a retried charge whose claim the webhook completed with its attempt's charge is refused: the order"
+    " charged once ends in Needs Reconciliation and pages",
+    tests=("tests/statemachine/test_settled_before_charge_answer.py", "tests/statemachine/test_webhooks.py"),
+)
+
 RELEASE = Catalogue("functions/handlers/release_claim.py", DEFAULT)
 RELEASE.text(
     "release-failed-claim-released-blind",
