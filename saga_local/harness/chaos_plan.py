@@ -84,8 +84,10 @@ class ChaosConfig:
     #: Per webhook event: delivered twice.
     webhook_duplicate_rate: float = 0.1
     #: Per webhook event: held back :attr:`webhook_reorder_seconds`, so the next event overtakes it.
+    #: Longer than :attr:`settle_seconds`: a card's PaymentIntent has one event, so only a debit's
+    #: ``processing`` can be overtaken, by its settlement's event, which comes that much later.
     webhook_reorder_rate: float = 0.1
-    webhook_reorder_seconds: float = 1.5
+    webhook_reorder_seconds: float = 4.5
     #: Per webhook event: its first delivery waits up to :attr:`webhook_delay_seconds`.
     webhook_delay_rate: float = 0.2
     webhook_delay_seconds: float = 3.0
