@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 #: The pages one stale claim's proof may list in chaos's sweeps (the sweeper's ``CLAIM_LIST_PAGE_CAP``).
 #: A run packs thousands of orders into minutes, so one attempt's window holds more PaymentIntents
 #: than the deployed sweeper's cap (10) lets it read, and such a claim is left for a person by design
-#: (tests/functional/test_sweeper.py shows that). Chaos judges the decisions, not a Lambda's time
+#: (tests/functional/test_sweeper_lambda.py shows that). Chaos judges the decisions, not a Lambda's time
 #: budget: its sweeps read every page (in memory, against the emulator).
 SWEEP_LIST_PAGE_CAP = 10_000
 #: Rounds of "later" after the sweep, at most: delayed re-queues delivered, run, and swept again
