@@ -234,7 +234,8 @@ def stack_monthly_quantities(template: dict[str, Any]) -> dict[str, tuple[float,
     """What one stack of ``template`` (defaults) pays for per month just by existing: item -> (quantity
     per month, how it is counted), for :func:`render_table`'s ``monthly`` and :func:`monthly_costs`.
 
-    Counted from the template, not typed in: its alarms (standard resolution), dashboards, KMS keys
+    Counted from the template, not typed in: its alarms (standard resolution, one per metric each
+    reads), dashboards, KMS keys
     (the alarm topic's, made when ``AlarmTopicName`` is empty, the default), the custom metrics of the
     dashboard's namespace (each name and dimension set is one metric, and every broken-down count
     also publishes its plain total, see ``handlers/runtime.py`` ``count``), and point-in-time recovery
@@ -256,7 +257,14 @@ def stack_monthly_quantities(template: dict[str, Any]) -> dict[str, tuple[float,
         ((operator, (left, right)),) = conditions[name].items()
         return bool(operator == "Fn::Equals" and defaults.get(left.get("Ref")) == right)
 
-    alarms = sum(1 for r in of_type("AWS::CloudWatch::Alarm").values() if created(r))
+    # CloudWatch prices an alarm per metric it reads: a metric math alarm is one alarm metric for each
+    # metric in its expression (the expression itself is free).
+    alarm_metrics = [
+        sum(1 for query in r["Properties"].get("Metrics") or [] if "MetricStat" in query) or 1
+        for r in of_type("AWS::CloudWatch::Alarm").values()
+        if created(r)
+    ]
+    alarms, metered = len(alarm_metrics), sum(alarm_metrics)
     dashboards = of_type("AWS::CloudWatch::Dashboard")
     keys = sum(1 for r in of_type("AWS::KMS::Key").values() if created(r))
     metrics = _custom_metrics(template, dashboards)
@@ -265,7 +273,10 @@ def stack_monthly_quantities(template: dict[str, Any]) -> dict[str, tuple[float,
         for r in of_type("AWS::DynamoDB::Table").values()
     )
     quantities: dict[str, tuple[float, str]] = {
-        "alarms": (float(alarms), f"{alarms} alarms"),
+        "alarms": (
+            float(metered),
+            f"{alarms} alarms" if metered == alarms else f"{alarms} alarms, {metered} alarm metrics",
+        ),
         "dashboard": (float(len(dashboards)), f"{len(dashboards)} dashboard"),
         "custom_metrics": (float(metrics), f"{metrics} metrics"),
         "kms_key": (float(keys), f"{keys} key" if keys == 1 else f"{keys} keys"),

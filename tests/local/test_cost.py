@@ -294,8 +294,13 @@ def test_what_the_stack_costs_by_existing_is_counted_from_its_template(prices: d
     quantities = stack_monthly_quantities(template)
     amounts = monthly_costs({item: quantity for item, (quantity, _) in quantities.items()}, prices)
 
-    assert quantities["alarms"][0] == len(alarms) >= 20
-    assert amounts["alarms"] == pytest.approx(0.10 * len(alarms))
+    # CloudWatch prices a metric math alarm per metric its expression reads (the webhook silence
+    # alarm: charges and deliveries, two); any other alarm is one alarm metric.
+    metered = sum(max(1, sum("MetricStat" in q for q in r["Properties"].get("Metrics", []))) for r in alarms)
+    assert len(alarms) >= 20
+    assert metered == len(alarms) + 1  # the silence alarm reads two metrics
+    assert quantities["alarms"][0] == metered
+    assert amounts["alarms"] == pytest.approx(0.10 * metered)
     assert amounts["dashboard"] == pytest.approx(3.00)
     # The state machine's key, and the alarm topic's (AlarmTopicName empty, the default: the stack's topic).
     assert amounts["kms_key"] == pytest.approx(2.00)
@@ -305,8 +310,8 @@ def test_what_the_stack_costs_by_existing_is_counted_from_its_template(prices: d
     assert amounts["custom_metrics"] == pytest.approx(0.30 * quantities["custom_metrics"][0])
     table = render_table({"saga": EVERYTHING}, prices, monthly={**MONTHLY, **quantities})
     assert (
-        f"CloudWatch alarms: {0.10 * len(alarms):.2f}  ({len(alarms)} alarms x $0.10 per alarm metric"
-        in table
+        f"CloudWatch alarms: {0.10 * metered:.2f}  ({len(alarms)} alarms, {metered} alarm metrics x $0.10"
+        " per alarm metric" in table
     )
     assert "CloudWatch dashboard: 3.00" in table
     assert "KMS keys (execution history, alarms): 2.00" in table

@@ -381,6 +381,44 @@ def test_the_duplicate_spike_alarm_watches_the_mechanism(template: Template) -> 
     assert template.parameters["DuplicateSpikeThreshold"]["Default"] == 50
 
 
+def silence_breaches(expression: str, charges: float | None, received: float | None) -> bool:
+    """Evaluate the silence alarm's metric math for one hour's sums (None: no data point), as
+    CloudWatch does for the functions it uses: FILL, IF, AND, comparisons."""
+    python = re.sub(r"FILL\((\w+), 0\)", r"(\1 if \1 is not None else 0)", expression)
+    python = re.sub(r"IF\((.+), 1, 0\)$", r"(1 if (\1) else 0)", python).replace(" AND ", " and ")
+    assert set(re.findall(r"[A-Za-z_]+", python)) <= {
+        "charges",
+        "received",
+        "if",
+        "is",
+        "not",
+        "None",
+        "else",
+        "and",
+    }
+    value = eval(python, {}, {"charges": charges, "received": received})  # noqa: S307 - the template's own expression
+    return bool(value > 0)
+
+
+def test_the_webhook_silence_alarm_pages_on_charges_that_no_webhook_followed(template: Template) -> None:
+    """A delivery that never reaches AWS raises no receiver alarm: charges landing with no webhook do."""
+    alarm = template.of_type("AWS::CloudWatch::Alarm")["WebhookSilenceAlarm"]
+    assert alarm_metrics(alarm) == [
+        (STACK_NAMESPACE, "ChargeApplied", {"service": "payment-saga"}),
+        (STACK_NAMESPACE, "WebhookReceived", {"service": "payment-saga"}),
+    ]
+    queries = {query["Id"]: query for query in alarm["Metrics"]}
+    assert {query["MetricStat"]["Period"] for query in queries.values() if "MetricStat" in query} == {3600}
+    (returned,) = [query for query in queries.values() if query.get("ReturnData", True)]
+    breaches = functools.partial(silence_breaches, returned["Expression"])
+    assert breaches(5, 0)
+    assert breaches(40, None)  # no delivery at all in the hour: no data point
+    assert not breaches(40, 1)  # one delivery arrived: Stripe reaches the stack
+    assert not breaches(4, 0)  # a quiet hour
+    assert not breaches(None, None)
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+
+
 def test_the_sweeper_throttle_alarm_waits_longer_than_a_throttled_tick_is_retried(template: Template) -> None:
     """A throttled tick is retried by Lambda (MaximumEventAgeInSeconds): one throttled period only delays
     a sweep. The alarm wants sweeps throttled period after period."""
