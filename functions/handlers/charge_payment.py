@@ -18,7 +18,7 @@ import stripe  # noqa: F401
 
 from handlers.runtime import claims_store, count, log_event, logger, metrics, provider, tracer
 from payment_saga.api_keys import KeyModeMismatch
-from payment_saga.claims import Settled, settled_before_charge_answer
+from payment_saga.claims import Settled, awaiting_before_charge_answer, settled_before_charge_answer
 from payment_saga.errors import (
     ChargeNotAttempted,
     ClaimLost,
@@ -65,6 +65,38 @@ def _settled_meanwhile(order_id: str, *, token: str, attempt: int) -> tuple[Clai
     if claim is None:
         return None, None
     return claim, settled_before_charge_answer(claim, token=token, attempt=attempt)
+
+
+def _awaited_meanwhile(order_id: str, *, token: str, attempt: int) -> str | None:
+    """The PaymentIntent Stripe's webhook recorded this attempt's claim as awaiting the settlement
+    of, after the provider's answer was lost (a strongly consistent read; the domain's
+    ``awaiting_before_charge_answer`` decides), or None: also when the read fails, which proves
+    nothing and leaves the outcome unknown."""
+    try:
+        claim = claims_store().get(order_id)
+    except Exception:  # noqa: BLE001 - a read that fails proves nothing: the outcome stays unknown
+        return None
+    return None if claim is None else awaiting_before_charge_answer(claim, token=token, attempt=attempt)
+
+
+def _processing_said_by_webhook(
+    order_id: str, key: str, payment_intent_id: str, unknown: PaymentOutcomeUnknown
+) -> PaymentProcessing:
+    """The answer the lost one would have been, as Stripe's webhook gave it: logged and counted as
+    the provider's own ``processing`` answer is."""
+    log_event("charge_processing", chargeId=payment_intent_id, learnedFrom="webhook", reason=str(unknown))
+    count("ChargeProcessing")
+    return PaymentProcessing(
+        json.dumps(
+            {
+                "paymentIntentId": payment_intent_id,
+                "status": "processing",
+                "reason": f"payment for order {order_id} ({key}) settles later, as Stripe's webhook said",
+            },
+            sort_keys=True,
+        ),
+        payment_intent_id=payment_intent_id,
+    )
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -153,6 +185,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         count("ChargeProcessing")
         raise
     except PaymentOutcomeUnknown as exc:
+        awaited = _awaited_meanwhile(order.order_id, token=token, attempt=attempt)
+        if awaited is not None:
+            # The answer was lost, but Stripe's processing webhook recorded the wait on this very
+            # attempt's claim: the provider said what the answer would have. Await Settlement, no page.
+            raise _processing_said_by_webhook(order.order_id, key, awaited, exc) from exc
         logger.warning(
             "charge_outcome_unknown", extra={"event": "charge_outcome_unknown", "reason": str(exc)}
         )

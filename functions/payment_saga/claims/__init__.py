@@ -77,7 +77,12 @@ from payment_saga.claims.rows import (
     order_attribute,
     release_log_entry,
 )
-from payment_saga.claims.settlement import Settled, settled_before_await, settled_before_charge_answer
+from payment_saga.claims.settlement import (
+    Settled,
+    awaiting_before_charge_answer,
+    settled_before_await,
+    settled_before_charge_answer,
+)
 from payment_saga.claims.store import ClaimsStore
 
 __all__ = [
@@ -101,6 +106,7 @@ __all__ = [
     "FenceResult",
     "ReleaseReason",
     "Settled",
+    "awaiting_before_charge_answer",
     "open_shard",
     "order_attribute",
     "release_log_entry",

@@ -49,6 +49,22 @@ run out), another token or attempt, released           (``ClaimLost``), the orde
 ``NOT_CHARGED``, a ``DECLINED`` release naming no      reconciliation
 PaymentIntent, no row
 =====================================================  ===================================
+
+A Charge Payment that cannot learn its own answer at all (the provider applied the create, the
+answer was lost, and every retry meets the provider down) would end in Needs Reconciliation. But
+Stripe's ``processing`` webhook may have told the claim meanwhile: it records the same wait Await
+Settlement records, on the open claim of that very attempt. Then the step's unknown outcome is not
+unknown: the provider said the payment settles later (:func:`awaiting_before_charge_answer`), and
+the execution ends in Awaiting Settlement, as if the answer had arrived.
+
+=====================================================  ===================================
+The row, after the Charge's outcome is unknown         Decision
+=====================================================  ===================================
+``CLAIMED`` by this token, at this attempt, awaiting   that PaymentIntent: the step answers
+the settlement of a PaymentIntent                      ``PaymentProcessing``, no page
+anything else (awaiting nothing, another token or      None: the outcome stays unknown, the
+attempt, closed, no row)                               order needs reconciliation
+=====================================================  ===================================
 """
 
 from __future__ import annotations
@@ -104,6 +120,19 @@ def settled_before_charge_answer(claim: Claim, *, token: str, attempt: int) -> S
     if claim.status is ClaimStatus.RELEASED and claim.release_reason is ReleaseReason.DECLINED and named:
         return Settled.DECLINED
     return None
+
+
+def awaiting_before_charge_answer(claim: Claim, *, token: str, attempt: int) -> str | None:
+    """The PaymentIntent whose settlement ``claim`` awaits for ``token``'s ``attempt``, when Charge
+    Payment's own outcome is unknown (pure; the module's third table): None unless the claim is still
+    ``CLAIMED`` under this token at this attempt and a settlement wait is recorded on it.
+
+    The webhook records a wait only for a PaymentIntent of the claim's own attempt in ``processing``,
+    so the row says what the lost answer would have said. Nothing is released or charged on it.
+    """
+    if (claim.claim_token, claim.attempt) != (token, attempt) or claim.status is not ClaimStatus.CLAIMED:
+        return None
+    return claim.settlement_intent_id
 
 
 class SettlementWrites(ClaimsTable):

@@ -23,6 +23,8 @@ SETTLED_ROWS = "tests/unit/test_settled_before_await.py"
 SETTLED_FIRST = "tests/statemachine/test_settled_first.py"
 SETTLED_CHARGE_ROWS = "tests/unit/test_settled_before_charge_answer.py"
 SETTLED_BEFORE_RETRY = "tests/statemachine/test_settled_before_charge_answer.py"
+AWAITING_ROWS = "tests/unit/test_awaiting_before_charge_answer.py"
+AWAITING_BEFORE_ANSWER = "tests/statemachine/test_processing_before_charge_answer.py"
 
 _DEFAULT_TESTS = (PROTOCOL, CLAIMS_TESTS, HOLES, TAKEOVER)
 _PACKAGE = "functions/payment_saga/claims"
@@ -386,10 +388,40 @@ SETTLEMENT.text(
 )
 SETTLEMENT.text(
     "claims-settled-before-charge-answer-never-declined",
-    "        return Settled.DECLINED\n    return None\n\n\nclass SettlementWrites",
-    "        return None\n    return None\n\n\nclass SettlementWrites",
+    "        return Settled.DECLINED\n    return None\n\n\ndef awaiting_before_charge_answer",
+    "        return None\n    return None\n\n\ndef awaiting_before_charge_answer",
     "a debit whose failed webhook beat the charge's retry pages once, for an order already declined",
     tests=(SETTLED_BEFORE_RETRY, SETTLED_CHARGE_ROWS),
+)
+# -- a charge whose answer never arrives, after the webhook recorded the wait --
+SETTLEMENT.text(
+    "claims-awaiting-before-charge-answer-any-token",
+    "if (claim.claim_token, claim.attempt) != (token, attempt) or claim.status is not ClaimStatus.CLAIMED:",
+    "if claim.attempt != attempt or claim.status is not ClaimStatus.CLAIMED:",
+    "a zombie execution of a taken-over attempt reads the taker's wait as its own answer",
+    tests=(AWAITING_ROWS, AWAITING_BEFORE_ANSWER),
+)
+SETTLEMENT.text(
+    "claims-awaiting-before-charge-answer-any-attempt",
+    "if (claim.claim_token, claim.attempt) != (token, attempt) or claim.status is not ClaimStatus.CLAIMED:",
+    "if claim.claim_token != token or claim.status is not ClaimStatus.CLAIMED:",
+    "a charge whose outcome is unknown reads a wait recorded for another attempt as its own answer",
+    tests=(AWAITING_ROWS, AWAITING_BEFORE_ANSWER),
+)
+SETTLEMENT.text(
+    "claims-awaiting-before-charge-answer-closed-claim",
+    "if (claim.claim_token, claim.attempt) != (token, attempt) or claim.status is not ClaimStatus.CLAIMED:",
+    "if (claim.claim_token, claim.attempt) != (token, attempt):",
+    "a claim already closed is read as still awaiting settlement: the execution ends awaiting a"
+    " payment that was settled",
+    tests=(AWAITING_ROWS, AWAITING_BEFORE_ANSWER),
+)
+SETTLEMENT.text(
+    "claims-awaiting-before-charge-answer-never",
+    "    return claim.settlement_intent_id\n",
+    "    return None\n",
+    "a debit whose processing webhook was recorded still pages when its Charge answer never arrives",
+    tests=(AWAITING_ROWS, AWAITING_BEFORE_ANSWER),
 )
 CLOSING.text(
     "claims-declined-release-names-no-intent",
