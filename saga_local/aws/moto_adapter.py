@@ -42,6 +42,11 @@ moto version pinned in pyproject.toml:
 * DynamoDB's request handling -> serialised behind one lock, so a conditional write (and the
   ``ALL_OLD`` item it returns, which moto reads *before* applying the write) is atomic under
   concurrent requests, as it is in DynamoDB. Without it two racing claims can both win.
+* SQS's receive, delete and visibility change -> each behind its queue's own lock (the one moto's
+  send already takes). moto checks a message's visibility and marks it received with no lock, so
+  two concurrent pollers could both receive one message (a redelivery SQS would not make), and it
+  rebuilds a queue's message list on delete, so a message sent meanwhile could vanish (a loss SQS
+  would never make). A long poll waits outside the lock, so one poller never holds up another.
 """
 
 from __future__ import annotations
@@ -167,6 +172,57 @@ def _retention_check(self: Any, queue_name: str, message: Any) -> bool:
     """moto's ``is_message_valid_based_on_retention_period``, without computing every attribute."""
     retention_period = int(self.get_queue(queue_name).message_retention_period)
     return bool(retention_period + message.sent_timestamp / 1000 > _time.time())
+
+
+def _receive_locked(receive: Any) -> Any:
+    """``SQSBackend.receive_message`` with each look at the queue under the queue's lock."""
+
+    @functools.wraps(receive)
+    def receive_message(
+        self: Any,
+        queue_name: str,
+        count: int,
+        wait_seconds_timeout: int,
+        visibility_timeout: int,
+        message_attribute_names: list[str] | None = None,
+    ) -> list[Any]:
+        queue = self.get_queue(queue_name)
+        deadline = _time.monotonic() + wait_seconds_timeout
+        while True:
+            with queue._messages_lock:
+                received: list[Any] = receive(
+                    self, queue_name, count, 0, visibility_timeout, message_attribute_names
+                )
+            remaining = deadline - _time.monotonic()
+            if received or remaining <= 0:
+                return received
+            queue.wait_for_messages(min(remaining, 1.0))
+
+    return receive_message
+
+
+def _delete_locked(delete: Any) -> Any:
+    """``Queue.delete_message`` under the queue's lock: moto rebuilds the message list there."""
+
+    @functools.wraps(delete)
+    def delete_message(self: Any, receipt_handle: str) -> None:
+        with self._messages_lock:
+            delete(self, receipt_handle)
+
+    return delete_message
+
+
+def _visibility_locked(change: Any) -> Any:
+    """``SQSBackend.change_message_visibility`` under the queue's lock."""
+
+    @functools.wraps(change)
+    def change_message_visibility(
+        self: Any, queue_name: str, receipt_handle: str, visibility_timeout: int
+    ) -> None:
+        with self.get_queue(queue_name)._messages_lock:
+            change(self, queue_name, receipt_handle, visibility_timeout)
+
+    return change_message_visibility
 
 
 class _QueueAttributes(Mapping[str, Any]):
@@ -429,6 +485,9 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
         (engine_json_path, "parse", functools.lru_cache(maxsize=4096)(engine_json_path.parse)),
         (jsonpath_ext, "parse", functools.lru_cache(maxsize=256)(jsonpath_ext.parse)),
         (SQSBackend, "is_message_valid_based_on_retention_period", _retention_check),
+        (SQSBackend, "receive_message", _receive_locked(SQSBackend.receive_message)),
+        (Queue, "delete_message", _delete_locked(Queue.delete_message)),
+        (SQSBackend, "change_message_visibility", _visibility_locked(SQSBackend.change_message_visibility)),
         (Queue, "attributes", property(_QueueAttributes)),
         (BaseModel, "__new__", staticmethod(_untracked_new)),
         (

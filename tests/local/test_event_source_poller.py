@@ -9,7 +9,7 @@ from saga_local.aws.event_source import SqsEventSource
 
 
 class FlakySqs:
-    """Raises on the first receive (as moto's SQS can under concurrent pollers), then serves one message."""
+    """Raises on the first receive, then serves one message."""
 
     def __init__(self, stop: threading.Event) -> None:
         self.receives = 0

@@ -189,3 +189,24 @@ def test_messages_counted_in_moto_s_queue_equal_get_queue_attributes_three_count
         assert messages_in_queue(url.replace("orders", "elsewhere")) is None
         boto3.client("sqs", region_name="eu-west-1").create_queue(QueueName="orders")
         assert messages_in_queue(url) is None  # the same name in two regions: ask SQS instead
+
+
+def test_sqs_receive_delete_and_visibility_change_are_the_methods_the_adapter_locks() -> None:
+    # The adapter takes each queue's own lock (moto's send takes it too) around these three, and
+    # runs a long poll as repeated receives with no wait: the signatures must still fit.
+    from moto.sqs.models import Queue
+
+    receive = list(inspect.signature(SQSBackend.receive_message).parameters)
+    assert receive == [
+        "self",
+        "queue_name",
+        "count",
+        "wait_seconds_timeout",
+        "visibility_timeout",
+        "message_attribute_names",
+    ]
+    assert list(inspect.signature(Queue.delete_message).parameters) == ["self", "receipt_handle"]
+    change = list(inspect.signature(SQSBackend.change_message_visibility).parameters)
+    assert change == ["self", "queue_name", "receipt_handle", "visibility_timeout"]
+    assert "with self._messages_lock:" in inspect.getsource(Queue.add_message)
+    assert "self._messages = new_messages" in inspect.getsource(Queue.delete_message)
