@@ -18,6 +18,9 @@ fault control of `saga up`) share how they run: :class:`LoopbackServer` binds a
 
 from __future__ import annotations
 
+import contextlib
+import selectors
+import socket
 import threading
 from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Self
@@ -85,8 +88,11 @@ class LoopbackServer:
     """An HTTP server on ``host:port`` (0: an ephemeral port) that serves ``handler`` from a thread.
 
     ``server_class`` is the :class:`LoopbackHTTPServer` to bind (a subclass may change its
-    settings); ``name`` names the serving thread (``{port}`` in it is the bound port), and the
-    thread looks for :meth:`stop` every ``poll_interval`` seconds.
+    settings); ``name`` names the serving thread (``{port}`` in it is the bound port). The thread
+    waits on the listening socket and on a wake-up socket that :meth:`stop` writes to, so a stop
+    takes no poll interval (``socketserver``'s own loop wakes every half second, or every
+    ``poll_interval``, to look for one: a test suite that starts an emulator per test waits that
+    long per test).
     """
 
     def __init__(
@@ -96,17 +102,24 @@ class LoopbackServer:
         name: str,
         host: str = "127.0.0.1",
         port: int = 0,
-        poll_interval: float = 0.05,
         server_class: type[LoopbackHTTPServer] = LoopbackHTTPServer,
     ) -> None:
         self._http = server_class((host, port), handler)
         self._http.front = self
-        self._thread = threading.Thread(
-            target=self._http.serve_forever,
-            kwargs={"poll_interval": poll_interval},
-            name=name.format(port=self.port),
-            daemon=True,
-        )
+        self._http.timeout = 0  # handle_request() is only called once a connection is waiting
+        self._stopping = threading.Event()
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._thread = threading.Thread(target=self._serve, name=name.format(port=self.port), daemon=True)
+
+    def _serve(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._http, selectors.EVENT_READ)
+            selector.register(self._wake_read, selectors.EVENT_READ)
+            while not self._stopping.is_set():
+                ready = selector.select()
+                if not self._stopping.is_set() and any(key.fileobj is self._http for key, _ in ready):
+                    self._http.handle_request()
+                self._http.service_actions()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -125,11 +138,16 @@ class LoopbackServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving and release the port (:meth:`closed` runs before the thread is joined)."""
-        self._http.shutdown()
+        """Stop serving and release the port (:meth:`closed` runs after the serving thread ended)."""
+        self._stopping.set()
+        with contextlib.suppress(OSError):
+            self._wake_write.send(b"\0")
+        if self._thread.ident is not None:
+            self._thread.join(timeout=5)
         self._http.server_close()
+        self._wake_read.close()
+        self._wake_write.close()
         self.closed()
-        self._thread.join(timeout=5)
 
     def closed(self) -> None:
         """Called by :meth:`stop` once the port is released: a subclass ends what is still open."""

@@ -53,7 +53,7 @@ class FaultControl(LoopbackServer):
         self.plan = plan
         #: What every request must carry in :data:`TOKEN_HEADER`: new every run.
         self.token = secrets.token_urlsafe(32)
-        super().__init__(_Handler, name="fault-control", port=port, poll_interval=0.1, server_class=_Server)
+        super().__init__(_Handler, name="fault-control", port=port, server_class=_Server)
 
     @property
     def url(self) -> str:
