@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from payment_saga.claims import Claim, ClaimStatus, ReleaseReason, Settled, settled_before_await
-from tests.unit.test_webhook_rules import OPEN
+from tests.unit.claim_support import OPEN
 
 PI = "pi_this_attempts"
 #: The webhook rules' open claim, held by this execution at attempt 2 and awaiting nothing yet.

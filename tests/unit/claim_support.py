@@ -1,0 +1,19 @@
+"""What the unit tests of the claim's decision tables share: the open claim every row starts from."""
+
+from __future__ import annotations
+
+from payment_saga.claims import Claim, ClaimStatus
+
+A = "arn:aws:states:us-east-1:123456789012:execution:saga:A"
+
+OPEN = Claim(
+    order_id="ORDER-003",
+    status=ClaimStatus.CLAIMED,
+    claim_token=A,
+    attempt=1,
+    fingerprint="15000|BRL|cus_123",
+    payment_attempt="1",
+    lease_expires_at=1_790_000_900,
+    attempt_started_at=1_790_000_000,
+    attempt_started_by=A,
+)
