@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from payment_saga.claims import Claim, ClaimStatus
+import dataclasses
+
+from payment_saga.claims import Claim, ClaimStatus, ReleaseReason
 
 A = "arn:aws:states:us-east-1:123456789012:execution:saga:A"
 
@@ -17,3 +19,16 @@ OPEN = Claim(
     attempt_started_at=1_790_000_000,
     attempt_started_by=A,
 )
+
+PI = "pi_this_attempts"
+#: The webhook rules' open claim, held by this execution at attempt 2 and awaiting nothing yet.
+HELD = dataclasses.replace(OPEN, attempt=2)
+TOKEN = HELD.claim_token
+
+
+def row(**changes: object) -> Claim:
+    return dataclasses.replace(HELD, **changes)  # type: ignore[arg-type]
+
+
+COMPLETED = row(status=ClaimStatus.COMPLETED, charge_id=PI)
+DECLINED = row(status=ClaimStatus.RELEASED, release_reason=ReleaseReason.DECLINED, declined_intent_id=PI)
