@@ -1,4 +1,5 @@
-"""What the unit tests of the claim's decision tables share: the open claim every row starts from."""
+"""What the unit tests of the claim's decision tables share: the open claim every row starts from, and
+the claim one execution holds at its second attempt, with the rows that close it for a PaymentIntent."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ TOKEN = HELD.claim_token
 
 
 def row(**changes: object) -> Claim:
+    """The held claim with ``changes``: the row a write or a re-check found."""
     return dataclasses.replace(HELD, **changes)  # type: ignore[arg-type]
 
 
