@@ -1,6 +1,7 @@
-"""The functional tests' shared fixtures: the sweeper's provider emulator on the test's clock, the
-official SDK's provider against it, the claims store with the sweeper's lease, and the sweeper
-Lambda's environment. A module that needs another of one of these names defines its own."""
+"""The functional tests' shared fixtures: the provider emulator on the test's clock, the official SDK's
+provider against it, the claims store on that clock with the lease the tests advance past
+(``sweeper_support.LEASE``), and the sweeper Lambda's environment. A module that needs another of one
+of these names defines its own."""
 
 from __future__ import annotations
 
