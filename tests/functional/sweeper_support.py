@@ -1,21 +1,18 @@
-"""What the sweeper's tests share: the order and the tokens, the lease and the grace, the provider
-emulator on the test's clock, the holder's charge, and a provider that races the sweeper."""
+"""What the sweeper's tests share: the order and the tokens, the lease and the grace, the holder's
+charge, and a provider that races the sweeper (their fixtures are in conftest.py)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
 from payment_saga.claims import ClaimResult, ClaimsStore, ClaimStatus, ReleaseReason
 from payment_saga.orders import Order
 from payment_saga.payments import AttemptRecord, Charge, StripeProvider, idempotency_key
 from payment_saga.reconcile import ReconcileReport, reconcile
-from saga_local.aws.stack import LOCAL_API_KEY
 from saga_local.stripe_emulator import ProviderEmulator
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     from tests.helpers import FakeClock
 
@@ -25,25 +22,6 @@ A = "arn:aws:states:us-east-1:123456789012:execution:saga:A"
 B = "arn:aws:states:us-east-1:123456789012:execution:saga:B"
 LEASE = 900
 GRACE = 3600
-
-
-@pytest.fixture
-def emulator(clock: FakeClock) -> Iterator[ProviderEmulator]:
-    # The emulator runs on the test's clock too: search lag and idempotency windows move with it.
-    with ProviderEmulator(clock=clock) as emulator:
-        yield emulator
-
-
-@pytest.fixture
-def provider(emulator: ProviderEmulator) -> Iterator[StripeProvider]:
-    provider = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
-    yield provider
-    provider.close()
-
-
-@pytest.fixture
-def store(dynamodb: Any, claims_table: str, clock: FakeClock) -> ClaimsStore:
-    return ClaimsStore(claims_table, client=dynamodb, clock=clock, lease_seconds=LEASE)
 
 
 def charge(provider: StripeProvider, order: Order = ORDER, attempt: int = 1) -> Charge:

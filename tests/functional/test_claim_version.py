@@ -15,6 +15,7 @@ import pytest
 from payment_saga.claims import ClaimsStore, FenceResult, ReleaseReason
 from payment_saga.errors import ClaimLost
 from payment_saga.orders import Order
+from tests.functional.sweeper_support import LEASE
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -22,12 +23,6 @@ if TYPE_CHECKING:
 ORDER = Order("ORDER-V", 15000, "BRL", "cus_123", "pm_card_visa")
 A = "arn:aws:states:us-east-1:123456789012:execution:saga:A"
 B = "arn:aws:states:us-east-1:123456789012:execution:saga:B"
-LEASE = 900
-
-
-@pytest.fixture
-def store(dynamodb: Any, claims_table: str, clock: Any) -> ClaimsStore:
-    return ClaimsStore(claims_table, client=dynamodb, clock=clock, lease_seconds=LEASE)
 
 
 def version(store: ClaimsStore) -> int:

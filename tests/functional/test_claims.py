@@ -30,11 +30,6 @@ A = "arn:aws:states:us-east-1:123456789012:execution:saga:A"
 B = "arn:aws:states:us-east-1:123456789012:execution:saga:B"
 
 
-@pytest.fixture
-def store(dynamodb: Any, claims_table: str, clock: Any) -> ClaimsStore:
-    return ClaimsStore(claims_table, client=dynamodb, clock=clock, lease_seconds=900)
-
-
 def test_first_claim_wins_and_records_who_until_when_and_what(store: ClaimsStore, clock: Any) -> None:
     outcome = store.claim(ORDER, token=A)
 

@@ -11,20 +11,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import pytest
-
 from payment_saga.claims import ClaimResult, ClaimsStore, ReleaseReason
 from payment_saga.orders import Order
+from tests.functional.sweeper_support import LEASE
 
 ORDER = Order("ORDER-003", 15000, "BRL", "cus_123", "pm_card_chargeDeclined")
 RETRY_1 = replace(ORDER, payment_attempt="retry-1", payment_method="pm_card_visa_chargeDeclinedExpiredCard")
 A, B, C = (f"arn:aws:states:us-east-1:123456789012:execution:saga:{n}" for n in "ABC")
-LEASE = 900
-
-
-@pytest.fixture
-def store(dynamodb: Any, claims_table: str, clock: Any) -> ClaimsStore:
-    return ClaimsStore(claims_table, client=dynamodb, clock=clock, lease_seconds=LEASE)
 
 
 def test_an_attempt_the_sweeper_found_declined_stays_declined_after_the_next_attempt_declines_too(

@@ -28,11 +28,6 @@ from tests.functional.sweeper_support import (
     sweep,
 )
 
-# The shared fixtures, each imported as itself: pytest finds a fixture by its name in the module.
-from tests.functional.sweeper_support import emulator as emulator
-from tests.functional.sweeper_support import provider as provider
-from tests.functional.sweeper_support import store as store
-
 if TYPE_CHECKING:
     from tests.helpers import FakeClock
 

@@ -16,14 +16,9 @@ from saga_local.runtime.api import LambdaContext
 from saga_local.stripe_emulator import ENDPOINTS
 from saga_local.template import ROOT
 from tests.functional import sweeper_support as sweeping
-from tests.functional import test_sweeper_lambda as sweeper_lambda
 
 if TYPE_CHECKING:
     from saga_local.stripe_emulator import ProviderEmulator
-
-#: The sweeper tests' own emulator and Lambda environment (the local stack's test-mode key).
-emulator = sweeping.emulator
-sweeper_env = sweeper_lambda.sweeper_env
 
 
 def test_the_sweeper_with_a_key_of_the_other_mode_asks_stripe_nothing_and_fails(

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from handlers import runtime as handler_runtime
 from handlers import sweeper
 from payment_saga.claims import ClaimsStore, ClaimStatus
 from payment_saga.orders import Order
@@ -21,30 +20,11 @@ from saga_local.stripe_emulator import ProviderEmulator
 from saga_local.template import ROOT, load_template
 from tests.functional.sweeper_support import LEASE, ORDER, A, RacingProvider, charge, release_as_not_charged
 
-# The shared fixtures, each imported as itself: pytest finds a fixture by its name in the module.
-from tests.functional.sweeper_support import emulator as emulator
-
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from tests.helpers import FakeClock
 
 
 # -- the Lambda ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def sweeper_env(
-    monkeypatch: pytest.MonkeyPatch, claims_table: str, emulator: ProviderEmulator
-) -> Iterator[None]:
-    monkeypatch.setenv("CLAIMS_TABLE_NAME", claims_table)
-    monkeypatch.setenv("PAYMENT_API_BASE", emulator.url)
-    monkeypatch.setenv("PAYMENT_API_KEY", LOCAL_API_KEY)
-    monkeypatch.setenv("CLAIM_SEARCH_GRACE_SECONDS", "60")
-    monkeypatch.setenv("CLAIM_RETENTION_DAYS", "30")
-    handler_runtime.reset()
-    yield
-    handler_runtime.reset()
 
 
 def test_the_sweeper_lambda_completes_and_releases_and_logs_each_decision(

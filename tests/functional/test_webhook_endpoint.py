@@ -108,15 +108,10 @@ class Endpoint:
 
 @pytest.fixture
 def emulator() -> Iterator[ProviderEmulator]:
+    # On the real clock, as this module's events and signatures are, not on the test's clock as the
+    # folder's emulator (conftest.py) is; the folder's provider fixture is built on this one.
     with ProviderEmulator() as emulator:
         yield emulator
-
-
-@pytest.fixture
-def provider(emulator: ProviderEmulator) -> Iterator[StripeProvider]:
-    provider = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
-    yield provider
-    provider.close()
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from payment_saga.claims import ClaimResult, ClaimsStore, ClaimStatus, ReleaseRe
 from payment_saga.errors import ClaimLost
 from payment_saga.orders import Order
 from payment_saga.webhooks import PaymentIntentEvent, WebhookOutcome, apply, decide, handle_event
+from tests.functional.sweeper_support import LEASE
 
 if TYPE_CHECKING:
     from tests.helpers import FakeClock
@@ -21,12 +22,6 @@ ORDER = Order("ORDER-003", 15000, "BRL", "cus_123", "pm_card_visa")
 A = "arn:aws:states:us-east-1:123456789012:execution:saga:A"
 B = "arn:aws:states:us-east-1:123456789012:execution:saga:B"
 C = "arn:aws:states:us-east-1:123456789012:execution:saga:C"
-LEASE = 900
-
-
-@pytest.fixture
-def store(dynamodb: Any, claims_table: str, clock: FakeClock) -> ClaimsStore:
-    return ClaimsStore(claims_table, client=dynamodb, clock=clock, lease_seconds=LEASE)
 
 
 def event(kind: str = "succeeded", pi: str = "pi_1", attempt: int = 1) -> PaymentIntentEvent:

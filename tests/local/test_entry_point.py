@@ -29,28 +29,14 @@ import pytest
 from saga_local.cli import build_parser
 from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD, TEST_CUSTOMER
 from saga_local.template import ROOT
+from tests.local.entry_point_support import SAGA, clean_environment, subcommands
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-SAGA = ROOT / ".venv" / "bin" / "saga"
 SAM_PYTHON = ROOT / ".venv-sam" / "bin" / "python"
 pytestmark = pytest.mark.skipif(not SAGA.exists(), reason=f"{SAGA} is not installed (make install)")
-
-
-def subcommands() -> list[str]:
-    (action,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    return sorted(action.choices)
-
-
-def clean_environment(state_dir: Path) -> dict[str, str]:
-    return {
-        "HOME": str(state_dir),
-        "PATH": "/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        "SAGA_STATE_DIR": str(state_dir),
-    }
 
 
 def saga(state_dir: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:

@@ -31,7 +31,7 @@ from saga_local.runtime.faults import START_FUNCTION, Fault, FaultPlan
 from saga_local.stack import archive
 from saga_local.stack.embedded import EmbeddedStack
 from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD
-from tests.local.test_trace import CHROMIUM, chromium
+from tests.local.chromium_support import CHROMIUM, chromium
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

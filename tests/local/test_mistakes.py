@@ -25,7 +25,7 @@ import pytest
 from saga_local.stack import archive
 from saga_local.template import ROOT
 from tests.helpers import order
-from tests.local.test_entry_point import SAGA, clean_environment, subcommands
+from tests.local.entry_point_support import SAGA, assert_one_line, clean_environment, subcommands
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -239,14 +239,6 @@ def run(state_dir: Path, args: list[str], **options: object) -> subprocess.Compl
         check=False,
         **options,  # type: ignore[call-overload]
     )
-
-
-def assert_one_line(result: subprocess.CompletedProcess[str], says: str) -> None:
-    lines = [line for line in (result.stderr or "").splitlines() if line.strip()]
-    assert "Traceback" not in (result.stderr or ""), result.stderr
-    assert result.returncode != 0, (result.stdout, result.stderr)
-    assert len(lines) == 1, result.stderr
-    assert says in lines[0], lines[0]
 
 
 @pytest.mark.parametrize("case", sorted(MISTAKES))

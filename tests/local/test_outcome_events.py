@@ -27,21 +27,16 @@ from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD
 from saga_local.template import ROOT
 from tests.helpers import order
 from tests.local.conftest import sweep
+from tests.local.outcome_support import log, parked, put_unreadable_row, relay_later, relay_now
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from saga_local.stack.outcome_log import OutcomeLog
     from tests.helpers import Saga
 
 
 #: How botocore names EventBridge's PutEvents in its events (what a fault point names).
 PUT_EVENTS = "eventbridge.PutEvents"
-
-
-def log(saga: Saga) -> OutcomeLog:
-    assert saga.driver.outcome_log is not None, "the local stack archives the outcome bus"
-    return saga.driver.outcome_log
 
 
 def kinds(events: list[OutcomeEvent]) -> list[str]:
@@ -458,41 +453,6 @@ def test_the_final_outcome_must_agree_with_the_providers_ledger() -> None:
 
 
 # -- the relay publishes in stream order, re-queues once, parks what it can never read ------------
-
-
-def relay_later(saga: Saga) -> None:
-    """Hold the relay back, so that the closing writes made meanwhile reach it in one batch."""
-    saga.driver.relay_outcomes = False
-
-
-def relay_now(saga: Saga, *, timeout: float = 120) -> None:
-    saga.driver.relay_outcomes = True
-    saga.driver.pump(timeout=timeout)
-
-
-def parked(saga: Saga) -> list[dict[str, object]]:
-    """The parking queue's messages (left there): the record, its reason and its orderId."""
-    response = saga.driver.sqs.receive_message(
-        QueueUrl=saga.stack.outputs["OutcomeRelayFailureQueueUrl"],
-        MaxNumberOfMessages=10,
-        MessageAttributeNames=["All"],
-        VisibilityTimeout=0,
-    )
-    return [
-        {
-            "record": json.loads(message["Body"]),
-            **{name: value["StringValue"] for name, value in message["MessageAttributes"].items()},
-        }
-        for message in response.get("Messages", [])
-    ]
-
-
-def put_unreadable_row(saga: Saga, order_id: str) -> None:
-    """A row that closes (COMPLETED) but is no claim: no token, no attempt. No retry can read it."""
-    saga.driver.dynamodb.put_item(
-        TableName=saga.stack.table_name,
-        Item={"orderId": {"S": order_id}, "status": {"S": "COMPLETED"}},
-    )
 
 
 def test_a_failed_publish_is_retried_before_the_orders_later_outcome_is_published(saga: Saga) -> None:

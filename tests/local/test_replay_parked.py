@@ -14,7 +14,7 @@ import pytest
 from saga_local import cli
 from saga_local.aws.stack import REGION
 from tests.helpers import order
-from tests.local.test_outcome_events import log, parked, put_unreadable_row, relay_later, relay_now
+from tests.local.outcome_support import log, parked, put_unreadable_row, relay_later, relay_now
 
 if TYPE_CHECKING:
     from tests.helpers import Saga

@@ -19,8 +19,7 @@ import requests
 
 from saga_local.stack.embedded import EmbeddedStack
 from tests.helpers import order
-from tests.local.test_entry_point import SAGA, clean_environment
-from tests.local.test_mistakes import assert_one_line
+from tests.local.entry_point_support import SAGA, assert_one_line, clean_environment
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

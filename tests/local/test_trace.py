@@ -13,7 +13,6 @@ import json
 import re
 import shutil
 import struct
-import subprocess
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -25,6 +24,7 @@ from saga_local.runtime.faults import Fault
 from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD
 from saga_local.trace import OUTCOME_COLORS, load_definition, render_html, render_text, trace_steps
 from tests.helpers import order
+from tests.local.chromium_support import CHROMIUM, chromium
 
 if TYPE_CHECKING:
     from tests.helpers import Saga
@@ -38,7 +38,6 @@ HOSTILE = (
     '</script><script>document.body.setAttribute("data-pwned","1")</script>'
     "<img src=x onerror=\"document.body.setAttribute('data-pwned','1')\">\u202e\x1b[2J"
 )
-CHROMIUM = Path("/usr/bin/chromium")
 
 
 @dataclass
@@ -332,30 +331,6 @@ def test_hostile_input_is_inert_in_the_page_and_the_terminal(saga: Saga) -> None
 
 
 # -- the page in a real browser ------------------------------------------------------------------
-
-
-def chromium(profile: Path, *args: str, width: int = 1400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603 - a fixed binary and our own arguments
-        [
-            str(CHROMIUM),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--disable-dev-shm-usage",
-            "--hide-scrollbars",
-            f"--user-data-dir={profile}",
-            f"--window-size={width},1000",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
 
 
 def rgb(color: str) -> str:

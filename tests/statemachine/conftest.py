@@ -6,6 +6,8 @@ Everything a test of the state machine needs comes from ``template.yaml`` throug
 
 from __future__ import annotations
 
+import io
+import logging
 from typing import TYPE_CHECKING
 
 import boto3
@@ -18,6 +20,7 @@ from saga_local.runtime.runtimes import InProcessRuntime
 from saga_local.stripe_emulator import ProviderEmulator
 from tests.helpers import Saga
 from tests.network import Network
+from tests.statemachine.observability_support import Captured
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -56,3 +59,18 @@ def network(saga: Saga) -> Iterator[Network]:
     store._client = network  # type: ignore[assignment]
     yield network
     store._client = real
+
+
+@pytest.fixture
+def captured(capsys: pytest.CaptureFixture[str]) -> Iterator[Captured]:
+    """Powertools' handler keeps the stdout it found at import: add one of ours, same formatter."""
+    import handlers.runtime  # noqa: F401 - creates the service's logger
+
+    logger = logging.getLogger("payment-saga")
+    original = next(h for h in logger.handlers if isinstance(h, logging.StreamHandler))
+    buffer = io.StringIO()
+    handler = logging.StreamHandler(buffer)
+    handler.setFormatter(original.formatter)
+    logger.addHandler(handler)
+    yield Captured(buffer, capsys)
+    logger.removeHandler(handler)

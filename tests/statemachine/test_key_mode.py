@@ -17,17 +17,16 @@ from saga_local.aws import moto_adapter
 from saga_local.aws.stack import LOCAL_API_KEY
 from saga_local.stripe_emulator import ENDPOINTS
 from tests.helpers import Saga, order
-from tests.statemachine import test_observability as observability
+from tests.statemachine.observability_support import lines as log_lines
 
 if TYPE_CHECKING:
     import pytest
 
-#: The handlers' log and metric lines, as the observability tests capture them.
-captured = observability.captured
+    from tests.statemachine.observability_support import Captured
 
 
 def test_a_test_key_on_a_live_stack_sends_nothing_and_the_order_needs_attention_at_the_bound(
-    saga: Saga, monkeypatch: pytest.MonkeyPatch, captured: observability.Captured
+    saga: Saga, monkeypatch: pytest.MonkeyPatch, captured: Captured
 ) -> None:
     # The local stack's key is a test key (sk_test_...); the stack is deployed as live.
     monkeypatch.setenv("PAYMENT_API_MODE", "live")
@@ -40,7 +39,7 @@ def test_a_test_key_on_a_live_stack_sends_nothing_and_the_order_needs_attention_
     claim = saga.driver.claim("ORDER-003")
     assert claim is not None
     assert (claim["status"], claim["releaseReason"]) == ("RELEASED", "NOT_CHARGED")
-    lines = observability.lines(captured.text())
+    lines = log_lines(captured.text())
     refusals = [line for line in lines if line.get("event") == "payment_key_mode_mismatch"]
     assert [(r["level"], r["orderId"], r["keyMode"], r["stackMode"]) for r in refusals] == [
         ("ERROR", "ORDER-003", "test", "live")

@@ -6,18 +6,14 @@ And what must never be logged: a card number, the provider's secret key, a payme
 from __future__ import annotations
 
 import ast
-import io
 import json
-import logging
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from saga_local.aws.stack import LOCAL_API_KEY
 from tests.helpers import Saga, order
+from tests.statemachine.observability_support import Captured, lines
 
 CARD_NUMBER = re.compile(r"(?<!\d)(?:\d[ -]?){13,19}(?!\d)")
 EMF_TIMESTAMP = re.compile(r'"Timestamp":\d+')
@@ -38,49 +34,6 @@ def card_numbers(text: str) -> list[str]:
     scrubbed = UUID.sub("", EMF_TIMESTAMP.sub("", text))
     found = (re.sub(r"[ -]", "", m.group()) for m in CARD_NUMBER.finditer(scrubbed))
     return [digits for digits in found if luhn_valid(digits)]
-
-
-class Captured:
-    """The handlers' JSON log lines (Powertools' logger) and their EMF metric lines (printed)."""
-
-    def __init__(self, buffer: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
-        self.buffer = buffer
-        self.capsys = capsys
-
-    def clear(self) -> None:
-        self.buffer.seek(0)
-        self.buffer.truncate()
-        self.capsys.readouterr()
-
-    def text(self) -> str:
-        return self.buffer.getvalue() + self.capsys.readouterr().out
-
-
-@pytest.fixture
-def captured(capsys: pytest.CaptureFixture[str]) -> Iterator[Captured]:
-    """Powertools' handler keeps the stdout it found at import: add one of ours, same formatter."""
-    import handlers.runtime  # noqa: F401 - creates the service's logger
-
-    logger = logging.getLogger("payment-saga")
-    original = next(h for h in logger.handlers if isinstance(h, logging.StreamHandler))
-    buffer = io.StringIO()
-    handler = logging.StreamHandler(buffer)
-    handler.setFormatter(original.formatter)
-    logger.addHandler(handler)
-    yield Captured(buffer, capsys)
-    logger.removeHandler(handler)
-
-
-def lines(captured: str) -> list[dict[str, Any]]:
-    out = []
-    for line in captured.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
 
 
 def events(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -15,8 +15,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from tests.helpers import Saga, deliver_webhook, order
-from tests.statemachine.test_settled_before_charge_answer import before_the_retry
-from tests.statemachine.test_settled_first import published
+from tests.statemachine.settlement_support import before_the_retry, published
 
 if TYPE_CHECKING:
     import pytest

@@ -12,16 +12,14 @@ its own completion. Neither charges again, pages, or publishes a second outcome.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from handlers import runtime as handler_runtime
 from payment_saga.claims import ReleaseReason
 from tests.helpers import Saga, order
-from tests.statemachine.test_settled_first import published, stripe_settles
+from tests.statemachine.settlement_support import before_the_retry, published, stripe_settles
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import pytest
 
     from saga_local.stack.driver import ExecutionResult
@@ -34,25 +32,6 @@ def debit_whose_answer_is_lost(saga: Saga, order_id: str) -> ExecutionResult:
     saga.provider.force_outcome("processing", order_id=order_id, times=1)
     saga.provider.inject("fail_after_apply", order_id=order_id)
     return saga.driver.wait(saga.driver.start(order(order_id), name=f"{order_id}-debit"))
-
-
-def before_the_retry(
-    saga: Saga, monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[str, str], object]
-) -> list[str]:
-    """Run ``meanwhile(order_id, token)`` once, just before the retried Charge Payment's re-check: the
-    first request has created the PaymentIntent by then."""
-    store = handler_runtime.claims_store()
-    real = store.check_held
-    ran: list[str] = []
-
-    def settle_first(order_id: str, **kwargs: Any) -> Any:
-        if saga.provider.payment_intents(order_id) and not ran:
-            ran.append(order_id)
-            meanwhile(order_id, kwargs["token"])
-        return real(order_id, **kwargs)
-
-    monkeypatch.setattr(store, "check_held", settle_first)
-    return ran
 
 
 def test_a_debit_whose_failed_webhook_beats_the_charges_retry_ends_settled_declined_without_a_page(

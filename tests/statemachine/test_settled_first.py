@@ -9,11 +9,11 @@ PaymentIntent: the execution ends in Settled Before Await, with no page and no s
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
 from handlers import runtime as handler_runtime
-from tests.helpers import Saga, deliver_webhook, order
+from tests.helpers import Saga, order
+from tests.statemachine.settlement_support import published, stripe_settles
 
 if TYPE_CHECKING:
     import pytest
@@ -22,18 +22,6 @@ if TYPE_CHECKING:
     from tests.network import Network
 
 SETTLED_PATH = ["Claim Order", "Charge Payment", "Await Settlement", "Settled Before Await"]
-#: What the emulator's PaymentIntent becomes, and the webhook Stripe then sends about it.
-SETTLEMENTS = {"succeeded": "succeeded", "requires_payment_method": "payment_failed"}
-
-
-def stripe_settles(saga: Saga, order_id: str, status: str) -> None:
-    """The bank answers: the PaymentIntent moves to ``status`` and Stripe's webhook is delivered and
-    applied, on another thread."""
-    (intent,) = saga.provider.payment_intents(order_id)
-    saga.provider.set_status(intent["id"], status)
-    stripe_side = threading.Thread(target=deliver_webhook, args=(saga, order_id, SETTLEMENTS[status]))
-    stripe_side.start()
-    stripe_side.join()
 
 
 def debit(saga: Saga, order_id: str) -> ExecutionResult:
@@ -55,13 +43,6 @@ def webhook_before_the_await(saga: Saga, monkeypatch: pytest.MonkeyPatch, status
 
     monkeypatch.setattr(store, "await_settlement", webhook_first)
     return delivered
-
-
-def published(saga: Saga, order_id: str) -> list[str]:
-    saga.driver.relay()
-    log = saga.driver.outcome_log
-    assert log is not None
-    return [e.detail_type for e in log.collect() if e.order_id == order_id]
 
 
 def test_a_debit_whose_succeeded_webhook_beats_the_await_ends_settled_charged_once_without_a_page(

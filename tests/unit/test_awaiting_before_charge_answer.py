@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from payment_saga.claims import Claim, ClaimStatus, ReleaseReason, awaiting_before_charge_answer
-from tests.unit.test_webhook_rules import OPEN
+from tests.unit.claim_support import OPEN
 
 TOKEN = OPEN.claim_token
 ATTEMPT = OPEN.attempt

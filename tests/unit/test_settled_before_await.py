@@ -9,20 +9,7 @@ import dataclasses
 import pytest
 
 from payment_saga.claims import Claim, ClaimStatus, ReleaseReason, Settled, settled_before_await
-from tests.unit.test_webhook_rules import OPEN
-
-PI = "pi_this_attempts"
-#: The webhook rules' open claim, held by this execution at attempt 2 and awaiting nothing yet.
-HELD = dataclasses.replace(OPEN, attempt=2)
-TOKEN = HELD.claim_token
-
-
-def row(**changes: object) -> Claim:
-    return dataclasses.replace(HELD, **changes)  # type: ignore[arg-type]
-
-
-COMPLETED = row(status=ClaimStatus.COMPLETED, charge_id=PI)
-DECLINED = row(status=ClaimStatus.RELEASED, release_reason=ReleaseReason.DECLINED, declined_intent_id=PI)
+from tests.unit.claim_support import COMPLETED, DECLINED, HELD, PI, TOKEN, row
 
 
 @pytest.mark.parametrize(

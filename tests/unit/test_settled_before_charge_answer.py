@@ -10,30 +10,7 @@ import dataclasses
 import pytest
 
 from payment_saga.claims import Claim, ClaimStatus, ReleaseReason, Settled, settled_before_charge_answer
-
-TOKEN = "arn:aws:states:us-east-1:123456789012:execution:PaymentSaga:ORDER-SEPA-debit"
-PI = "pi_this_attempts"
-
-#: The claim this execution held at attempt 2 when its first Charge Payment request was sent.
-HELD = Claim(
-    order_id="ORDER-SEPA",
-    status=ClaimStatus.CLAIMED,
-    claim_token=TOKEN,
-    attempt=2,
-    fingerprint="15000|BRL|cus_123",
-    payment_attempt="initial",
-    lease_expires_at=1_790_000_900,
-    attempt_started_at=1_790_000_000,
-    attempt_started_by=TOKEN,
-)
-
-
-def row(**changes: object) -> Claim:
-    return dataclasses.replace(HELD, **changes)  # type: ignore[arg-type]
-
-
-COMPLETED = row(status=ClaimStatus.COMPLETED, charge_id=PI)
-DECLINED = row(status=ClaimStatus.RELEASED, release_reason=ReleaseReason.DECLINED, declined_intent_id=PI)
+from tests.unit.claim_support import COMPLETED, DECLINED, HELD, PI, TOKEN, row
 
 
 @pytest.mark.parametrize(

@@ -10,20 +10,8 @@ import pytest
 
 from payment_saga.claims import Claim, ClaimStatus, ReleaseReason
 from payment_saga.webhooks import MalformedEvent, PaymentIntentEvent, WebhookOutcome, decide, parse_event
+from tests.unit.claim_support import OPEN
 
-A = "arn:aws:states:us-east-1:123456789012:execution:saga:A"
-
-OPEN = Claim(
-    order_id="ORDER-003",
-    status=ClaimStatus.CLAIMED,
-    claim_token=A,
-    attempt=1,
-    fingerprint="15000|BRL|cus_123",
-    payment_attempt="1",
-    lease_expires_at=1_790_000_900,
-    attempt_started_at=1_790_000_000,
-    attempt_started_by=A,
-)
 COMPLETED = dataclasses.replace(OPEN, status=ClaimStatus.COMPLETED, charge_id="pi_1")
 DECLINED = dataclasses.replace(OPEN, status=ClaimStatus.RELEASED, release_reason=ReleaseReason.DECLINED)
 NOT_CHARGED = dataclasses.replace(OPEN, status=ClaimStatus.RELEASED, release_reason=ReleaseReason.NOT_CHARGED)
