@@ -203,7 +203,7 @@ property-long: install ## The property-based test with 500 examples (SAGA_PROPER
 BENCH_BARE_DIR := .aws-sam/bench-bare
 BENCH_RECORDED := bench/recorded
 .PHONY: bench
-bench: ## Benchmarks, one JSON object a line: cold start as shipped, local throughput vs the bare engine, memory at 10,000 orders, a missed charge resolved by webhooks vs the sweeper
+bench: ## Benchmarks, one JSON object a line: cold start as shipped, local throughput vs the bare engine, memory at 10,000 orders, moto's claim write with and without moto_speed, a missed charge resolved by webhooks vs the sweeper
 	@$(MAKE) install tools sam-build >&2
 	@PATH="$$(dirname "$(PYTHON313)"):$$PATH" $(SAM_ENV) $(SAM) build --template-file bench/bare/template.yaml \
 		--build-dir $(BENCH_BARE_DIR) --cache-dir .aws-sam/bench-bare-cache --cached --no-use-container \
@@ -212,6 +212,7 @@ bench: ## Benchmarks, one JSON object a line: cold start as shipped, local throu
 		--record $(BENCH_RECORDED)/cold_start.json
 	@$(BIN)/python bench/throughput.py --concurrency 1 4 --record $(BENCH_RECORDED)/throughput.json
 	@$(BIN)/python bench/memory.py --orders 10000 --copies 4 --record $(BENCH_RECORDED)/memory.json
+	@$(BIN)/python bench/moto_speed.py --record $(BENCH_RECORDED)/moto_speed.json
 	@$(BIN)/python bench/webhook_latency.py --orders 3 --record $(BENCH_RECORDED)/webhook_latency.json
 
 # Every interleaving of a few deliveries, the sweeper and up to 2-3 faults, the real code in
