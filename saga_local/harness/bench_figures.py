@@ -2,7 +2,8 @@
 
 Each benchmark's ``--record PATH`` writes its JSON object and ``measured_on`` (the UTC time, CPU
 count and load average it ran on): cold start (bench/cold_start.py), throughput against the bare
-engine (bench/throughput.py) and a claim's conditional write with and without moto_speed
+engine (bench/throughput.py), peak memory of a long ``saga simulate`` (bench/memory.py) and a
+claim's conditional write with and without moto_speed
 (bench/moto_speed.py). CPU and wall time differ on every run and machine, so docs/performance.md
 quotes one recorded run, with the machine it ran on, rather than a range typed by hand.
 :mod:`saga_local.harness.figures` renders these blocks beside its own; a recorded block must be
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 #: Where ``make bench`` records each benchmark, by its ``"benchmark"`` name.
 RECORDED = ROOT / "bench" / "recorded"
-BENCHMARKS = ("cold_start", "throughput", "moto_speed")
+BENCHMARKS = ("cold_start", "throughput", "memory", "moto_speed")
 #: The three step handlers of a charged order, as bench/throughput.py's ``cpu_ms`` labels them.
 STEP_HANDLERS = ("handler ClaimOrder", "handler ChargePayment", "handler MarkComplete")
 #: The ``cpu_ms`` keys the throughput blocks read.
@@ -171,6 +172,21 @@ def throughput_goal(runs: dict[str, dict[str, Any]]) -> str:
     )
 
 
+def memory_peak(runs: dict[str, dict[str, Any]]) -> str:
+    run = runs["memory"]
+    kept = "the promise kept" if run["promise_kept"] else "the promise NOT kept"
+    return (
+        f"**{run['peak_rss_mb']:,.0f} MB** ({run['executions']:,} executions in"
+        f" {run['wall_seconds'] / 60:.1f} minutes, {kept}), {measured_on(run)}"
+    )
+
+
+def simulate_minutes(runs: dict[str, dict[str, Any]]) -> str:
+    run = runs["memory"]
+    command = run["command"].removesuffix(" --json")
+    return f"`{command}` took {run['wall_seconds'] / 60:.1f} minutes in the recorded run"
+
+
 def moto_speed_figure(runs: dict[str, dict[str, Any]]) -> str:
     run = runs["moto_speed"]
     cpu = run["update_item_cpu_ms"]
@@ -194,5 +210,7 @@ RENDERERS: dict[str, Callable[[dict[str, dict[str, Any]]], str]] = {
     "throughput-ceiling": throughput_ceiling,
     "throughput-without-dynamodb": throughput_without_dynamodb,
     "throughput-goal": throughput_goal,
+    "memory-peak": memory_peak,
+    "simulate-minutes": simulate_minutes,
     "moto-speed": moto_speed_figure,
 }

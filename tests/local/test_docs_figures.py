@@ -2,7 +2,7 @@
 
 Each figure sits in a marked block rendered by saga_local/harness/figures.py (and bench_figures.py)
 from ``saga cost --json``, ``template.yaml`` and the benchmarks' runs ``make bench`` recorded
-(bench/recorded/*.json: cold start, throughput, moto_speed, the webhook timing);
+(bench/recorded/*.json: cold start, throughput, memory, moto_speed, the webhook timing);
 ``make docs-figures`` rewrites them. These tests fail when a
 block has drifted from a fresh measurement (a count changed, a price moved by more than the run's
 noise) or from the recorded run, when the recorded file no longer has the shape the benchmark
@@ -174,6 +174,9 @@ def test_the_benchmark_figures_in_performance_md_are_the_recorded_runs() -> None
         ("throughput", ("ratio_ceiling",), 0.9, ["throughput-ceiling"]),
         ("throughput", ("goal", "met"), None, ["throughput-goal"]),
         ("throughput", ("measured_on", "load_average"), [9.5, 9.0, 8.5], ["throughput-run"]),
+        ("memory", ("peak_rss_mb",), 9999.0, ["memory-peak"]),
+        ("memory", ("wall_seconds",), 60.0, ["memory-peak", "simulate-minutes"]),
+        ("memory", ("promise_kept",), False, ["memory-peak"]),
         ("moto_speed", ("update_item_cpu_ms", "with_moto_speed"), 99.0, ["moto-speed"]),
         ("moto_speed", ("ratio",), 99.0, ["moto-speed"]),
     ],
@@ -220,6 +223,7 @@ def _rendered_cpu_only(record: dict[str, Any]) -> dict[str, Any]:
     ("script", "options", "comparable"),
     [
         ("throughput.py", ["--orders", "6", "--concurrency", "1", "4", "--repeat", "1"], _rendered_cpu_only),
+        ("memory.py", ["--orders", "20", "--copies", "1"], dict),
         ("moto_speed.py", ["--claims", "5", "--repeat", "1"], dict),
     ],
 )
