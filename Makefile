@@ -196,22 +196,24 @@ property-long: install ## The property-based test with 500 examples (SAGA_PROPER
 # The figures, side by side in one run. stdout is JSON Lines: each benchmark is one line of the
 # recipe below and prints one JSON object on one line, named by its "benchmark" key; builds, installs and
 # progress go to stderr. To add a benchmark, add its line.
-# The webhook-vs-sweeper line is also recorded (with the time, cores and load it ran on) to the file
-# docs/performance.md's table is rendered from (`make docs-figures`): commit it with the docs. Three
-# orders each way are the fewest that give a median and a range, and keep the run short on a
-# shared machine.
+# Each line is also recorded (with the time, cores and load it ran on) to bench/recorded/NAME.json, the
+# files docs/performance.md's figures are rendered from (`make docs-figures`): commit them with the
+# docs. Three orders each way are the fewest that give the webhook timing a median and a range, and
+# keep the run short on a shared machine.
 BENCH_BARE_DIR := .aws-sam/bench-bare
-WEBHOOK_LATENCY_RECORD := bench/recorded/webhook_latency.json
+BENCH_RECORDED := bench/recorded
 .PHONY: bench
-bench: ## Benchmarks, one JSON object a line: cold start as shipped, local throughput vs the bare engine, memory at 10,000 orders, a missed charge resolved by webhooks vs the sweeper
+bench: ## Benchmarks, one JSON object a line: cold start as shipped, local throughput vs the bare engine, memory at 10,000 orders, moto's claim write with and without moto_speed, a missed charge resolved by webhooks vs the sweeper
 	@$(MAKE) install tools sam-build >&2
 	@PATH="$$(dirname "$(PYTHON313)"):$$PATH" $(SAM_ENV) $(SAM) build --template-file bench/bare/template.yaml \
 		--build-dir $(BENCH_BARE_DIR) --cache-dir .aws-sam/bench-bare-cache --cached --no-use-container \
 		--region us-east-1 >&2
-	@$(BIN)/python bench/cold_start.py --python "$(PYTHON313)" --functions $(SAM_BUILD_DIR) --bare $(BENCH_BARE_DIR)
-	@$(BIN)/python bench/throughput.py --concurrency 1 4
-	@$(BIN)/python bench/memory.py --orders 10000 --copies 4
-	@$(BIN)/python bench/webhook_latency.py --orders 3 --record $(WEBHOOK_LATENCY_RECORD)
+	@$(BIN)/python bench/cold_start.py --python "$(PYTHON313)" --functions $(SAM_BUILD_DIR) --bare $(BENCH_BARE_DIR) \
+		--record $(BENCH_RECORDED)/cold_start.json
+	@$(BIN)/python bench/throughput.py --concurrency 1 4 --record $(BENCH_RECORDED)/throughput.json
+	@$(BIN)/python bench/memory.py --orders 10000 --copies 4 --record $(BENCH_RECORDED)/memory.json
+	@$(BIN)/python bench/moto_speed.py --record $(BENCH_RECORDED)/moto_speed.json
+	@$(BIN)/python bench/webhook_latency.py --orders 3 --record $(BENCH_RECORDED)/webhook_latency.json
 
 # Every interleaving of a few deliveries, the sweeper and up to 2-3 faults, the real code in
 # every step (tests/model). `make test` explores the CI scopes; this explores the full ones.
@@ -262,8 +264,8 @@ clean-all: clean ## clean, and remove the venvs (.venv, .venv-sam, .venv-uv, .ve
 	rm -rf $(VENV) $(SAM_VENV) $(UV_VENV) .venv-checkov $(LOCALSTACK_VENV) node_modules *.egg-info .saga
 
 # The README's and docs' figures are generated (saga_local/harness/figures.py): from `saga cost --json`,
-# template.yaml and the webhook timing `make bench` recorded ($(WEBHOOK_LATENCY_RECORD)) into their
+# template.yaml and the benchmarks' runs `make bench` recorded ($(BENCH_RECORDED)/*.json) into their
 # marked blocks. tests/local/test_docs_figures.py fails when one drifts.
 .PHONY: docs-figures
-docs-figures: install ## Rewrite the figures of README.md and docs/ from saga cost --json, template.yaml and make bench's record
+docs-figures: install ## Rewrite the figures of README.md and docs/ from saga cost --json, template.yaml and make bench's records
 	$(BIN)/python -m saga_local.harness.figures

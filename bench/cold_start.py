@@ -41,7 +41,11 @@ it had to compile from source (``compiled_at_import``: 0 for a package with vali
 
 Usage (from the repository root; ``make bench`` runs it)::
 
-    .venv/bin/python bench/cold_start.py --python "$(command -v python3.13)" [--runs 7] [--pretty]
+    .venv/bin/python bench/cold_start.py --python "$(command -v python3.13)" [--runs 7] [--pretty] \
+        [--record PATH]
+
+``--record PATH`` also writes the JSON object, with ``measured_on`` (bench/recording.py), to PATH: the
+recorded figures docs/performance.md's cold-start table is rendered from.
 
 Timing belongs here, not in the tests: nothing asserts on these numbers.
 """
@@ -57,6 +61,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from recording import record  # type: ignore[import-not-found]  # bench/, this script's
 
 ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS_BUILD = ROOT / ".aws-sam" / "build-check"
@@ -219,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         "that does not ship its own, as sam's Python builder made them before functions/Makefile",
     )
     parser.add_argument("--pretty", action="store_true", help="indent the JSON (default: one line)")
+    parser.add_argument(
+        "--record", type=Path, metavar="PATH", help="also write the result, and the machine's facts, to PATH"
+    )
     args = parser.parse_args(argv)
 
     version = python_version(args.python)
@@ -253,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
             "met": worst <= GOAL_X_BARE_PLAIN,
         },
     }
+    if args.record is not None:
+        record(args.record, output)
     print(json.dumps(output, indent=2 if args.pretty else None))
     return 0
 

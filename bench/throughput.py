@@ -1,6 +1,6 @@
 """Orders per second through the local stack, against the bare engine, side by side in one run.
 
-    python bench/throughput.py [--orders 300] [--concurrency 1 4] [--repeat 3]
+    python bench/throughput.py [--orders 300] [--concurrency 1 4] [--repeat 3] [--record PATH]
 
 For each concurrency C:
 * **saga**: C concurrent SQS pollers feeding the real start Lambda, the real ASL and the real
@@ -36,6 +36,8 @@ ratio to the bare engine, which sits above the ceiling (docs/performance.md says
 stdout is one JSON object (``"benchmark": "throughput"``) and nothing else: the handlers' log and
 metric lines (Powertools prints EMF to stdout) go to /dev/null, at the file descriptor, so that no
 thread's print reaches it. Timings on a shared 2-core machine are noisy: read the ratios.
+``--record PATH`` also writes that object, with ``measured_on`` (bench/recording.py), to PATH: the
+recorded figures docs/performance.md is rendered from.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
+
+from recording import record  # type: ignore[import-not-found]  # bench/, this script's
 
 from saga_local.aws import moto_adapter
 from saga_local.harness import simulate
@@ -309,6 +313,9 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=300)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--repeat", type=int, default=3, help="passes of each, alternated; the best counts")
+    parser.add_argument(
+        "--record", type=Path, metavar="PATH", help="also write the result, and the machine's facts, to PATH"
+    )
     args = parser.parse_args()
     with stdout_for_json_only() as out:
         rows, cpu_ms, accounted_kept = measure(args.orders, args.concurrency, args.repeat)
@@ -327,6 +334,8 @@ def main() -> None:
             "ratio_ceiling": ceiling,
             "goal": {"of_ceiling_at_least": GOAL_OF_CEILING, "worst": worst, "met": worst >= GOAL_OF_CEILING},
         }
+        if args.record is not None:
+            record(args.record, result)
         print(json.dumps(result), file=out)
 
 

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import collections
-import datetime
 import json
-import os
 import statistics
 import sys
 import time
@@ -41,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions"))
 
 import boto3
+from recording import record  # type: ignore[import-not-found]  # bench/, this script's
 from throughput import stdout_for_json_only  # type: ignore[import-not-found]  # bench/, this script's
 
 from payment_saga.claims import ClaimsStore
@@ -141,16 +140,6 @@ def summary(values: list[float]) -> dict[str, float]:
     }
 
 
-def machine_facts() -> dict[str, Any]:
-    """When and on what the run was measured: the webhooks' wall seconds depend on it."""
-    one, five, fifteen = os.getloadavg()
-    return {
-        "utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "cpu_count": os.cpu_count(),
-        "load_average": [round(one, 2), round(five, 2), round(fifteen, 2)],
-    }
-
-
 def result(
     orders: int, hooked: list[float], swept: list[float], lease: int, every: float, promise_kept: bool
 ) -> dict[str, Any]:
@@ -166,13 +155,6 @@ def result(
         "sweep_every_seconds": every,
         "promise_kept": promise_kept,
     }
-
-
-def record(path: Path, measured: dict[str, Any]) -> None:
-    """Write ``measured`` and the machine's facts to ``path``, the docs' recorded figures."""
-    recorded = {**measured, "measured_on": machine_facts()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(recorded, indent=2) + "\n", encoding="utf-8")
 
 
 def main() -> None:

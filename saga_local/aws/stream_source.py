@@ -361,7 +361,7 @@ def _read_in_process(stream_arn: str, next_sequence: int | None) -> list[dict[st
     stream lives in this process; None when it does not (then the stream is read through its API).
 
     The same records GetRecords answers, without moto serialising them and botocore parsing them
-    back: that round trip was a tenth of a busy local run's CPU, work Lambda's poller does outside
+    back: that round trip was a visible share of a busy local run's CPU, work Lambda's poller does outside
     the account. The caller copies what it hands on (moto's record dicts are its own).
     """
     from saga_local.aws.moto_adapter import DYNAMODB_LOCK

@@ -4,10 +4,12 @@ A figure typed by hand drifts: the README once said 5 transitions per order unde
 3, and $134 per million orders where ``saga cost`` printed $85. Each figure now sits in a marked
 block, ``<!-- figures:NAME -->...<!-- /figures:NAME -->``, whose text this module renders from
 ``saga cost --json`` (usage counted in a local run, priced with harness/prices.json) and from
-``template.yaml`` (the stack's outputs), and from :data:`WEBHOOK_LATENCY`, the figures that ``make bench``
-recorded (``bench/webhook_latency.py --record``: a missed charge resolved by webhooks against the
-sweeper). That one is wall time, different on every run and machine, so the docs quote one recorded
-run with the time, cores and load it ran on, rather than a fresh measurement.
+``template.yaml`` (the stack's outputs), and from what ``make bench`` recorded in bench/recorded/:
+:data:`WEBHOOK_LATENCY` (``bench/webhook_latency.py --record``: a missed charge resolved by webhooks
+against the sweeper) here, and cold start, throughput, memory and moto_speed's claim write in
+:mod:`saga_local.harness.bench_figures`. Those are CPU and wall time, different on every run and
+machine, so the docs quote one recorded run with the time, cores and load it ran on, rather than a
+fresh measurement.
 ``make docs-figures`` rewrites the blocks; ``--check`` (and tests/local/test_docs_figures.py) fails
 when one has drifted.
 
@@ -26,6 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from saga_local.harness import bench_figures
 from saga_local.template import ROOT, load_template
 
 if TYPE_CHECKING:
@@ -53,12 +56,13 @@ def recorded_webhook_latency(path: Path = WEBHOOK_LATENCY) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Figures:
-    """What the blocks are rendered from: ``saga cost --json``, the template's Outputs, and the
-    recorded run of bench/webhook_latency.py."""
+    """What the blocks are rendered from: ``saga cost --json``, the template's Outputs, the
+    recorded run of bench/webhook_latency.py, and the other benchmarks' recorded runs by name."""
 
     cost: dict[str, Any]
     outputs: dict[str, dict[str, Any]]
     webhook: dict[str, Any] = field(default_factory=recorded_webhook_latency)
+    bench: dict[str, dict[str, Any]] = field(default_factory=bench_figures.recorded_runs)
 
     def usage(self, row: str) -> dict[str, float]:
         return dict(self.cost[row]["usage"])
@@ -251,8 +255,20 @@ RENDERERS: dict[str, Callable[[Figures], str]] = {
     "webhook-latency": webhook_latency_table,
     "webhook-ratio": webhook_ratio,
 }
-#: The blocks rendered from the recorded bench run alone (no ``saga cost`` needed).
+
+
+def _from_records(renderer: Callable[[dict[str, dict[str, Any]]], str]) -> Callable[[Figures], str]:
+    def rendered(figures: Figures) -> str:
+        return renderer(figures.bench)
+
+    return rendered
+
+
+RENDERERS.update({name: _from_records(renderer) for name, renderer in bench_figures.RENDERERS.items()})
+#: The blocks rendered from the recorded webhook run alone (no ``saga cost`` needed).
 WEBHOOK_BLOCKS = ("webhook-run", "webhook-latency", "webhook-ratio")
+#: Every block rendered from a recorded run: exactly what its file renders, no run's noise allowed.
+RECORDED_BLOCKS = (*WEBHOOK_BLOCKS, *bench_figures.RENDERERS)
 
 
 def render(name: str, figures: Figures, old: str) -> str:
@@ -261,8 +277,13 @@ def render(name: str, figures: Figures, old: str) -> str:
 
 
 def _body(rendered: str, old: str) -> str:
-    """Rendered text laid out as the block was: on lines of its own, or inline."""
-    return f"\n{rendered}\n" if old.startswith("\n") else rendered
+    """Rendered text laid out as the block was: inline, or on lines of its own indented as its
+    closing marker is (a table inside a list item keeps the item's indentation)."""
+    if not old.startswith("\n"):
+        return rendered
+    indent = old[len(old.rstrip(" ")) :]
+    lines = "\n".join(f"{indent}{line}" if line else line for line in rendered.splitlines())
+    return f"\n{lines}\n{indent}"
 
 
 def rewrite(text: str, figures: Figures) -> str:
@@ -273,7 +294,7 @@ def rewrite(text: str, figures: Figures) -> str:
         if name not in RENDERERS:
             raise KeyError(f"no renderer for the block figures:{name}")
         body = render(name, figures, match["body"])
-        if name not in WEBHOOK_BLOCKS and same_figures(match["body"], body):
+        if name not in RECORDED_BLOCKS and same_figures(match["body"], body):
             body = match["body"]  # within a run's noise: no churn in the docs
         return f"<!-- figures:{name} -->{body}<!-- /figures:{name} -->"
 
@@ -302,7 +323,7 @@ def matches(name: str, documented: str, rendered: str) -> bool:
 
     A recorded block must be exactly what its file renders: the file, not a fresh run, is its
     source, so there is no run's noise to allow for."""
-    return documented == rendered if name in WEBHOOK_BLOCKS else same_figures(documented, rendered)
+    return documented == rendered if name in RECORDED_BLOCKS else same_figures(documented, rendered)
 
 
 def drifted(figures: Figures, root: Path = ROOT) -> list[str]:

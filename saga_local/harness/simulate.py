@@ -146,8 +146,9 @@ MAX_RUNNING_EXECUTIONS = 64
 #: How often a run with ``retire_after`` retires closed executions.
 RETIRE_EVERY_SECONDS = 2.0
 #: ``saga simulate``'s horizon: a succeeded execution leaves moto 5 s after it closed (Step
-#: Functions keeps them 90 days; a local run keeps what its report needs). At ~30 executions a
-#: second, a 30 s horizon held ~1,000 executions and 10,000 orders x 4 peaked near 700 MB.
+#: Functions keeps them 90 days; a local run keeps what its report needs). The longer the horizon,
+#: the more executions a run holds at once, and its peak memory grows with them (bench/memory.py
+#: records the peak at this one: docs/performance.md).
 RETIRE_AFTER_SECONDS = 5.0
 
 

@@ -449,7 +449,7 @@ class _Saturation:
     """Whether ``limit`` executions are running, asked at most every ``interval`` seconds.
 
     Every poller asks before every poll; each answer is a ListExecutions that serialises every
-    running execution, which cost a fifth of a busy run's CPU when each poller asked on its own.
+    running execution, a large share of a busy run's CPU when each poller asked on its own.
     A cap read a tenth of a second late is still a cap.
     """
 

@@ -223,7 +223,7 @@ class EmbeddedStack:
             self._wire_webhooks()
         # What is alive now (moto's and botocore's service models, the modules, the provisioned
         # stack) lives as long as the stack: out of the collector's sight, a full collection walks
-        # what the run adds, not the objects that never die (what it saves: docs/performance.md).
+        # what the run adds, not the objects that never die (why it matters: docs/performance.md).
         # Back in sight when the stack stops, so that a process that runs many stacks (the tests)
         # frees them.
         gc.freeze()

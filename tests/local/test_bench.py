@@ -1,4 +1,4 @@
-"""``bench/throughput.py`` run as ``make bench`` runs it, on a few orders: stdout is one JSON object
+"""The benchmarks run as ``make bench`` runs them, on a few orders: stdout is one JSON object
 and nothing else (the handlers' log and metric lines must not reach it), and the figures it prints
 agree with one another. The timings themselves are the benchmark's business, not a test's."""
 
@@ -54,3 +54,18 @@ def test_webhook_latency_prints_one_json_object_whose_ratio_follows_from_its_fig
     lease, every = result["lease_seconds"], result["sweep_every_seconds"]
     assert lease < sweeper["min"] <= sweeper["max"] <= lease + every + 60
     assert 0 < webhooks["min"] <= webhooks["max"] < lease
+
+
+def test_moto_speed_prints_one_json_object_whose_ratio_follows_from_its_figures() -> None:
+    command = [sys.executable, "bench/moto_speed.py", "--claims", "5", "--repeat", "1"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)  # noqa: S603
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    (line,) = done.stdout.splitlines()
+    result = json.loads(line)
+    assert result["benchmark"] == "moto_speed"
+    assert result["every_claim_won"] is True  # each new order's claim won its write, patched or not
+    cpu = result["update_item_cpu_ms"]
+    assert cpu["moto"] > 0
+    assert cpu["with_moto_speed"] > 0
+    assert abs(result["ratio"] - cpu["moto"] / cpu["with_moto_speed"]) < 0.01 * result["ratio"] + 0.01

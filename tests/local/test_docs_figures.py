@@ -1,8 +1,9 @@
 """The figures the README and docs/ quote are the ones the commands count now.
 
-Each figure sits in a marked block rendered by saga_local/harness/figures.py from ``saga cost
---json``, ``template.yaml`` and the webhook timing ``make bench`` recorded
-(bench/recorded/webhook_latency.json); ``make docs-figures`` rewrites them. These tests fail when a
+Each figure sits in a marked block rendered by saga_local/harness/figures.py (and bench_figures.py)
+from ``saga cost --json``, ``template.yaml`` and the benchmarks' runs ``make bench`` recorded
+(bench/recorded/*.json: cold start, throughput, memory, moto_speed, the webhook timing);
+``make docs-figures`` rewrites them. These tests fail when a
 block has drifted from a fresh measurement (a count changed, a price moved by more than the run's
 noise) or from the recorded run, when the recorded file no longer has the shape the benchmark
 writes, or when a block the docs rely on has gone.
@@ -18,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from saga_local.harness import figures
+from saga_local.harness import bench_figures, figures
 from saga_local.template import ROOT, load_template
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 
@@ -136,3 +138,119 @@ def test_the_recorded_webhook_timing_has_the_shape_the_bench_writes(tmp_path: Pa
     assert _shape(recorded) == _shape(fresh)
     assert recorded["benchmark"] == "webhook_latency"
     assert recorded["promise_kept"] is True  # the documented run charged every order once
+
+
+def _bench_blocks_drifted(runs: dict[str, dict[str, Any]]) -> list[str]:
+    """The benchmark blocks of docs/performance.md that differ from what ``runs`` render."""
+    documented = figures.blocks((ROOT / "docs" / "performance.md").read_text(encoding="utf-8"))
+    from_files = figures.Figures(cost={}, outputs={}, bench=runs)
+    return [
+        name
+        for name in bench_figures.RENDERERS
+        if not figures.matches(name, documented[name], figures.render(name, from_files, documented[name]))
+    ]
+
+
+def test_the_benchmark_figures_in_performance_md_are_the_recorded_runs() -> None:
+    assert _bench_blocks_drifted(bench_figures.recorded_runs()) == [], (
+        "run `make docs-figures` and commit the result"
+    )
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "field", "moved_to", "blocks"),
+    [
+        ("cold_start", ("functions", "ClaimOrderFunction", "cpu_ms"), 999.0, ["cold-start"]),
+        ("cold_start", ("goal", "worst"), 0.9, ["cold-start-goal"]),
+        ("cold_start", ("measured_on", "utc"), "2020-01-01T00:00:00Z", ["cold-start-run"]),
+        ("throughput", ("concurrency", 1, "ratio"), 0.9, ["throughput-ratios"]),
+        ("throughput", ("cpu_ms", "calls to sqs"), 99.0, ["throughput-cpu"]),
+        (
+            "throughput",
+            ("cpu_ms", "bare_per_execution"),
+            99.0,
+            ["throughput-cpu", "throughput-without-dynamodb"],
+        ),
+        ("throughput", ("ratio_ceiling",), 0.9, ["throughput-ceiling"]),
+        ("throughput", ("goal", "met"), None, ["throughput-goal"]),
+        ("throughput", ("measured_on", "load_average"), [9.5, 9.0, 8.5], ["throughput-run"]),
+        ("memory", ("peak_rss_mb",), 9999.0, ["memory-peak"]),
+        ("memory", ("wall_seconds",), 60.0, ["memory-peak", "simulate-minutes"]),
+        ("memory", ("promise_kept",), False, ["memory-peak"]),
+        ("moto_speed", ("update_item_cpu_ms", "with_moto_speed"), 99.0, ["moto-speed"]),
+        ("moto_speed", ("ratio",), 99.0, ["moto-speed"]),
+    ],
+)
+def test_a_recorded_benchmark_run_that_differs_from_the_docs_is_a_drift(
+    benchmark: str, field: tuple[str | int, ...], moved_to: object, blocks: list[str]
+) -> None:
+    runs = copy.deepcopy(bench_figures.recorded_runs())
+    *parents, leaf = field
+    target: Any = runs[benchmark]
+    for key in parents:
+        target = target[key]
+    target[leaf] = (not target[leaf]) if moved_to is None else moved_to
+
+    assert _bench_blocks_drifted(runs) == blocks
+
+
+def test_a_record_of_another_benchmark_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "moto_speed.json").write_text(json.dumps({"benchmark": "throughput"}), encoding="utf-8")
+
+    with pytest.raises(ValueError, match=r"not a record of bench/moto_speed\.py"):
+        bench_figures.recorded_run("moto_speed", tmp_path)
+
+
+def _recorded_by(script: str, options: list[str], tmp_path: Path) -> dict[str, Any]:
+    """What ``bench/<script>`` writes with ``--record``, checked against the line it prints."""
+    written = tmp_path / "recorded.json"
+    command = [sys.executable, f"bench/{script}", *options, "--record", str(written)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)  # noqa: S603
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    fresh: dict[str, Any] = json.loads(written.read_text(encoding="utf-8"))
+    (line,) = done.stdout.splitlines()
+    assert {key: item for key, item in fresh.items() if key != "measured_on"} == json.loads(line)
+    return fresh
+
+
+def _rendered_cpu_only(record: dict[str, Any]) -> dict[str, Any]:
+    """The throughput record with only the ``cpu_ms`` keys the docs render (the rest are per run)."""
+    return {**record, "cpu_ms": {key: record["cpu_ms"][key] for key in bench_figures.CPU_MS_RENDERED}}
+
+
+@pytest.mark.parametrize(
+    ("script", "options", "comparable"),
+    [
+        ("throughput.py", ["--orders", "6", "--concurrency", "1", "4", "--repeat", "1"], _rendered_cpu_only),
+        ("memory.py", ["--orders", "20", "--copies", "1"], dict),
+        ("moto_speed.py", ["--claims", "5", "--repeat", "1"], dict),
+    ],
+)
+def test_each_recorded_benchmark_run_has_the_shape_its_bench_writes(
+    script: str, options: list[str], comparable: Callable[[dict[str, Any]], dict[str, Any]], tmp_path: Path
+) -> None:
+    fresh = _recorded_by(script, options, tmp_path)
+    recorded = bench_figures.recorded_run(fresh["benchmark"])
+
+    assert _shape(comparable(recorded)) == _shape(comparable(fresh))
+    assert recorded.get("promise_kept", recorded.get("every_claim_won")) is True
+
+
+def test_the_recorded_cold_start_times_every_function_of_the_template() -> None:
+    # bench/cold_start.py needs `make sam-build` and python3.13: the record is checked against what it
+    # measures (the template's functions) and the keys the table reads, not by running it.
+    recorded = bench_figures.recorded_run("cold_start")
+    functions = [
+        logical_id
+        for logical_id, resource in load_template()["Resources"].items()
+        if resource["Type"] == "AWS::Serverless::Function"
+    ]
+    row_keys = {"cpu_ms", "x_bare_plain", "x_bare_bytecode"}
+
+    assert sorted(recorded["functions"]) == sorted(functions)
+    for row in [*recorded["functions"].values(), *recorded["baseline"].values()]:
+        assert row_keys <= set(row)
+        assert row["compiled_at_import"] == 0 or row is recorded["baseline"]["bare_plain"]
+    assert set(recorded["goal"]) == {"x_bare_plain_at_most", "worst", "met"}
+    assert set(recorded["measured_on"]) == {"utc", "cpu_count", "load_average"}
