@@ -183,10 +183,9 @@ class SqsEventSource:
             try:
                 polled = 0 if saturated is not None and saturated() else self.poll_once()
             except Exception:  # noqa: BLE001 - a poller must outlive a failed poll, as Lambda's does
-                # A poll can fail (the in-flight count, ListExecutions, can meet an execution whose
-                # status moto has not set yet; a real receive can time out). Lambda's pollers retry a
-                # failed poll; so does this one. Nothing is lost: an unreceived message stays
-                # queued, a received one reappears after its visibility timeout.
+                # A poll can fail, as a real receive can (it times out, it is throttled). Lambda's
+                # pollers retry a failed poll; so does this one. Nothing is lost: an unreceived
+                # message stays queued, a received one reappears after its visibility timeout.
                 self.stats.poll_errors += 1
                 polled = 0
             if not polled:

@@ -24,6 +24,9 @@ moto version pinned in pyproject.toml:
 * SQS's queue attributes -> computed one by one as they are read (:class:`_QueueAttributes`).
 * the execution's context object -> gains ``Execution.RedriveCount`` (0), which AWS has carried
   since executions could be redriven and the Charge step reads; moto 5.2.5 omits it.
+* Step Functions' ListExecutions and DescribeExecution -> behind the lock a start takes: moto
+  appends a new execution to the list before it sets its status, so a listing at that moment
+  raised (and a thread that lists, such as chaos's redeliveries, died of it).
 * Step Functions' executions -> retirable (:func:`retire_executions`): a closed execution past a
   horizon leaves moto's list, as Step Functions' retention removes it, and keeps its name (a start
   under it still answers ``ExecutionAlreadyExists``) and a summary for reports
@@ -318,6 +321,18 @@ def _start_execution(original: Any) -> Any:
     return start_execution
 
 
+def _listing_locked(original: Any) -> Any:
+    """ListExecutions and DescribeExecution between starts: moto appends an execution to the list
+    before it sets its status, and reading a status that is not set yet raises."""
+
+    @functools.wraps(original)
+    def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with _EXECUTIONS_LOCK:
+            return original(self, *args, **kwargs)
+
+    return read
+
+
 def _name_idempotency(original: Any) -> Any:
     @functools.wraps(original)
     def handle(self: Any, name: str, execution_input: str) -> Any:
@@ -494,6 +509,16 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
             StepFunctionsParserBackend,
             "start_execution",
             _start_execution(StepFunctionsParserBackend.start_execution),
+        ),
+        (
+            StepFunctionsParserBackend,
+            "list_executions",
+            _listing_locked(StepFunctionsParserBackend.list_executions),
+        ),
+        (
+            StepFunctionsParserBackend,
+            "describe_execution",
+            _listing_locked(StepFunctionsParserBackend.describe_execution),
         ),
         (
             StateMachine,

@@ -210,3 +210,13 @@ def test_sqs_receive_delete_and_visibility_change_are_the_methods_the_adapter_lo
     assert change == ["self", "queue_name", "receipt_handle", "visibility_timeout"]
     assert "with self._messages_lock:" in inspect.getsource(Queue.add_message)
     assert "self._messages = new_messages" in inspect.getsource(Queue.delete_message)
+
+
+def test_a_new_execution_joins_the_list_before_its_status_is_set() -> None:
+    # Why the adapter lists and describes executions under the lock its starts take.
+    from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+
+    source = inspect.getsource(StepFunctionsParserBackend.start_execution)
+    assert source.index("state_machine.executions.append(execution)") < source.index("execution.start()")
+    listing = inspect.getsource(StepFunctionsParserBackend.list_executions)
+    assert "e.status == status_filter" in listing  # the read of a status that is not set yet
