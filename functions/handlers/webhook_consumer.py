@@ -1,11 +1,16 @@
-"""Webhook consumer: each verified Stripe PaymentIntent event from the webhook queue, applied to its claim.
+"""Webhook consumer: each doorbell from the webhook queue, answered by reading Stripe, applied to its claim.
 
-The receiver (``handlers.webhook_receiver``) verified the signature and queued the event as Stripe
-signed it. This function reads the event's claim (one strongly consistent read of the base table),
-decides with ``payment_saga.webhooks`` (the rules beside the sweeper's) and makes the one conditional
-write the decision leads to. Partial batch responses: one event that fails (DynamoDB throttled, a
-body that is not a PaymentIntent event) is retried alone and, after the queue's ``maxReceiveCount``,
-dead-lettered for a person (``WebhookDeadLetterAlarm``); its neighbours are not held back.
+The receiver (``handlers.webhook_receiver``) verified the signature and queued what identifies the
+event (a doorbell). A queued message is a claim to check, not a fact: whoever could put it there, it
+only names a PaymentIntent. This function reads that PaymentIntent from Stripe with the stack's own
+key (one ``GET /v1/payment_intents/{id}``: another account's, or a forged id, reads as not found),
+reads the claim its metadata names (one strongly consistent read of the base table), decides with
+``payment_saga.webhooks`` on what Stripe answered now (the rules beside the sweeper's) and makes the
+one conditional write the decision leads to. A read that fails (429, 5xx, a timeout) decides nothing:
+the message is retried later. Partial batch responses: one doorbell that fails (Stripe or DynamoDB
+unavailable, a body that is not a doorbell) is retried alone and, after the queue's
+``maxReceiveCount``, dead-lettered for a person (``WebhookDeadLetterAlarm``); its neighbours are not
+held back.
 
 Every event is a structured log line with ``orderId`` (``webhook_<outcome>``) and a metric
 (``WebhookApplied`` by ``Outcome``). The two findings that are money taken wrongly are logged at
@@ -14,7 +19,9 @@ ERROR and counted on the metrics the sweeper's alarms already watch: ``duplicate
 ``charge_on_released_claim`` / ``ChargeOnReleasedClaim``. A PaymentIntent that names the order but
 not its amount or currency is logged at ERROR too (``webhook_mismatch`` / ``WebhookMismatch``), and so
 is an event whose ``livemode`` is not the stack's (``PAYMENT_API_MODE``, the mode of its API key):
-``webhook_wrong_mode``, refused without a read or a write.
+``webhook_wrong_mode``, refused without a read or a write. A doorbell naming a PaymentIntent Stripe
+does not have in this account is ``webhook_not_found`` (a WARNING: forged, or another account's).
+Every read of Stripe is counted (``WebhookIntentRead``).
 """
 
 from __future__ import annotations
@@ -24,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
-from handlers.runtime import claims_store, count, env, log_event, logger, metrics, tracer
-from payment_saga.webhooks import WebhookOutcome, handle_event, parse_event
+from handlers.runtime import claims_store, count, env, log_event, logger, metrics, provider, tracer
+from payment_saga.webhooks import WebhookOutcome, answer_doorbell, parse_doorbell
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
@@ -57,6 +64,10 @@ def record_decision(decision: WebhookDecision, event_type: str) -> None:
         "applied": decision.applied,
     }
     name = _ALARMED.get(decision.outcome)
+    if decision.outcome is WebhookOutcome.NOT_FOUND:
+        logger.warning("webhook_not_found", extra={"event": "webhook_not_found", **fields})
+        count("WebhookApplied", Outcome=decision.outcome.value)
+        return
     if name is None:
         log_event(f"webhook_{decision.outcome.value}", **fields)
         count("WebhookApplied", Outcome=decision.outcome.value)
@@ -76,11 +87,14 @@ def record_decision(decision: WebhookDecision, event_type: str) -> None:
 
 
 def record_handler(record: SQSRecord) -> None:
-    """Apply one queued event. Raising marks only this record as failed (partial batch response)."""
-    event = parse_event(json.loads(record.body))
-    logger.append_keys(orderId=event.order_id)
+    """Answer one queued doorbell. Raising marks only this record as failed (partial batch response)."""
+    bell = parse_doorbell(json.loads(record.body))
     livemode = env("PAYMENT_API_MODE", "test") == "live"
-    record_decision(handle_event(claims_store(), event, livemode=livemode), event.type)
+    if bell.livemode == livemode:  # a doorbell of the other mode is refused before any read
+        count("WebhookIntentRead")
+    decision = answer_doorbell(claims_store(), provider(), bell, livemode=livemode)
+    logger.append_keys(orderId=decision.order_id)
+    record_decision(decision, bell.type)
 
 
 @logger.inject_lambda_context(clear_state=True)

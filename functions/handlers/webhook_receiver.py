@@ -9,13 +9,18 @@ endpoint that keeps failing. So this function does only what must happen before 
   authentication (the URL's AuthType is NONE), so nobody but Stripe can move a claim through it;
 * answer 400 to a body that is not a JSON event, 200 to an event type the saga does not act on
   (dropped: it is Stripe's expectation, and what Stripe would retry is nothing we need);
-* send each verified PaymentIntent event, whole and as signed, to the webhook queue, and answer 200
+* answer 200 to an event of another Stripe account (``account`` set: a Connect endpoint's) and drop
+  it: this saga charges on its own account only, so such an event is never about its PaymentIntents;
+* queue, for each verified PaymentIntent event, only what identifies it (a doorbell: event id, type,
+  PaymentIntent id, ``livemode``, ``created``; no customer data, no client secret), and answer 200
   only once SQS has it. If SQS fails, the function fails, Stripe gets a 5xx and sends the event
-  again: nothing is lost. The consumer applies it behind the queue (``handlers.webhook_consumer``).
+  again: nothing is lost. The consumer reads that PaymentIntent from Stripe with the stack's own key
+  and applies what Stripe answers (``handlers.webhook_consumer``): the event's own body is believed
+  for nothing but its identifiers.
 
-Every answer is a structured log line (``webhook_received`` with ``orderId``, ``webhook_dropped``,
-``webhook_rejected`` with its reason) and a metric (``WebhookReceived``, ``WebhookDropped``,
-``WebhookRejected`` by ``Reason``).
+Every answer is a structured log line (``webhook_received`` with ``orderId``, ``webhook_dropped``
+with its reason, ``webhook_rejected`` with its reason) and a metric (``WebhookReceived``,
+``WebhookDropped``, ``WebhookRejected`` by ``Reason``).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from payment_saga.webhooks import (
     DEFAULT_TOLERANCE_SECONDS,
     PAYMENT_INTENT_EVENTS,
     MalformedEvent,
-    parse_event,
+    doorbell_of_event,
     signature_valid,
     signing_secrets_from_string,
 )
@@ -134,23 +139,45 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     except (ValueError, TypeError, KeyError):
         return _reject("malformed", "the body is not a Stripe event")
     if event_type not in PAYMENT_INTENT_EVENTS:
-        log_event("webhook_dropped", eventId=event_id, eventType=event_type)
-        count("WebhookDropped")
-        return _answer(200, "ignored")
+        return _drop(event_id, event_type, "an event type the saga does not act on")
+    if data.get("account"):
+        # A connected account's event (a Connect endpoint, or its secret configured here): its
+        # PaymentIntents are not this account's, and the consumer's read with our key would not find
+        # them. Answered 200 so that Stripe stops sending it; counted, so a person sees the setup.
+        return _drop(event_id, event_type, "an event of another Stripe account")
     try:
-        order_id = parse_event(data).order_id
+        bell = doorbell_of_event(data)
     except MalformedEvent:
-        # Queued all the same: it is signed by Stripe, and the consumer's failure dead-letters it for
-        # a person instead of Stripe retrying it for three days against the same reading.
-        order_id = None
+        return _reject("malformed", "the event does not name a PaymentIntent")
     client("sqs").send_message(
         QueueUrl=env("WEBHOOK_QUEUE_URL"),
-        MessageBody=payload,
+        MessageBody=json.dumps(bell.to_message(), sort_keys=True),
         MessageAttributes={
             "eventId": {"DataType": "String", "StringValue": event_id},
             "eventType": {"DataType": "String", "StringValue": event_type},
         },
     )
-    log_event("webhook_received", orderId=order_id, eventId=event_id, eventType=event_type)
+    log_event(
+        "webhook_received",
+        orderId=_claimed_order_id(data),
+        eventId=event_id,
+        eventType=event_type,
+        paymentIntentId=bell.payment_intent_id,
+    )
     count("WebhookReceived")
     return _answer(200, "queued")
+
+
+def _drop(event_id: str, event_type: str, reason: str) -> dict[str, Any]:
+    log_event("webhook_dropped", eventId=event_id, eventType=event_type, reason=reason)
+    count("WebhookDropped")
+    return _answer(200, "ignored")
+
+
+def _claimed_order_id(data: dict[str, Any]) -> str | None:
+    """The orderId the event's PaymentIntent metadata names, for the log line only (never queued:
+    the consumer reads it from Stripe)."""
+    intent = (data.get("data") or {}).get("object") or {}
+    metadata = intent.get("metadata") if isinstance(intent, dict) else None
+    value = metadata.get("orderId") if isinstance(metadata, dict) else None
+    return value if isinstance(value, str) and value else None

@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from payment_saga.api_keys import check_api_base, check_key_mode
 from payment_saga.errors import ChargeNotAttempted, PaymentDeclined, PaymentOutcomeUnknown, PaymentProcessing
+from payment_saga.intents import IntentReading, reading_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -308,6 +309,66 @@ class StripeProvider:
         except stripe.StripeError as exc:
             raise self._charge_error(exc, order, idempotency_key) from exc
         return self._outcome(intent, order, idempotency_key, replayed=_was_replayed(intent))
+
+    def retrieve_intent(self, payment_intent_id: str) -> IntentReading | None:
+        """One PaymentIntent, read by id with this provider's key: :class:`IntentReading`.
+
+        A read, never a write: it cannot charge. Stripe answers 404 ``resource_missing`` for an id
+        this account does not have (forged, mistyped, or another account's, Connect included): that
+        is None, "not ours". Any other failure (429, 5xx, a timeout, a refused key) says nothing
+        about the PaymentIntent and raises :class:`PaymentOutcomeUnknown`: the caller decides
+        nothing on it and tries again later.
+        """
+        if not payment_intent_id.startswith("pi_"):
+            return None  # not a PaymentIntent id: nothing to ask (and nothing to put in a URL)
+        try:
+            intent = self._client.v1.payment_intents.retrieve(payment_intent_id)
+        except stripe.InvalidRequestError as exc:
+            if exc.http_status == 404:
+                return None
+            raise PaymentOutcomeUnknown(
+                f"could not read PaymentIntent {payment_intent_id}: {self._describe(exc)}"
+            ) from exc
+        except stripe.StripeError as exc:
+            raise PaymentOutcomeUnknown(
+                f"could not read PaymentIntent {payment_intent_id}: {self._describe(exc)}"
+            ) from exc
+        return reading_of(
+            intent.id,
+            intent.status,
+            intent.amount,
+            intent.currency,
+            intent.livemode,
+            intent.created,
+            _metadata(intent),
+            failed=intent.last_payment_error is not None,
+        )
+
+    def follow(self, order: Order, *, attempt: int, idempotency_key: str, payment_intent_id: str) -> Charge:
+        """What the attempt's known PaymentIntent says now, mapped as :meth:`charge` maps an answer.
+
+        The charge step follows a PaymentIntent its claim already records for the attempt (a debit
+        awaiting settlement, a charge completed by another writer) instead of creating one: a create
+        after Stripe forgot the idempotency key (24 hours) would be a second payment. A read by id
+        cannot charge. The PaymentIntent must be this order's and this attempt's (its metadata) and
+        of its amount and currency; otherwise nothing is concluded (:class:`PaymentOutcomeUnknown`).
+
+        Returns the :class:`Charge` (``replayed``: the money moved before this call); raises
+        :class:`PaymentDeclined` (failed for good), :class:`PaymentProcessing` (still settling) or
+        :class:`PaymentOutcomeUnknown` (anything else, a failed read, a PaymentIntent not of this attempt).
+        """
+        where = f"order {order.order_id} ({idempotency_key})"
+        try:
+            intent = self._client.v1.payment_intents.retrieve(payment_intent_id)
+        except stripe.StripeError as exc:
+            raise PaymentOutcomeUnknown(
+                f"could not read PaymentIntent {payment_intent_id} of {where}: {self._describe(exc)}"
+            ) from exc
+        if not _of_attempt(intent, order, attempt):
+            raise PaymentOutcomeUnknown(
+                f"PaymentIntent {payment_intent_id} recorded for {where} is not of this order and attempt"
+            )
+        return self._outcome(intent, order, idempotency_key, replayed=True)
 
     def find_charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge | None:
         """The attempt's succeeded charge as the search shows it (see :meth:`search_attempt`).

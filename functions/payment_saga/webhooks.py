@@ -93,6 +93,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from payment_saga.claims import Claim, ClaimsStore
+    from payment_saga.intents import IntentReader, IntentReading
 
 #: The event types the endpoint is subscribed to and the consumer acts on (docs/webhooks.md lists
 #: them for the Stripe dashboard). Any other type is answered 200 by the receiver and dropped.
@@ -121,6 +122,7 @@ class WebhookOutcome(enum.StrEnum):
     RELEASED = "released"  # the claim is RELEASED as DECLINED
     LEFT = "left"  # nothing to do: in flight, a duplicate, late, or decided already
     IGNORED = "ignored"  # not this saga's PaymentIntent, or no claim to act on
+    NOT_FOUND = "not_found"  # Stripe has no such PaymentIntent in this account: forged, or another account's
     MISMATCH = "mismatch"  # names the order but not its amount or currency: a person looks
     DUPLICATE_CHARGE = "duplicate_charge"  # a second succeeded PaymentIntent for one attempt: refund one
     CHARGE_ON_RELEASED = "charge_on_released"  # charged, but the attempt's claim was released: alarm
@@ -145,6 +147,41 @@ class PaymentIntentEvent:
     order_id: str | None
     attempt: int | None
     livemode: bool = False
+    #: Read from Stripe: the PaymentIntent failed for good after its confirm (``canceled``, or
+    #: ``requires_payment_method`` with the confirm's ``last_payment_error``), whatever the event's type.
+    confirmed_failure: bool = False
+
+    @property
+    def failed_for_good(self) -> bool:
+        """The PaymentIntent charged nothing and never will without a further confirm of ours."""
+        return self.status in FAILED_STATUSES and (self.type in _FAILURE_EVENTS or self.confirmed_failure)
+
+
+@dataclass(frozen=True)
+class Doorbell:
+    """What the receiver queues of a verified event: what identifies it, nothing the rules decide on.
+
+    The consumer reads the PaymentIntent it names from Stripe with the stack's own key and decides on
+    that answer (:func:`answer_doorbell`). So a body planted on the queue, replayed, reordered or
+    of another account can at most make the consumer read a PaymentIntent: what Stripe answers about
+    it is the only thing that moves a claim. No customer data, no client secret is queued.
+    """
+
+    event_id: str
+    type: str
+    payment_intent_id: str
+    livemode: bool
+    created: int
+
+    def to_message(self) -> dict[str, Any]:
+        """The queue message body (JSON)."""
+        return {
+            "eventId": self.event_id,
+            "type": self.type,
+            "paymentIntentId": self.payment_intent_id,
+            "livemode": self.livemode,
+            "created": self.created,
+        }
 
 
 class MalformedEvent(ValueError):
@@ -178,6 +215,85 @@ def parse_event(event: Mapping[str, Any]) -> PaymentIntentEvent:
     if intent.get("object", "payment_intent") != "payment_intent":
         raise MalformedEvent(f"event {parsed.event_id} does not carry a PaymentIntent")
     return parsed
+
+
+def doorbell_of_event(event: Mapping[str, Any]) -> Doorbell:
+    """The :class:`Doorbell` of a verified Stripe ``payment_intent.*`` event (the receiver's).
+
+    Raises :class:`MalformedEvent` when it does not name a PaymentIntent.
+    """
+    try:
+        intent = event["data"]["object"]
+        if intent.get("object", "payment_intent") != "payment_intent":
+            raise TypeError("the event does not carry a PaymentIntent")
+        return Doorbell(
+            event_id=_text(event["id"]),
+            type=_text(event["type"]),
+            payment_intent_id=_text(intent["id"]),
+            livemode=event.get("livemode") is True,
+            created=_integer(event["created"]),
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise MalformedEvent(f"not a PaymentIntent event: {type(exc).__name__} {exc}") from None
+
+
+def parse_doorbell(body: Mapping[str, Any]) -> Doorbell:
+    """A queued doorbell (:meth:`Doorbell.to_message`), or a whole Stripe event as the receiver queued
+    them before it queued doorbells (only its identifiers are read).
+
+    Raises :class:`MalformedEvent` when the body is neither.
+    """
+    if "data" in body:
+        return doorbell_of_event(body)
+    try:
+        return Doorbell(
+            event_id=_text(body["eventId"]),
+            type=_text(body["type"]),
+            payment_intent_id=_text(body["paymentIntentId"]),
+            livemode=body.get("livemode") is True,
+            created=_integer(body["created"]),
+        )
+    except (KeyError, TypeError) as exc:
+        raise MalformedEvent(f"not a webhook doorbell: {type(exc).__name__} {exc}") from None
+
+
+def reading_event(
+    reading: IntentReading, *, event_id: str, event_type: str | None = None
+) -> PaymentIntentEvent:
+    """The rules' view of a PaymentIntent as Stripe answered a read of it now.
+
+    ``event_type`` is the doorbell's (what rang); without one (the sweeper's backstop) the type is the
+    one Stripe sends for the PaymentIntent's current status. The status, amount, currency, livemode and
+    metadata are always Stripe's answer, never the doorbell's.
+    """
+    if event_type is None:
+        event_type = _EVENT_OF_STATUS.get(reading.status, "payment_intent.requires_action")
+        if reading.status == "requires_payment_method" and not reading.failed_after_confirm:
+            event_type = "payment_intent.requires_action"
+    return PaymentIntentEvent(
+        event_id=event_id,
+        type=event_type,
+        payment_intent_id=reading.payment_intent_id,
+        status=reading.status,
+        amount=reading.amount,
+        currency=reading.currency,
+        created=reading.created,
+        order_id=reading.order_id,
+        attempt=reading.attempt,
+        livemode=reading.livemode,
+        confirmed_failure=reading.failed_after_confirm,
+    )
+
+
+#: The event Stripe sends when a PaymentIntent enters each status (the sweeper's backstop reads a
+#: status without an event: it applies what that event would).
+_EVENT_OF_STATUS = {
+    "succeeded": "payment_intent.succeeded",
+    "requires_payment_method": "payment_intent.payment_failed",
+    "canceled": "payment_intent.canceled",
+    "processing": "payment_intent.processing",
+    "requires_action": "payment_intent.requires_action",
+}
 
 
 def _text(value: Any) -> str:
@@ -268,7 +384,7 @@ def decide(event: PaymentIntentEvent, claim: Claim | None) -> WebhookDecision:
     current_attempt = event.attempt == claim.attempt
     if event.status == "succeeded":
         return _succeeded(event, claim, current_attempt, decided)
-    if event.type in _FAILURE_EVENTS and event.status in FAILED_STATUSES:
+    if event.failed_for_good:
         awaited = claim.settlement_intent_id
         if (
             current_attempt
@@ -285,8 +401,7 @@ def decide(event: PaymentIntentEvent, claim: Claim | None) -> WebhookDecision:
             " decided already",
         )
     if (
-        event.type == "payment_intent.processing"
-        and event.status == "processing"
+        event.status == "processing"
         and current_attempt
         and claim.status is ClaimStatus.CLAIMED
         and claim.charge_id is None
@@ -392,10 +507,7 @@ def handle_event(store: ClaimsStore, event: PaymentIntentEvent, *, livemode: boo
     if event.livemode != livemode:
         return WebhookDecision(
             outcome=WebhookOutcome.WRONG_MODE,
-            reason=(
-                f"event {event.event_id} is {'live' if event.livemode else 'test'} mode, the stack"
-                f" {'live' if livemode else 'test'} mode: refused"
-            ),
+            reason=_wrong_mode(event.event_id, event.livemode, livemode),
             event_id=event.event_id,
             payment_intent_id=event.payment_intent_id,
             order_id=event.order_id,
@@ -410,6 +522,52 @@ def handle_event(store: ClaimsStore, event: PaymentIntentEvent, *, livemode: boo
             continue
     raise ClaimLost(
         f"order {event.order_id}: the claim kept changing while event {event.event_id} was applied"
+    )
+
+
+def answer_doorbell(
+    store: ClaimsStore, reader: IntentReader, bell: Doorbell, *, livemode: bool = False
+) -> WebhookDecision:
+    """Read the PaymentIntent ``bell`` names from Stripe (the stack's own key), then decide and write
+    on what Stripe answered (:func:`handle_event`): the webhook is a doorbell, not the news.
+
+    An id this account has no PaymentIntent for (forged, mistyped, another account's) is NOT_FOUND and
+    nothing is written; a doorbell or a PaymentIntent of the other mode is WRONG_MODE. Reordered and
+    repeated doorbells stop mattering: each reads the PaymentIntent as it is now.
+
+    Raises:
+        PaymentOutcomeUnknown: the read failed (429, 5xx, a timeout): nothing was decided, and the
+            queue rings again later.
+        ClaimLost: the claim kept changing (as :func:`handle_event`).
+    """
+
+    def refused(outcome: WebhookOutcome, reason: str) -> WebhookDecision:
+        return WebhookDecision(
+            outcome=outcome,
+            reason=reason,
+            event_id=bell.event_id,
+            payment_intent_id=bell.payment_intent_id,
+            order_id=None,
+            attempt=None,
+        )
+
+    if bell.livemode != livemode:
+        return refused(WebhookOutcome.WRONG_MODE, _wrong_mode(bell.event_id, bell.livemode, livemode))
+    reading = reader.retrieve_intent(bell.payment_intent_id)
+    if reading is None:
+        return refused(
+            WebhookOutcome.NOT_FOUND,
+            f"Stripe has no PaymentIntent {bell.payment_intent_id} in this account: forged, or another"
+            " account's; nothing read from the event is believed",
+        )
+    event = reading_event(reading, event_id=bell.event_id, event_type=bell.type)
+    return handle_event(store, event, livemode=livemode)
+
+
+def _wrong_mode(event_id: str, event_live: bool, stack_live: bool) -> str:
+    return (
+        f"event {event_id} is {'live' if event_live else 'test'} mode, the stack"
+        f" {'live' if stack_live else 'test'} mode: refused"
     )
 
 
@@ -457,7 +615,9 @@ def signature_valid(payload: str, header: str | None, secrets: tuple[str, ...], 
     for secret in secrets:
         try:
             stripe.WebhookSignature.verify_header(payload, header, secret, tolerance=tolerance)
-        except stripe.SignatureVerificationError:
+        except Exception:  # noqa: BLE001, S112 - whatever the header holds, a failed check is a refusal
+            # SignatureVerificationError, and what the SDK raises on a header it cannot even compare
+            # (a non-ASCII character: TypeError from hmac.compare_digest): never a function error.
             continue
         return True
     return False

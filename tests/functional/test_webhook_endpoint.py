@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 import stripe
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
 from handlers import runtime as handler_runtime
 from handlers import webhook_consumer, webhook_receiver
@@ -115,7 +116,9 @@ def emulator() -> Iterator[ProviderEmulator]:
 
 
 @pytest.fixture
-def endpoint(dynamodb: Any, claims_table: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Endpoint]:
+def endpoint(
+    dynamodb: Any, claims_table: str, emulator: ProviderEmulator, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Endpoint]:
     secret = boto3.client("secretsmanager", region_name=REGION).create_secret(
         Name="payment-saga/webhook", SecretString=whsec()
     )
@@ -125,6 +128,9 @@ def endpoint(dynamodb: Any, claims_table: str, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("WEBHOOK_TOLERANCE_SECONDS", "300")
     monkeypatch.setenv("CLAIMS_TABLE_NAME", claims_table)
     monkeypatch.setenv("CLAIM_RETENTION_DAYS", "30")
+    # The consumer reads each PaymentIntent from Stripe (the emulator) with the stack's own key.
+    monkeypatch.setenv("PAYMENT_API_BASE", emulator.url)
+    monkeypatch.setenv("PAYMENT_API_KEY", LOCAL_API_KEY)
     handler_runtime.reset()
     webhook_receiver.reset()
     yield Endpoint(secret["ARN"], queue_url, ClaimsStore(claims_table, client=dynamodb))
@@ -180,15 +186,89 @@ def test_a_signed_succeeded_event_completes_the_claim_whose_mark_complete_answer
     assert endpoint.store.claim(ORDER, token=B).result is ClaimResult.DUPLICATE
 
 
-def test_the_verified_event_is_queued_whole_as_stripe_signed_it(
+def test_only_what_identifies_the_event_is_queued_never_the_payers_data_or_the_client_secret(
+    endpoint: Endpoint, provider: StripeProvider, emulator: ProviderEmulator
+) -> None:
+    payload = charged(provider, emulator, endpoint.store, ORDER)
+    event = json.loads(payload)
+    event["data"]["object"].update(client_secret="pi_x_secret_y", receipt_email="payer@example.com")
+    payload = json.dumps(event)
+    secret = endpoint.secretsmanager.get_secret_value(SecretId=endpoint.secret_arn)["SecretString"]
+    assert endpoint.post(payload, secret=secret, encode=True)["statusCode"] == 200
+    (message,) = endpoint.queued()
+    assert json.loads(message["Body"]) == {
+        "eventId": "evt_1",
+        "type": "payment_intent.succeeded",
+        "paymentIntentId": intent_of(emulator, ORDER).id,
+        "livemode": False,
+        "created": event["created"],
+    }
+    assert "secret" not in message["Body"]
+    assert "payer@" not in message["Body"]
+    assert message["MessageAttributes"]["eventType"]["StringValue"] == "payment_intent.succeeded"
+
+
+def test_a_body_planted_on_the_queue_moves_no_claim_stripe_did_not_move(
+    endpoint: Endpoint, provider: StripeProvider, emulator: ProviderEmulator
+) -> None:
+    """Whoever can send to the queue can only ring: a planted "succeeded" for a PaymentIntent that
+    failed, one for an id Stripe never issued, and a whole forged event all read Stripe's answer."""
+    charged(provider, emulator, endpoint.store, DECLINED)  # Stripe declined it: nothing was charged
+    failed = intent_of(emulator, DECLINED)
+    forged = json.loads(stripe_event(failed, "succeeded"))
+    forged["data"]["object"].update(status="succeeded", amount_received=DECLINED.amount)
+    bells = [
+        {"eventId": "evt_f1", "type": "payment_intent.succeeded", "paymentIntentId": "pi_NeverIssued",
+         "livemode": False, "created": 1},
+        forged,
+    ]  # fmt: skip
+    for body in bells:
+        endpoint.sqs.send_message(QueueUrl=endpoint.queue_url, MessageBody=json.dumps(body))
+    assert endpoint.consume() == {"batchItemFailures": []}
+    claim = endpoint.store.get(DECLINED.order_id)
+    assert claim is not None
+    # Stripe's answer for the real PaymentIntent is "failed": the claim is released as declined,
+    # never completed; the made-up id changed nothing.
+    assert (claim.status, claim.release_reason, claim.charge_id) == (
+        ClaimStatus.RELEASED,
+        ReleaseReason.DECLINED,
+        None,
+    )
+    assert emulator.charges_for(DECLINED.order_id) == []
+
+
+def test_a_connected_accounts_event_is_answered_200_and_never_queued(
+    endpoint: Endpoint, provider: StripeProvider, emulator: ProviderEmulator
+) -> None:
+    event = json.loads(charged(provider, emulator, endpoint.store, ORDER))
+    payload = json.dumps({**event, "account": "acct_1Connected"})
+    secret = endpoint.secretsmanager.get_secret_value(SecretId=endpoint.secret_arn)["SecretString"]
+    assert endpoint.post(payload, secret=secret)["statusCode"] == 200
+    assert endpoint.queued() == []
+    claim = endpoint.store.get(ORDER.order_id)
+    assert claim is not None
+    assert claim.status is ClaimStatus.CLAIMED
+
+
+def test_stripe_unreachable_leaves_the_doorbell_to_ring_again_and_writes_nothing(
     endpoint: Endpoint, provider: StripeProvider, emulator: ProviderEmulator
 ) -> None:
     payload = charged(provider, emulator, endpoint.store, ORDER)
     secret = endpoint.secretsmanager.get_secret_value(SecretId=endpoint.secret_arn)["SecretString"]
-    assert endpoint.post(payload, secret=secret, encode=True)["statusCode"] == 200
-    (message,) = endpoint.queued()
-    assert message["Body"] == payload
-    assert message["MessageAttributes"]["eventType"]["StringValue"] == "payment_intent.succeeded"
+    assert endpoint.post(payload, secret=secret)["statusCode"] == 200
+    emulator.inject("fail_before_apply", endpoint="retrieve")
+    # The queue's visibility timeout, compressed: the failed doorbell comes back at once.
+    endpoint.sqs.set_queue_attributes(QueueUrl=endpoint.queue_url, Attributes={"VisibilityTimeout": "0"})
+    # The whole batch failed: the function fails (alarmed), and SQS delivers the doorbell again.
+    with pytest.raises(BatchProcessingError, match="All records failed"):
+        endpoint.consume()
+    claim = endpoint.store.get(ORDER.order_id)
+    assert claim is not None
+    assert claim.status is ClaimStatus.CLAIMED  # nothing written on a guess
+    assert endpoint.consume() == {"batchItemFailures": []}
+    claim = endpoint.store.get(ORDER.order_id)
+    assert claim is not None
+    assert claim.status is ClaimStatus.COMPLETED
 
 
 def test_a_declined_charge_whose_release_never_ran_is_released_as_declined_by_its_failed_event(
@@ -207,7 +287,7 @@ def test_a_declined_charge_whose_release_never_ran_is_released_as_declined_by_it
 
 @pytest.mark.parametrize(
     "forge",
-    ["another-secret", "unsigned", "stale", "tampered"],
+    ["another-secret", "unsigned", "stale", "tampered", "non-ascii"],
 )
 def test_a_request_that_fails_the_signature_is_answered_400_and_moves_nothing(
     endpoint: Endpoint, provider: StripeProvider, emulator: ProviderEmulator, forge: str
@@ -220,6 +300,14 @@ def test_a_request_that_fails_the_signature_is_answered_400_and_moves_nothing(
         answer = endpoint.post(payload)
     elif forge == "stale":
         answer = endpoint.post(payload, secret=secret, timestamp=int(time.time()) - 301)
+    elif forge == "non-ascii":
+        # A header the SDK cannot even compare (hmac.compare_digest refuses non-ASCII text).
+        request = {
+            "requestContext": {"http": {"method": "POST"}},
+            "headers": {"stripe-signature": f"t={int(time.time())},v1=\u00e9\u00e9"},
+            "body": payload,
+        }
+        answer = webhook_receiver.handler(request, LambdaContext("receiver", 256, 10))
     else:
         signed_for = payload.replace('"succeeded"', '"processing"')
         header = stripe.WebhookSignature.generate_signature_header(signed_for, secret)
@@ -298,7 +386,14 @@ def test_a_queued_event_the_consumer_cannot_read_fails_alone_and_its_neighbour_i
 ) -> None:
     payload = charged(provider, emulator, endpoint.store, ORDER)
     endpoint.sqs.send_message(QueueUrl=endpoint.queue_url, MessageBody='{"type": "payment_intent.succeeded"}')
-    endpoint.sqs.send_message(QueueUrl=endpoint.queue_url, MessageBody=payload)
+    bell = json.loads(payload)
+    endpoint.sqs.send_message(
+        QueueUrl=endpoint.queue_url,
+        MessageBody=json.dumps(
+            {"eventId": bell["id"], "type": bell["type"], "paymentIntentId": bell["data"]["object"]["id"],
+             "livemode": False, "created": bell["created"]}
+        ),
+    )  # fmt: skip
     result = endpoint.consume()
     assert len(result["batchItemFailures"]) == 1
     claim = endpoint.store.get(ORDER.order_id)

@@ -360,7 +360,7 @@ def test_decrypt_is_granted_with_a_customer_key_only_through_secrets_manager_for
         for name, properties in template.functions.items()
         if "PAYMENT_API_KEY_SECRET_ARN" in json.dumps(properties.get("Environment") or {})
     ]
-    assert sorted(readers) == ["ChargePaymentFunction", "SweeperFunction"]
+    assert sorted(readers) == ["ChargePaymentFunction", "SweeperFunction", "WebhookConsumerFunction"]
     for role in [f"{name}Role" for name in template.functions] + ["PaymentSagaStateMachineRole"]:
         grants = kms_grants(deployed, role)
         if role.removesuffix("Role") not in readers:

@@ -312,15 +312,20 @@ def test_no_function_environment_holds_the_provider_key(template: Template) -> N
 
 
 #: The functions that may read the provider's key: Charge Payment charges with it, the sweeper
-#: searches the provider with it (``find_charge``; it never charges).
-SECRET_READERS = ("handlers.charge_payment.handler", "handlers.sweeper.handler")
+#: searches the provider with it (``find_charge``; it never charges), the webhook consumer reads the
+#: PaymentIntent each event names (a webhook is a doorbell: Stripe's answer is the news).
+SECRET_READERS = (
+    "handlers.charge_payment.handler",
+    "handlers.sweeper.handler",
+    "handlers.webhook_consumer.handler",
+)
 
 
 def test_the_key_is_read_from_the_secret_only_by_the_functions_that_call_the_provider(
     template: Template, deployed: dict[str, Any]
 ) -> None:
     readers = {template.function_by_handler(handler) for handler in SECRET_READERS}
-    assert readers == {"ChargePaymentFunction", "SweeperFunction"}
+    assert readers == {"ChargePaymentFunction", "SweeperFunction", "WebhookConsumerFunction"}
     parameters = set()
     for reader in sorted(readers):
         variables = template.functions[reader]["Environment"]["Variables"]

@@ -94,7 +94,17 @@ def test_a_failure_of_an_earlier_attempt_does_not_release_the_open_one() -> None
 
 
 def test_a_payment_failed_event_whose_payment_intent_is_not_failed_releases_nothing() -> None:
-    assert decide(event("payment_failed", status="processing"), OPEN).outcome is WebhookOutcome.LEFT
+    # The PaymentIntent's status (Stripe's answer now) decides, not the event's type: it settles later.
+    outcome = decide(event("payment_failed", status="processing"), OPEN).outcome
+    assert outcome is WebhookOutcome.AWAITING_SETTLEMENT
+    assert decide(event("payment_failed", status="requires_action"), OPEN).outcome is WebhookOutcome.LEFT
+
+
+def test_a_payment_intent_read_failed_for_good_releases_whatever_event_rang() -> None:
+    read = dataclasses.replace(event("processing", status="requires_payment_method"), confirmed_failure=True)
+    assert decide(read, OPEN).outcome is WebhookOutcome.RELEASED
+    unconfirmed = event("processing", status="requires_payment_method")
+    assert decide(unconfirmed, OPEN).outcome is WebhookOutcome.LEFT
 
 
 def test_a_payment_waiting_for_authentication_keeps_the_claim_as_it_is() -> None:
