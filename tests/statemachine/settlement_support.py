@@ -1,12 +1,12 @@
 """What the state machine's settlement tests share: Stripe settling a debit through its webhook, a hook
-run just before a retried Charge Payment's re-check, and the outcome events the relay published."""
+run just before a retried Charge Payment reads its claim, and the outcome events the relay published."""
 
 from __future__ import annotations
 
 import threading
 from typing import TYPE_CHECKING, Any
 
-from handlers import runtime as handler_runtime
+from payment_saga import charging
 from tests.helpers import Saga, deliver_webhook
 
 if TYPE_CHECKING:
@@ -38,17 +38,17 @@ def published(saga: Saga, order_id: str) -> list[str]:
 def before_the_retry(
     saga: Saga, monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[str, str], object]
 ) -> list[str]:
-    """Run ``meanwhile(order_id, token)`` once, just before the retried Charge Payment's re-check: the
-    first request has created the PaymentIntent by then."""
-    store = handler_runtime.claims_store()
-    real = store.check_held
+    """Run ``meanwhile(order_id, token)`` once, just before a retried Charge Payment reads its claim:
+    the first request has created the PaymentIntent by then."""
+    real = charging.charge
     ran: list[str] = []
 
-    def settle_first(order_id: str, **kwargs: Any) -> Any:
-        if saga.provider.payment_intents(order_id) and not ran:
+    def settle_first(step: charging.ChargeTry, **kwargs: Any) -> Any:
+        order_id = step.order.order_id
+        if step.retry_count >= 1 and saga.provider.payment_intents(order_id) and not ran:
             ran.append(order_id)
-            meanwhile(order_id, kwargs["token"])
-        return real(order_id, **kwargs)
+            meanwhile(order_id, step.token)
+        return real(step, **kwargs)
 
-    monkeypatch.setattr(store, "check_held", settle_first)
+    monkeypatch.setattr(charging, "charge", settle_first)
     return ran

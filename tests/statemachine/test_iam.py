@@ -261,7 +261,8 @@ def _exercise_every_path(saga: Saga, monkeypatch: pytest.MonkeyPatch) -> None:
 def _webhook(saga: Saga) -> None:
     """A charge whose execution never learned of it, then Stripe's webhook: the receiver reads its signing
     secret and queues the event; the consumer's event source polls the webhook queue (a batch slower than
-    half the visibility timeout: ChangeMessageVisibility) and the consumer reads and completes the claim."""
+    half the visibility timeout: ChangeMessageVisibility) and the consumer reads the Stripe key's secret,
+    the PaymentIntent from Stripe, and completes the claim."""
     message = order("IAM-HOOK")
     store = ClaimsStore(saga.stack.table_name, client=boto3.client("dynamodb", region_name=REGION))
     store.claim(order_from_message(message), token="hook-execution")
@@ -285,6 +286,11 @@ def _webhook(saga: Saga) -> None:
     )
     assert json.loads(answer.payload)["statusCode"] == 200, answer.payload
     saga.faults.add(Fault("WebhookConsumerFunction", "start", "delay", seconds=1.5, times=1))
+    # The consumer reads the PaymentIntent from Stripe with the key from the secret, in a fresh
+    # "container" of its own (in-process, the functions share one module cache).
+    from handlers import runtime as handler_runtime
+
+    handler_runtime.reset()
     assert webhook_event_source(saga).poll_once() == 1
     claim = store.get("IAM-HOOK")
     assert claim is not None

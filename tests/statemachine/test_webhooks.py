@@ -6,11 +6,11 @@ the webhook alone resolves the claim an execution could not."""
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from handlers import runtime as handler_runtime
 from saga_local.runtime.faults import Fault
 from tests.helpers import Saga, deliver_webhook, order
+from tests.statemachine.settlement_support import before_the_retry
 
 if TYPE_CHECKING:
     import pytest
@@ -66,20 +66,16 @@ def test_a_webhook_that_completes_the_claim_before_the_charges_retry_ends_the_or
     """The charge lands and its answer is lost; Stripe's webhook beats the step's retry. The retry finds
     the claim completed with its own PaymentIntent: charged once, and no reconciliation to page."""
     saga.faults.add(Fault("ChargePaymentFunction", "after:provider.charge", "die", times=1))
-    store = handler_runtime.claims_store()
-    real_check_held = store.check_held
     delivered: list[str] = []
 
-    def webhook_first(order_id: str, **kwargs: Any) -> Any:
-        if saga.provider.charges_for(order_id) and not delivered:
-            delivered.append(order_id)
-            # Stripe, the receiver and the consumer are not this invocation: another thread, as on AWS.
-            stripe_side = threading.Thread(target=deliver_webhook, args=(saga, order_id, "succeeded"))
-            stripe_side.start()
-            stripe_side.join()
-        return real_check_held(order_id, **kwargs)
+    def webhook_first(order_id: str, _token: str) -> None:
+        delivered.append(order_id)
+        # Stripe, the receiver and the consumer are not this invocation: another thread, as on AWS.
+        stripe_side = threading.Thread(target=deliver_webhook, args=(saga, order_id, "succeeded"))
+        stripe_side.start()
+        stripe_side.join()
 
-    monkeypatch.setattr(store, "check_held", webhook_first)
+    before_the_retry(saga, monkeypatch, webhook_first)
     result = saga.driver.wait(saga.driver.start(order(), name="webhook-first"))
 
     assert delivered == ["ORDER-003"]

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from tests.static.conftest import StateMachine, Template
 
 HANDLERS_DIR = Path(__file__).resolve().parents[2] / "functions" / "handlers"
+CHARGING = HANDLERS_DIR.parent / "payment_saga" / "charging.py"
 PSEUDO_PARAMETERS = {"AWS::Region", "AWS::AccountId", "AWS::StackName", "AWS::Partition", "AWS::URLSuffix"}
 AWS_NAMESPACES = {"AWS/SQS", "AWS/States", "AWS/Lambda", "AWS/DynamoDB"}
 #: The stack's own namespace: what the handlers publish into (Powertools) and the metric filters too.
@@ -82,6 +83,15 @@ def emitted_metrics() -> set[tuple[str, frozenset[str]]]:
                 found.add((str(name.value), frozenset()))
                 if dimensions:
                     found.add((str(name.value), dimensions))
+    # The charge step's decisions live in the domain, which says what happened through the handler's
+    # journal: ``journal("event", "Metric", ...)``, counted by the handler.
+    for node in ast.walk(ast.parse(CHARGING.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "journal":
+            metric = node.args[1]
+            metrics = [metric.body, metric.orelse] if isinstance(metric, ast.IfExp) else [metric]
+            for name in metrics:
+                assert isinstance(name, ast.Constant), f"charging.py:{node.lineno}: metric is not a literal"
+                found.add((str(name.value), frozenset()))
     return found
 
 

@@ -76,17 +76,23 @@ class ClaimsTable:
             ClaimLost: not held by ``token`` at ``attempt`` with at least ``margin_seconds`` to run.
         """
         claim = self.get(order_id)
-        if (
-            claim is None
-            or not claim.held_by(token)
-            or claim.attempt != attempt
-            or claim.lease_expires_at < self.now() + margin_seconds
+        if claim is None or not self.still_held(
+            claim, token=token, attempt=attempt, margin_seconds=margin_seconds
         ):
             state = "absent" if claim is None else f"{claim.status.value}, attempt {claim.attempt}"
             raise ClaimLost(
                 f"order {order_id}: attempt {attempt} is no longer held by this execution ({state})"
             )
         return claim
+
+    def still_held(self, claim: Claim, *, token: str, attempt: int, margin_seconds: int) -> bool:
+        """Whether ``claim`` (as just read) is held by ``token`` at ``attempt`` with at least
+        ``margin_seconds`` of lease to run, on the store's clock (:meth:`check_held`'s rule)."""
+        return (
+            claim.held_by(token)
+            and claim.attempt == attempt
+            and claim.lease_expires_at >= self.now() + margin_seconds
+        )
 
     # -- reads --------------------------------------------------------------------------------
 

@@ -192,14 +192,14 @@ WRITES.text(
 # -- the charge's re-check --
 TABLE.text(
     "claims-check-held-no-margin",
-    "or claim.lease_expires_at < self.now() + margin_seconds",
-    "or claim.lease_expires_at < self.now()",
+    "and claim.lease_expires_at >= self.now() + margin_seconds",
+    "and claim.lease_expires_at >= self.now()",
     "a charge is sent with seconds left on the lease (the sweeper may decide about it mid-request)",
     tests=(PROTOCOL, "tests/statemachine/test_gate_edges.py"),
 )
 TABLE.text(
     "claims-check-held-any-attempt",
-    "or claim.attempt != attempt\n",
+    "and claim.attempt == attempt\n",
     "\n",
     "a charge for an attempt the claim no longer is at (a zombie of an attempt since released) is sent",
     tests=("tests/statemachine/test_gate_edges.py", PROTOCOL, TAKEOVER),

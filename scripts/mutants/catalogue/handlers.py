@@ -57,7 +57,8 @@ PROOF.text(
     "Release Claim releases on any error, an unknown charge outcome included",
 )
 
-CHARGE = Catalogue("functions/handlers/charge_payment.py", DEFAULT)
+CHARGE = Catalogue("functions/payment_saga/charging.py", DEFAULT)
+CHARGING = "tests/functional/test_charging.py"
 CHARGE.text(
     "charge-no-lease-margin",
     "LEASE_MARGIN_SECONDS = 60",
@@ -66,14 +67,14 @@ CHARGE.text(
 )
 CHARGE.text(
     "charge-no-recheck",
-    "        claims_store().check_held(\n",
-    "        (lambda *_, **__: None)(\n",
+    "    if claim is None or not store.still_held(\n",
+    "    if claim is None or False and not store.still_held(\n",
     "the Charge step does not re-check that it still holds its attempt (a zombie charges)",
 )
 CHARGE.text(
     "charge-retry-401-is-proof",
-    '        raise PaymentOutcomeUnknown(\n            f"not attempted on retry',
-    '        raise exc\n        raise PaymentOutcomeUnknown(\n            f"not attempted on retry',
+    '        unknown = PaymentOutcomeUnknown(f"not attempted on retry',
+    '        raise exc\n        unknown = PaymentOutcomeUnknown(f"not attempted on retry',
     "a 401 on a retry is reported as ChargeNotAttempted: the claim is released",
 )
 CHARGE.text(
@@ -83,35 +84,53 @@ CHARGE.text(
     "a provider that cannot be built (no key) is an unknown outcome: the claim is never released",
 )
 CHARGE.text(
-    "charge-owner-by-default",
-    'attempt_owner=event["claim"].get("attemptOwner") is True,',
-    'attempt_owner=event["claim"].get("attemptOwner") is not False,',
-    "a claim without attemptOwner is taken as owned",
-    equivalent="Claim Order always returns attemptOwner (a bool) and the ASL's ResultSelector always "
-    "passes it on: no Charge input lacks it",
-)
-CHARGE.text(
     "charge-key-from-input-attempt-plus-one",
-    "key = idempotency_key(order.order_id, attempt)",
-    "key = idempotency_key(order.order_id, attempt + 1)",
+    "return idempotency_key(self.order.order_id, self.attempt)",
+    "return idempotency_key(self.order.order_id, self.attempt + 1)",
     "the charge's key is not the attempt's (the sweeper and a takeover look for another key)",
 )
-
 CHARGE.text(
     "charge-settled-declined-meanwhile-refused",
-    "        if claim is not None and settled is Settled.DECLINED:\n",
-    "        if False:\n",
+    "    if claim is not None and settled is Settled.DECLINED:\n        raise _settled_declined",
+    "    if False:\n        raise _settled_declined",
     "a retried charge whose claim the webhook released declined for its attempt is refused: the order"
     " already declined ends in Needs Reconciliation and pages",
     tests=("tests/statemachine/test_settled_before_charge_answer.py",),
 )
 CHARGE.text(
     "charge-completed-meanwhile-refused",
-    "        if claim is not None and settled is Settled.CHARGED:\n",
-    "        if False:\n",
+    "    if claim is not None and settled is Settled.CHARGED:\n",
+    "    if False:\n",
     "a retried charge whose claim the webhook completed with its attempt's charge is refused: the order"
     " charged once ends in Needs Reconciliation and pages",
     tests=("tests/statemachine/test_settled_before_charge_answer.py", "tests/statemachine/test_webhooks.py"),
+)
+CHARGE.text(
+    "charge-recorded-intent-not-followed",
+    "    return claim.settlement_intent_id\n",
+    "    return None\n",
+    "a claim that records the attempt's PaymentIntent is charged by a create again: after the key"
+    " expired (a redrive days later), a second debit",
+    tests=(CHARGING,),
+)
+CHARGE.text(
+    "charge-completed-row-trusted",
+    "    assert claim.charge_id is not None\n    try:\n",
+    "    assert claim.charge_id is not None\n"
+    '    return __import__("payment_saga.payments").payments.Charge(\n'
+    '        claim.charge_id, "succeeded", step.order.amount, step.order.currency, True\n'
+    "    )\n"
+    "    try:\n",
+    "a completed row is handed on without Stripe confirming its PaymentIntent: a row another writer"
+    " made ends the order charged with no money taken",
+    tests=(CHARGING,),
+)
+CHARGE.text(
+    "charge-last-try-ignores-the-claim",
+    "        if settled is Settled.CHARGED:\n            return _hand_on(",
+    "        if False:\n            return _hand_on(",
+    "a webhook that completes the claim during the last try still pages (Needs Reconciliation)",
+    tests=(CHARGING,),
 )
 
 RELEASE = Catalogue("functions/handlers/release_claim.py", DEFAULT)
