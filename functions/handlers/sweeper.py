@@ -52,6 +52,7 @@ from handlers.runtime import (
     provider,
     tracer,
 )
+from payment_saga.backstop import check_awaiting_settlements
 from payment_saga.reconcile import (
     DEFAULT_LIST_PAGE_CAP,
     DEFAULT_SEARCH_GRACE_SECONDS,
@@ -59,6 +60,7 @@ from payment_saga.reconcile import (
     reconcile,
 )
 from payment_saga.sweep_lock import SweepLock, lease_for
+from payment_saga.webhooks import WebhookOutcome
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -151,6 +153,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     One sweep at a time (``payment_saga.sweep_lock``): a tick that finds the lease held skips.
     """
     logger.append_keys(scheduledTime=(event or {}).get("scheduledTime"))
+    if (event or {}).get("check") == "settlements":
+        return _check_settlements(context, (event or {}).get("executionId") or context.aws_request_id)
     lock = SweepLock(env("CLAIMS_TABLE_NAME"), client=client("dynamodb"))
     lease_seconds = lease_for(context.get_remaining_time_in_millis())
     lease = lock.acquire(context.aws_request_id, lease_seconds=lease_seconds)
@@ -162,6 +166,61 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return _sweep(context)
     finally:
         lock.release(context.aws_request_id)
+
+
+def _check_settlements(context: LambdaContext, check_id: str) -> dict[str, Any]:
+    """The hourly settlement backstop (``payment_saga.backstop``): no sweep lock, since it only applies
+    what Stripe says through the same fenced writes as the webhook, and two at once lose nothing."""
+    outcomes: dict[str, int] = {}
+    failed = 0
+    livemode = env("PAYMENT_API_MODE", "test") == "live"
+    for found in check_awaiting_settlements(
+        claims_store(),
+        provider(),
+        livemode=livemode,
+        check_id=f"settlement-check/{check_id}",
+        keep_going=lambda: context.get_remaining_time_in_millis() > RESERVE_MILLIS,
+    ):
+        if isinstance(found, Exception):
+            failed += 1
+            logger.warning(
+                "settlement_check_failed", extra={"event": "settlement_check_failed", "reason": str(found)}
+            )
+            count("SettlementCheckFailed")
+            continue
+        outcomes[found.outcome.value] = outcomes.get(found.outcome.value, 0) + 1
+        fields = {
+            "orderId": found.order_id,
+            "attempt": found.attempt,
+            "paymentIntentId": found.payment_intent_id,
+            "outcome": found.outcome.value,
+            "reason": found.reason,
+            "applied": found.applied,
+        }
+        if found.outcome in _SETTLEMENT_ALARMS:
+            logger.error(
+                _SETTLEMENT_ALARMS[found.outcome],
+                extra={"event": _SETTLEMENT_ALARMS[found.outcome], **fields},
+            )
+            count(_SETTLEMENT_ALARM_METRICS[found.outcome])
+        else:
+            log_event("settlement_checked", **fields)
+        count("SettlementChecked", Outcome=found.outcome.value)
+    log_event("settlement_check_done", failed=failed, **outcomes)
+    return {"settlementCheck": outcomes, "failed": failed}
+
+
+#: What the backstop can find that is money taken wrongly: logged at ERROR, on the sweeper's alarms.
+_SETTLEMENT_ALARMS = {
+    WebhookOutcome.DUPLICATE_CHARGE: "duplicate_charge",
+    WebhookOutcome.CHARGE_ON_RELEASED: "charge_on_released_claim",
+    WebhookOutcome.MISMATCH: "webhook_mismatch",
+}
+_SETTLEMENT_ALARM_METRICS = {
+    WebhookOutcome.DUPLICATE_CHARGE: "DuplicateCharge",
+    WebhookOutcome.CHARGE_ON_RELEASED: "ChargeOnReleasedClaim",
+    WebhookOutcome.MISMATCH: "WebhookMismatch",
+}
 
 
 def _sweep(context: LambdaContext) -> dict[str, Any]:

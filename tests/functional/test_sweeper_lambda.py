@@ -11,8 +11,9 @@ import pytest
 
 from handlers import sweeper
 from payment_saga.claims import ClaimsStore, ClaimStatus
+from payment_saga.errors import PaymentProcessing
 from payment_saga.orders import Order
-from payment_saga.payments import AttemptRecord, StripeProvider
+from payment_saga.payments import AttemptRecord, StripeProvider, idempotency_key
 from payment_saga.sweep_lock import SweepLock
 from saga_local.aws.stack import LOCAL_API_KEY
 from saga_local.runtime.api import LambdaContext
@@ -413,3 +414,39 @@ def test_the_sweeper_lambda_lists_as_many_pages_as_its_page_cap_allows(
     assert result["counts"][outcome] == 1
     status = ClaimsStore(claims_table, client=dynamodb).get(ORDER.order_id).status  # type: ignore[union-attr]
     assert status is (ClaimStatus.CLAIMED if outcome == "pending" else ClaimStatus.RELEASED)
+
+
+def test_the_hourly_settlement_check_completes_a_settled_debit_whose_webhook_never_came(
+    sweeper_env: None,
+    dynamodb: Any,
+    claims_table: str,
+    emulator: ProviderEmulator,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The schedule's ``"check": "settlements"`` input: no sweep lock, no lease needed, one read of
+    Stripe per awaiting claim, and the settled debit ends COMPLETED, counted and logged."""
+    store = ClaimsStore(claims_table, client=dynamodb)
+    debit = Order("ORDER-SEPA", 15000, "EUR", "cus_123", "pm_card_visa")
+    store.claim(debit, token=A)
+    emulator.force_outcome("processing", order_id=debit.order_id)
+    holder = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
+    with pytest.raises(PaymentProcessing) as processing:
+        holder.charge(debit, attempt=1, idempotency_key=idempotency_key(debit.order_id, 1))
+    holder.close()
+    intent = processing.value.payment_intent_id
+    store.await_settlement(debit.order_id, token=A, attempt=1, payment_intent_id=intent)
+    emulator.set_status(intent, "succeeded")
+    event = {"source": "payment-saga.sweeper", "check": "settlements", "executionId": "hour-1"}
+
+    result = sweeper.handler(event, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert result == {"settlementCheck": {"completed": 1}, "failed": 0}
+    claim = store.get(debit.order_id)
+    assert claim is not None
+    assert (claim.status, claim.charge_id) == (ClaimStatus.COMPLETED, intent)
+    assert [r.message for r in caplog.records if r.message.startswith("settlement_check")] == [
+        "settlement_checked",
+        "settlement_check_done",
+    ]
+    assert emitted_metrics(capfd.readouterr().out).get("SettlementChecked") == 1

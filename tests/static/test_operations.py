@@ -445,7 +445,8 @@ def test_the_sweeper_throttle_alarm_waits_longer_than_a_throttled_tick_is_retrie
 
 def sweep_interval_seconds(template: Template) -> int:
     sweeper = template.function_by_handler("handlers.sweeper.handler")
-    (event,) = template.functions[sweeper]["Events"].values()
+    # The sweep's own schedule (the other is the hourly settlement backstop, which takes no sweep lock).
+    event = template.functions[sweeper]["Events"]["Sweep"]
     parsed = re.fullmatch(r"rate\((\d+) minutes?\)", event["Properties"]["ScheduleExpression"])
     assert parsed, event
     return int(parsed.group(1)) * 60

@@ -115,6 +115,26 @@ class ClaimsTable:
         # Each shard comes back in lease order; merged, the sweep still takes the oldest leases first.
         yield from heapq.merge(*shards, key=lambda claim: claim.lease_expires_at)
 
+    def claims_awaiting_settlement(self) -> Iterator[Claim]:
+        """Open claims awaiting the settlement of a PaymentIntent (``settlementIntentId``), whatever
+        their lease: for the sweeper's settlement backstop.
+
+        Discovery only, as :meth:`open_claims`: it reads the sparse index of open claims, which may
+        lag, and whatever is then done to a claim is a conditional write on the base table. What it
+        reads grows with the open claims, not with the table or the provider's account.
+        """
+        paginator = self._client.get_paginator("query")
+        for shard in OPEN_SHARD_VALUES:
+            for page in paginator.paginate(
+                TableName=self.table_name,
+                IndexName=OPEN_CLAIMS_INDEX,
+                KeyConditionExpression="openClaim = :open",
+                FilterExpression="attribute_exists(settlementIntentId)",
+                ExpressionAttributeValues={":open": {"S": shard}},
+            ):
+                for item in page.get("Items", []):
+                    yield Claim.from_item(item)
+
     def _open_in_shard(self, shard: str, lease_expired_before: int) -> Iterator[Claim]:
         paginator = self._client.get_paginator("query")
         for page in paginator.paginate(

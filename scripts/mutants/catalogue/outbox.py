@@ -148,8 +148,9 @@ SWEEPER_HANDLER.text(
 )
 SWEEPER_HANDLER.text(
     "sweeper-ignores-its-time-budget",
-    "keep_going=lambda: context.get_remaining_time_in_millis() > RESERVE_MILLIS,",
-    "keep_going=lambda: True,",
+    "on_decision=record_decision,\n"
+    "        keep_going=lambda: context.get_remaining_time_in_millis() > RESERVE_MILLIS,",
+    "on_decision=record_decision,\n        keep_going=lambda: True,",
     "the sweep starts claims with no time left to finish them: Lambda kills it mid-claim, no metric",
 )
 SWEEPER_HANDLER.text(
