@@ -439,6 +439,12 @@ class ProviderEmulator(EmulatorControls):
                 return self._refund(call.params)
             with self._lock:
                 intent = self._intents.get(call.intent_id or "")
+                caller = self._key_accounts.get(call.api_key, DEFAULT_ACCOUNT)
+                if (
+                    intent is not None
+                    and self._intent_info.get(intent["id"], {}).get("account", DEFAULT_ACCOUNT) != caller
+                ):
+                    intent = None  # another account's PaymentIntent: Stripe answers as if there were none
                 if intent is None:
                     return error(
                         404,
@@ -464,6 +470,7 @@ class ProviderEmulator(EmulatorControls):
             intent = intents.new_intent(checked, call.params, self.now(), intent_id=intent_id)
             self._intents[intent["id"]] = intent
             self._intent_info[intent["id"]] = {
+                "account": self._key_accounts.get(call.api_key, DEFAULT_ACCOUNT),
                 "payment_method": checked.method,
                 "idempotency_key": call.key,
                 "request_id": call.request_id,

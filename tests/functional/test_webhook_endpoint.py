@@ -419,3 +419,27 @@ def test_every_delivery_disorder_of_one_payment_ends_with_the_claim_completed_on
     assert claim is not None
     assert (claim.status, claim.charge_id) == (ClaimStatus.COMPLETED, intent["id"])
     assert len(emulator.charges_for(ORDER.order_id)) == 1
+
+
+def test_another_stripe_accounts_payment_intent_carrying_our_order_settles_nothing_of_ours(
+    endpoint: Endpoint, emulator: ProviderEmulator
+) -> None:
+    """A connected (or any other) account pays a PaymentIntent whose metadata names our order, and its
+    doorbell reaches our queue: our key reads only our account, so Stripe has no such PaymentIntent."""
+    assert endpoint.store.claim(ORDER, token=A).result is ClaimResult.NEW
+    other_key = f"{LOCAL_API_KEY}_another_account"
+    emulator.assign_key(other_key, "acct_1Another")
+    theirs = StripeProvider(other_key, api_base=emulator.url).charge(
+        ORDER, attempt=1, idempotency_key=idempotency_key(ORDER.order_id, 1)
+    )
+    endpoint.sqs.send_message(
+        QueueUrl=endpoint.queue_url,
+        MessageBody=json.dumps(
+            {"eventId": "evt_c1", "type": "payment_intent.succeeded", "paymentIntentId": theirs.charge_id,
+             "livemode": False, "created": 1}
+        ),
+    )  # fmt: skip
+    assert endpoint.consume() == {"batchItemFailures": []}
+    claim = endpoint.store.get(ORDER.order_id)
+    assert claim is not None
+    assert (claim.status, claim.charge_id) == (ClaimStatus.CLAIMED, None)
