@@ -7,7 +7,7 @@ from model import Mutant
 
 from catalogue.asl import ASL
 from catalogue.claims import CLAIMS
-from catalogue.handlers import CHARGE, CLAIM, PROOF, RELEASE
+from catalogue.handlers import CHARGE, CLAIM, CONSUMER, DOORBELL, PROOF, RELEASE
 from catalogue.orders import ORDERS
 from catalogue.outbox import OUTCOMES, RECONCILE, RELAY_HANDLER, RETENTION, RUNTIME, SWEEPER_HANDLER
 from catalogue.payments import API_KEYS, PAYMENTS
@@ -19,6 +19,8 @@ CATALOGUES = (
     CHARGE,
     RELEASE,
     CLAIM,
+    CONSUMER,
+    DOORBELL,
     PAYMENTS,
     API_KEYS,
     ASL,

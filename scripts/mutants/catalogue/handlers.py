@@ -173,3 +173,27 @@ CLAIM.text(
     "    if False:\n",
     "a duplicate is not raised as DuplicateOrder: the second execution goes on to charge",
 )
+
+WEBHOOK_ENDPOINT = "tests/functional/test_webhook_endpoint.py"
+CONSUMER = Catalogue("functions/handlers/webhook_consumer.py", (WEBHOOK_ENDPOINT,))
+CONSUMER.text(
+    "consumer-trusts-the-queued-body",
+    "    decision = answer_doorbell(claims_store(), provider(), bell, livemode=livemode)\n",
+    "    body = json.loads(record.body)\n"
+    "    webhooks = __import__('payment_saga.webhooks').webhooks\n"
+    "    decision = (\n"
+    "        webhooks.handle_event(claims_store(), webhooks.parse_event(body), livemode=livemode)\n"
+    "        if 'data' in body\n"
+    "        else answer_doorbell(claims_store(), provider(), bell, livemode=livemode)\n"
+    "    )\n",
+    "the consumer skips its read of Stripe and believes a queued event's body: a forged 'succeeded'"
+    " planted on the queue completes an order with no money taken",
+)
+DOORBELL = Catalogue("functions/payment_saga/webhooks.py", (WEBHOOK_ENDPOINT,))
+DOORBELL.text(
+    "doorbell-not-found-believed",
+    "    reading = reader.retrieve_intent(bell.payment_intent_id)\n    if reading is None:\n",
+    "    reading = reader.retrieve_intent(bell.payment_intent_id)\n    if reading is None and False:\n",
+    "a doorbell naming a PaymentIntent Stripe does not have here (forged, another account's) is decided"
+    " on anyway",
+)
