@@ -88,6 +88,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from saga_local.harness import simulate
+from saga_local.harness.chaos_forgeries import Planted, moved, plant
 from saga_local.harness.chaos_plan import ChaosConfig, FaultSchedule, plan_faults
 from saga_local.harness.chaos_report import ChaosReport, broken_invariants, count_outcome_events
 from saga_local.harness.chaos_sweep import (
@@ -170,9 +171,7 @@ def run_chaos(
         throttle.finish()
         if down is not None:
             down.finish()
-    outage.finish()  # the outage lasts its whole window; what it left open is settled below
-    redeliveries.after_the_end()
-    _settle_after_the_run(stack, webhooks=config.webhooks)
+    _settle_after_the_run(stack, outage, redeliveries, webhooks=config.webhooks)
     order_ids = [order["orderId"] for order in orders]
     before = simulate.measure(stack, orders, deliveries=ran.deliveries, wall_seconds=ran.wall_seconds)
     claims_before = stack.driver.claims()
@@ -184,6 +183,7 @@ def run_chaos(
     ticks = SweeperTicks(stack, troubles=schedule.sweep_troubles, past_settlement=config.webhooks)
     swept, sweeper_requests = sweep_and_play_out_later(stack, ticks)
     sweep_seconds = time.monotonic() - sweep_began
+    forged = _forge(stack, order_ids, config)
     after = simulate.measure(stack, orders, deliveries=ran.deliveries, wall_seconds=ran.wall_seconds)
     violations_after = broken_invariants(order_ids, stack.driver.claims(), stack.provider.charges())
 
@@ -228,11 +228,30 @@ def run_chaos(
         outcomes=(outcomes := count_outcome_events(stack, order_ids)),
         webhooks=summarize(stack.provider, down, schedule.debits) if down is not None else None,
         awaiting_before_sweep=sum(1 for o in order_ids if _awaiting(claims_before.get(o))),
+        forgeries_planted=forged.by_kind if forged is not None else {},
+        # Closed claims only: nothing after the forgeries (the sweep included) may move them.
+        forgeries_believed=moved(stack, forged) if forged is not None else [],
         **_webhook_verdict(stack, order_ids, outcomes, swept, left_open),
     )
 
 
-def _settle_after_the_run(stack: EmbeddedStack, *, webhooks: bool) -> None:
+def _forge(stack: EmbeddedStack, order_ids: list[str], config: ChaosConfig) -> Planted | None:
+    """Forged webhook messages on the queue, once the orders ran and the sweeper closed what they left,
+    on orders already closed: whatever
+    the consumer makes of them is its own doing. It reads each PaymentIntent from Stripe, and believes
+    none of them (``chaos_forgeries``)."""
+    if not (config.webhooks and config.forgeries):
+        return None
+    forged = plant(stack, order_ids, count=config.forgeries, seed=config.seed + 5)
+    simulate.settle(stack)
+    return forged
+
+
+def _settle_after_the_run(
+    stack: EmbeddedStack, outage: Outage, redeliveries: Redeliverer, *, webhooks: bool
+) -> None:
+    outage.finish()  # the outage lasts its whole window; what it left open is settled below
+    redeliveries.after_the_end()
     simulate.settle(stack)
     stack.faults.late.land_all()  # every write still in flight lands before anything is judged
     simulate.settle(stack)

@@ -97,6 +97,10 @@ class ChaosConfig:
     webhook_down_after_events: int = 300
     #: How long the endpoint answers nothing (0: never down): Stripe retries on its schedule.
     webhook_down_seconds: float = 20.0
+    #: Forged messages of each kind planted on the webhook queue once the orders ran (a "succeeded"
+    #: for a declined order's failed PaymentIntent, another account's PaymentIntent naming our order,
+    #: a whole event for another amount): none may move a claim or money (``chaos_forgeries``).
+    forgeries: int = 5
 
 
 @dataclass(frozen=True)

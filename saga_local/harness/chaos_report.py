@@ -100,6 +100,10 @@ class ChaosReport:
     #: Debits the sweeper found past their settlement window and could not ask the provider about
     #: (its search or list down in that tick): SettlementOverdue counted, closed by a later tick.
     overdue_unasked: list[str] = field(default_factory=list)
+    #: Forged webhook messages planted on the queue, by kind, and the orders whose claim or charges
+    #: they moved (one line each: a forgery believed).
+    forgeries_planted: dict[str, int] = field(default_factory=dict)
+    forgeries_believed: list[str] = field(default_factory=list)
 
     @property
     def requeued_endings(self) -> dict[str, int]:
@@ -129,6 +133,7 @@ class ChaosReport:
             "each order exactly one final outcome event": self.outcomes is not None and self.outcomes.exact,
             "no order a webhook resolved left in Needs Reconciliation": not self.webhook_left_open,
             "no settling payment paged (Awaiting Settlement is a state)": not self.settling_paged,
+            "no forged webhook moved a claim or money": not self.forgeries_believed,
         }
 
     @property
@@ -169,6 +174,8 @@ class ChaosReport:
             "webhookLeftOpen": self.webhook_left_open,
             "settlingPaged": self.settling_paged,
             "overdueUnasked": self.overdue_unasked,
+            "forgeriesPlanted": self.forgeries_planted,
+            "forgeriesBelieved": self.forgeries_believed,
             "checks": self.checks,
             "promiseKept": self.promise_kept,
         }
@@ -214,7 +221,7 @@ def render(report: ChaosReport) -> str:
     # still lost. An order "lost" before it (its re-send still delayed on the queue) is not a problem.
     problems = report.violations_before + report.violations_after
     problems += report.declined_sent_again
-    problems += report.webhook_left_open + report.settling_paged
+    problems += report.webhook_left_open + report.settling_paged + report.forgeries_believed
     if report.outcomes is not None:
         problems += [f"{o}: no final outcome event" for o in report.outcomes.missing[:20]]
         problems += report.outcomes.problems[:20]
@@ -258,6 +265,8 @@ def _render_webhooks(report: ChaosReport) -> list[str]:
         f"settlement overdue   {len(report.overdue_unasked)} counted while the provider could not answer"
         " the sweeper (its search or list down in that tick), closed by a later tick"
         + "".join(f"\n  {line}" for line in report.overdue_unasked),
+        f"forged webhooks      {sum(report.forgeries_planted.values())} planted on the queue"
+        f" ({_counts(report.forgeries_planted) or 'none'}); {len(report.forgeries_believed)} believed",
     ]
 
 

@@ -40,6 +40,7 @@ class EmulatorControls:
     _revoked: set[str]
     _key_accounts: dict[str, str]
     _intents: dict[str, dict[str, Any]]
+    _intent_info: dict[str, dict[str, Any]]
     _versions: Versions
     _ledger: list[LedgerEntry]
     _faults: list[ProviderFault]
@@ -133,6 +134,29 @@ class EmulatorControls:
                 # changes replace top-level fields only, never the nested ones it shares.
                 self._versions[intent["id"]] = [(float(intent["created"]), dict(intent))]
         return [intent["id"] for intent in made]
+
+    def add_foreign_intent(
+        self, *, account: str, order_id: str, attempt: int, amount: int, currency: str
+    ) -> str:
+        """A succeeded PaymentIntent of another Stripe account (a connected one, say) whose metadata
+        names one of our orders: what a forged webhook could point at. It is in no ledger of ours and
+        no key of our account reads it (retrieve answers 404), as on Stripe. Returns its id."""
+        from saga_local.stripe_emulator.emulator import DEFAULT_ACCOUNT  # emulator.py imports this module
+
+        if not account.startswith("acct_") or account == DEFAULT_ACCOUNT:
+            raise ValueError("another account's id starts with acct_ and is not ours")
+        intent = intents.settled_intent(
+            amount=amount,
+            currency=currency.lower(),
+            created=int(self.now()),
+            customer=None,
+            metadata={"orderId": order_id, "attempt": str(attempt)},
+            status="succeeded",
+        )
+        with self._lock:
+            self._intents[intent["id"]] = intent
+            self._intent_info[intent["id"]] = {"account": account}
+        return str(intent["id"])
 
     def request_count(self, endpoint: Endpoint) -> int:
         """How many authenticated requests reached ``endpoint`` (replays and 409s excluded)."""

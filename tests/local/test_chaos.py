@@ -128,6 +128,19 @@ def test_a_small_chaos_run_keeps_the_promise(small_run: ChaosReport) -> None:
     assert small_run.after.order_endings.keys() <= {"charged", "declined"}
 
 
+def test_forged_webhooks_planted_on_the_queue_move_no_claim_and_no_money(small: SmallRun) -> None:
+    """A "succeeded" for a declined order's failed PaymentIntent, another account's PaymentIntent naming
+    our order, and a whole event for another amount, each planted on the webhook queue: the consumer
+    reads Stripe with the stack's key and believes none of them."""
+    report = small.report
+    assert set(report.forgeries_planted) == {"queue", "foreign", "amount"}, report.forgeries_planted
+    assert report.forgeries_believed == []
+    assert report.checks["no forged webhook moved a claim or money"]
+    # Not one charge on our account for another account's PaymentIntent, and one charge at most each.
+    assert all(len(charges) == 1 for charges in small.ledger.values()), small.ledger
+    assert f"forged webhooks      {sum(report.forgeries_planted.values())} planted" in render(report)
+
+
 def test_the_small_run_reaches_the_sweeper_and_every_kind_of_trouble(small_run: ChaosReport) -> None:
     assert small_run.before.needs_reconciliation > 0, "no claim was left for the sweeper: raise the rates"
     assert small_run.before.execution_outcomes.get("ABORTED", 0) > 0
