@@ -23,6 +23,7 @@ Laid out as moto lays out a service, one room per concern:
 * :mod:`.responses`: Stripe's wire format: form decoding, authentication, error and answer shapes;
 * :mod:`.idempotency`: the ``Idempotency-Key`` store: replay, the 24-hour window, what is saved;
 * :mod:`.intents`: PaymentIntents: validate, then create and confirm; test cards and customers;
+* :mod:`.currencies`: Stripe's currency rules (decimals, steps, minimums), the emulator's own copy;
 * :mod:`.search`: the search (and its lag) and the list;
 * :mod:`.admin`: faults and the ``/_emulator/`` routes;
 * :mod:`.webhooks`: webhook endpoints, Event objects, signed deliveries, retries and their disorder,

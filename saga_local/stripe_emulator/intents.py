@@ -5,9 +5,9 @@ runs before the idempotency layer, so what it refuses is never saved. What needs
 account (does the Customer or PaymentMethod exist, is the amount at least the currency's minimum)
 is checked while executing (:func:`check_references`), after the layer: Stripe saves those 400s.
 
-Amounts as Stripe takes them: at most 99,999,999 minor units, at least the currency's documented
-minimum (0.50 USD, 0.30 GBP, 175.00 HUF, ...), a multiple of 10 in the three-decimal currencies
-(BHD, JOD, KWD, OMR, TND) and of 100 in ISK and UGX.
+Amounts as Stripe takes them (:mod:`.currencies`): at most 99,999,999 minor units, at least the
+currency's documented minimum (0.50 USD, 0.30 GBP, 175.00 HUF, ...), a multiple of 10 in the
+three-decimal currencies (BHD, JOD, KWD, OMR, TND) and of 100 in ISK and UGX.
 
 Stripe's test payment methods: ``pm_card_visa``, ``pm_card_mastercard``... succeed;
 ``pm_card_chargeDeclined``, ``pm_card_visa_chargeDeclinedInsufficientFunds``,
@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from payment_saga import currencies
+from saga_local.stripe_emulator import currencies
 from saga_local.stripe_emulator.exceptions import BadRequest
 from saga_local.stripe_emulator.responses import (
     Reply,
@@ -49,10 +49,10 @@ from saga_local.stripe_emulator.responses import (
 
 #: From this version on, ``payment_method_types`` is no longer a create parameter.
 PAYMENT_METHOD_TYPES_REMOVED = "2026-09-30"
-#: The amount rules (largest amount, each currency's minimum and step) are the domain's data module,
-#: Stripe's table in one place: the emulator refuses exactly what the saga's order parsing is told
-#: Stripe refuses (functions/payment_saga/currencies.py, which cites its source).
-MAX_AMOUNT = currencies.MAX_AMOUNT
+#: The amount rules (largest amount, each currency's minimum and step) are the emulator's own copy of
+#: Stripe's table (:mod:`.currencies`), not the product's: a mistake in the product's is then refused
+#: here as Stripe would refuse it.
+MAX_AMOUNT = currencies.MAXIMUM_CHARGE
 
 #: What ``ProviderEmulator.set_status`` may move a PaymentIntent to (a payment settling, failing, ...).
 SETTABLE_STATUSES = frozenset(
@@ -272,7 +272,7 @@ def _amount(params: dict[str, Any]) -> tuple[int, str]:
     currency = string(params, "currency").lower()
     if not re.fullmatch(r"[a-z]{3}", currency):
         raise BadRequest(f"Invalid currency: {currency}.", param="currency", code="parameter_invalid_string")
-    step = currencies.amount_step(currency.upper())
+    step = currencies.step(currency.upper())
     if amount % step:
         raise BadRequest(
             f"Invalid amount: {currency} amounts must be a multiple of {step} minor units (the last"
@@ -378,7 +378,7 @@ def check_references(request: CreateRequest, customer: Any) -> None:
 
     Checked while executing (after the idempotency layer), so these 400s are saved under the key.
     """
-    minimum = currencies.minimum_amount(request.currency.upper())
+    minimum = currencies.minimum(request.currency.upper())
     if request.amount < minimum:
         raise BadRequest(
             f"Amount must be at least {minimum} minor units of {request.currency} (Stripe's minimum charge"
