@@ -393,6 +393,8 @@ class ProviderEmulator(EmulatorControls):
             return intents.validate_create(call.params, call.version)
         if call.endpoint == "cancel":
             intents.validate_cancel(call.params)
+        if call.endpoint == "retrieve":
+            intents.validate_retrieve(call.params)
         if call.endpoint == "refund" and not call.params.get("payment_intent"):
             raise BadRequest("Missing required param: payment_intent.", param="payment_intent")
         if call.endpoint == "refund" and not str(call.params.get("amount", "1")).isdigit():

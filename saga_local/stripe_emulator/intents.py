@@ -132,6 +132,7 @@ _CANCELABLE = frozenset(
 )
 _CANCELLATION_REASONS = frozenset({"duplicate", "fraudulent", "requested_by_customer", "abandoned"})
 _CANCEL_PARAMS = frozenset({"cancellation_reason", "expand"})
+_RETRIEVE_PARAMS = frozenset({"client_secret", "expand"})
 _CREATE_PARAMS = frozenset(
     {
         "amount",
@@ -360,6 +361,11 @@ def _check_confirmable(
             "`automatic_payment_methods[allow_redirects]` to `never` when creating Setup Intents and "
             "Payment Intents.",
         )
+
+
+def validate_retrieve(params: dict[str, Any]) -> None:
+    """Validate a retrieve's parameters: Stripe refuses one it does not know, on a GET too."""
+    reject_unknown(params, _RETRIEVE_PARAMS)
 
 
 def validate_cancel(params: dict[str, Any]) -> None:
