@@ -574,7 +574,7 @@ def decline(intent: dict[str, Any], outcome: Decline, method: str, request_id: s
         "decline_code": decline_code,
         "doc_url": f"https://stripe.com/docs/error-codes/{code.replace('_', '-')}",
         "message": message,
-        "payment_method": _payment_method_object(intent["payment_method"], method),
+        "payment_method": _payment_method_object(intent["payment_method"], method, intent["created"]),
         "type": "card_error",
     }
     intent.update(
@@ -595,24 +595,40 @@ def decline(intent: dict[str, Any], outcome: Decline, method: str, request_id: s
     )
 
 
-def _payment_method_object(method_id: str | None, token: str) -> dict[str, Any]:
+def _payment_method_object(method_id: str | None, token: str, created: int) -> dict[str, Any]:
+    """The declined PaymentMethod as a card error carries it: every field Stripe's schema requires."""
     brand = next(
         (b for b in ("mastercard", "amex", "discover", "diners", "jcb", "unionpay") if b in token), "visa"
     )
+    funding = next((f for f in ("debit", "prepaid") if f in token), "credit")
     return {
         "id": method_id,
         "object": "payment_method",
-        "type": "card",
+        "billing_details": {
+            "address": dict.fromkeys(("city", "country", "line1", "line2", "postal_code", "state")),
+            "email": None,
+            "name": None,
+            "phone": None,
+        },
         # Test cards only: the last four digits and the brand, never a number.
         "card": {
             "brand": brand,
-            "last4": "0002" if "Declined" in token else "4242",
+            "checks": {"address_line1_check": None, "address_postal_code_check": None, "cvc_check": None},
+            "country": "US",
             "exp_month": 12,
             "exp_year": 2034,
+            "funding": funding,
+            "generated_from": None,
+            "last4": "0002" if "Declined" in token else "4242",
+            "networks": {"available": [brand], "preferred": None},
+            "three_d_secure_usage": {"supported": True},
+            "wallet": None,
         },
+        "created": created,
         "customer": _SAVED_METHODS.get(token),
         "livemode": False,
         "metadata": {},
+        "type": "card",
     }
 
 
