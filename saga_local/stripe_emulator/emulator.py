@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from saga_local.stripe_emulator import admin, idempotency, intents, search
 from saga_local.stripe_emulator.controls import EmulatorControls
 from saga_local.stripe_emulator.exceptions import BadRequest
+from saga_local.stripe_emulator.recording import Recording
 from saga_local.stripe_emulator.responses import (
     STRIPE_VERSION,
     Permission,
@@ -135,6 +136,8 @@ class ProviderEmulator(EmulatorControls):
         #: What a request to ``/_emulator/*`` must carry in :data:`ADMIN_TOKEN_HEADER`: new every run.
         self.admin_token = secrets.token_urlsafe(32)
         self.webhooks = WebhookSender(self.now, time_scale=webhook_time_scale)
+        #: What the emulator was asked, answered and sent, once :meth:`record` switched it on.
+        self.recording: Recording | None = None
         self.settle_seconds = settle_seconds
         self.settle_outcome = "succeeded"
         self._settlements: set[threading.Timer] = set()
@@ -219,7 +222,17 @@ class ProviderEmulator(EmulatorControls):
             reply = self._api(method, split.path, split.query, headers, body, request_id, version)
         reply.headers.setdefault("Request-Id", request_id)
         reply.headers.setdefault("Stripe-Version", version)
+        if self.recording is not None:
+            answered = reply.body if reply.action == "respond" else None
+            self.recording.exchange(method, split.path, split.query, body, reply.status, answered)
         return reply
+
+    def record(self) -> Recording:
+        """Keep every Stripe API request, its answer and every Event made from now on (for the
+        contract test; off until called). Returns the :class:`~.recording.Recording`."""
+        recording = Recording()
+        self.recording = self.webhooks.recording = recording
+        return recording
 
     def _webhook_endpoints(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
         """``POST /v1/webhook_endpoints`` (``url``, ``enabled_events[]``, ``description``,
@@ -393,6 +406,8 @@ class ProviderEmulator(EmulatorControls):
             return intents.validate_create(call.params, call.version)
         if call.endpoint == "cancel":
             intents.validate_cancel(call.params)
+        if call.endpoint == "retrieve":
+            intents.validate_retrieve(call.params)
         if call.endpoint == "refund" and not call.params.get("payment_intent"):
             raise BadRequest("Missing required param: payment_intent.", param="payment_intent")
         if call.endpoint == "refund" and not str(call.params.get("amount", "1")).isdigit():

@@ -5,9 +5,9 @@ runs before the idempotency layer, so what it refuses is never saved. What needs
 account (does the Customer or PaymentMethod exist, is the amount at least the currency's minimum)
 is checked while executing (:func:`check_references`), after the layer: Stripe saves those 400s.
 
-Amounts as Stripe takes them: at most 99,999,999 minor units, at least the currency's documented
-minimum (0.50 USD, 0.30 GBP, 175.00 HUF, ...), a multiple of 10 in the three-decimal currencies
-(BHD, JOD, KWD, OMR, TND) and of 100 in ISK and UGX.
+Amounts as Stripe takes them (:mod:`.currencies`): at most 99,999,999 minor units, at least the
+currency's documented minimum (0.50 USD, 0.30 GBP, 175.00 HUF, ...), a multiple of 10 in the
+three-decimal currencies (BHD, JOD, KWD, OMR, TND) and of 100 in ISK and UGX.
 
 Stripe's test payment methods: ``pm_card_visa``, ``pm_card_mastercard``... succeed;
 ``pm_card_chargeDeclined``, ``pm_card_visa_chargeDeclinedInsufficientFunds``,
@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from payment_saga import currencies
+from saga_local.stripe_emulator import currencies
 from saga_local.stripe_emulator.exceptions import BadRequest
 from saga_local.stripe_emulator.responses import (
     Reply,
@@ -49,10 +49,10 @@ from saga_local.stripe_emulator.responses import (
 
 #: From this version on, ``payment_method_types`` is no longer a create parameter.
 PAYMENT_METHOD_TYPES_REMOVED = "2026-09-30"
-#: The amount rules (largest amount, each currency's minimum and step) are the domain's data module,
-#: Stripe's table in one place: the emulator refuses exactly what the saga's order parsing is told
-#: Stripe refuses (functions/payment_saga/currencies.py, which cites its source).
-MAX_AMOUNT = currencies.MAX_AMOUNT
+#: The amount rules (largest amount, each currency's minimum and step) are the emulator's own copy of
+#: Stripe's table (:mod:`.currencies`), not the product's: a mistake in the product's is then refused
+#: here as Stripe would refuse it.
+MAX_AMOUNT = currencies.MAXIMUM_CHARGE
 
 #: What ``ProviderEmulator.set_status`` may move a PaymentIntent to (a payment settling, failing, ...).
 SETTABLE_STATUSES = frozenset(
@@ -132,6 +132,7 @@ _CANCELABLE = frozenset(
 )
 _CANCELLATION_REASONS = frozenset({"duplicate", "fraudulent", "requested_by_customer", "abandoned"})
 _CANCEL_PARAMS = frozenset({"cancellation_reason", "expand"})
+_RETRIEVE_PARAMS = frozenset({"client_secret", "expand"})
 _CREATE_PARAMS = frozenset(
     {
         "amount",
@@ -272,7 +273,7 @@ def _amount(params: dict[str, Any]) -> tuple[int, str]:
     currency = string(params, "currency").lower()
     if not re.fullmatch(r"[a-z]{3}", currency):
         raise BadRequest(f"Invalid currency: {currency}.", param="currency", code="parameter_invalid_string")
-    step = currencies.amount_step(currency.upper())
+    step = currencies.step(currency.upper())
     if amount % step:
         raise BadRequest(
             f"Invalid amount: {currency} amounts must be a multiple of {step} minor units (the last"
@@ -362,6 +363,11 @@ def _check_confirmable(
         )
 
 
+def validate_retrieve(params: dict[str, Any]) -> None:
+    """Validate a retrieve's parameters: Stripe refuses one it does not know, on a GET too."""
+    reject_unknown(params, _RETRIEVE_PARAMS)
+
+
 def validate_cancel(params: dict[str, Any]) -> None:
     """Validate a cancel's parameters (before the idempotency layer)."""
     reject_unknown(params, _CANCEL_PARAMS)
@@ -378,7 +384,7 @@ def check_references(request: CreateRequest, customer: Any) -> None:
 
     Checked while executing (after the idempotency layer), so these 400s are saved under the key.
     """
-    minimum = currencies.minimum_amount(request.currency.upper())
+    minimum = currencies.minimum(request.currency.upper())
     if request.amount < minimum:
         raise BadRequest(
             f"Amount must be at least {minimum} minor units of {request.currency} (Stripe's minimum charge"
@@ -568,7 +574,7 @@ def decline(intent: dict[str, Any], outcome: Decline, method: str, request_id: s
         "decline_code": decline_code,
         "doc_url": f"https://stripe.com/docs/error-codes/{code.replace('_', '-')}",
         "message": message,
-        "payment_method": _payment_method_object(intent["payment_method"], method),
+        "payment_method": _payment_method_object(intent["payment_method"], method, intent["created"]),
         "type": "card_error",
     }
     intent.update(
@@ -589,24 +595,40 @@ def decline(intent: dict[str, Any], outcome: Decline, method: str, request_id: s
     )
 
 
-def _payment_method_object(method_id: str | None, token: str) -> dict[str, Any]:
+def _payment_method_object(method_id: str | None, token: str, created: int) -> dict[str, Any]:
+    """The declined PaymentMethod as a card error carries it: every field Stripe's schema requires."""
     brand = next(
         (b for b in ("mastercard", "amex", "discover", "diners", "jcb", "unionpay") if b in token), "visa"
     )
+    funding = next((f for f in ("debit", "prepaid") if f in token), "credit")
     return {
         "id": method_id,
         "object": "payment_method",
-        "type": "card",
+        "billing_details": {
+            "address": dict.fromkeys(("city", "country", "line1", "line2", "postal_code", "state")),
+            "email": None,
+            "name": None,
+            "phone": None,
+        },
         # Test cards only: the last four digits and the brand, never a number.
         "card": {
             "brand": brand,
-            "last4": "0002" if "Declined" in token else "4242",
+            "checks": {"address_line1_check": None, "address_postal_code_check": None, "cvc_check": None},
+            "country": "US",
             "exp_month": 12,
             "exp_year": 2034,
+            "funding": funding,
+            "generated_from": None,
+            "last4": "0002" if "Declined" in token else "4242",
+            "networks": {"available": [brand], "preferred": None},
+            "three_d_secure_usage": {"supported": True},
+            "wallet": None,
         },
+        "created": created,
         "customer": _SAVED_METHODS.get(token),
         "livemode": False,
         "metadata": {},
+        "type": "card",
     }
 
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 Versions = dict[str, list[tuple[float, dict[str, Any]]]]
 
 _LIST_PARAMS = frozenset({"created", "customer", "limit", "starting_after", "ending_before", "expand"})
+_SEARCH_PARAMS = frozenset({"query", "limit", "page", "expand"})
 
 
 def publish(versions: Versions, intent: dict[str, Any], now: float) -> None:
@@ -73,6 +74,7 @@ class SearchRequest:
 
 def validate_search(params: dict[str, Any]) -> SearchRequest:
     """Validate a search's parameters (query, limit, page)."""
+    reject_unknown(params, _SEARCH_PARAMS)
     query = params.get("query")
     if not isinstance(query, str) or not query.strip():
         raise BadRequest("Missing required param: query.", param="query", code="parameter_missing")

@@ -54,6 +54,8 @@ from saga_local.stripe_emulator.responses import STRIPE_VERSION, new_id
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from saga_local.stripe_emulator.recording import Recording
+
 logger = logging.getLogger(__name__)
 
 #: Stripe's back-off between attempts, in seconds: live mode retries for up to three days, first
@@ -200,6 +202,8 @@ class WebhookSender:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
+        #: Where every Event made is kept, when the emulator records (``ProviderEmulator.record``).
+        self.recording: Recording | None = None
 
     # -- settings ------------------------------------------------------------------------------
 
@@ -364,6 +368,8 @@ class WebhookSender:
                 "type": event_type,
             }
             self._events[event_id] = event
+            if self.recording is not None:
+                self.recording.event(event)
             for endpoint_id in targets:
                 self._schedule(endpoint_id, event)
             self._cond.notify_all()

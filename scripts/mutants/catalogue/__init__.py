@@ -1,5 +1,6 @@
-"""Every mutant, file by file (the claims package, payments.py, the charge and release handlers, the ASL, the
-template's IAM grants, the sweeper, its Lambda, the outcome relay and the order message)."""
+"""Every mutant, file by file (the claims package, payments.py, the charge and release handlers, the ASL,
+the template's IAM grants, the sweeper, its Lambda, the outcome relay, the order message and the currency
+table)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from model import Mutant
 
 from catalogue.asl import ASL
 from catalogue.claims import CLAIMS
+from catalogue.currencies import CURRENCIES
 from catalogue.handlers import CHARGE, CLAIM, CONSUMER, DOORBELL, PROOF, RELEASE
 from catalogue.orders import ORDERS
 from catalogue.outbox import OUTCOMES, RECONCILE, RELAY_HANDLER, RETENTION, RUNTIME, SWEEPER_HANDLER
@@ -32,5 +34,6 @@ CATALOGUES = (
     RUNTIME,
     SWEEPER_HANDLER,
     ORDERS,
+    CURRENCIES,
 )
 ALL: tuple[Mutant, ...] = tuple(mutant for c in CATALOGUES for mutant in c.mutants)
