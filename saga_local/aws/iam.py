@@ -140,6 +140,9 @@ def sam_transform(template: dict[str, Any], parameters: dict[str, str], region: 
     transformed = translator.translate(
         sam, parameter_values=values, get_managed_policy_map=_NoManagedPolicies().load
     )
+    # The translator counts what it did into a dummy publisher; publishing empties it, so its
+    # collection does not warn about "unpublished metrics" in the middle of a command's output.
+    translator.metrics.publish()
     return undo_mark_unicode_str_in_template(transformed)
 
 
