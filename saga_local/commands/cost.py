@@ -9,32 +9,51 @@ from typing import Any
 from saga_local.output import Out, handlers_quiet
 
 
-def _sweeper_schedule() -> str:
-    """The sweeper's ScheduleV2 expression, from template.yaml."""
+def _schedules() -> list[str]:
+    """Every ScheduleV2 expression of template.yaml (the sweep, and its hourly settlement check)."""
     from saga_local.template import functions, load_template
 
-    for spec in functions(load_template()).values():
-        for event in spec.events.values():
-            if event.get("Type") in ("ScheduleV2", "Schedule"):
-                return str(event["Properties"]["ScheduleExpression"])
-    raise LookupError("template.yaml: no scheduled function")
+    found = [
+        str(event["Properties"]["ScheduleExpression"])
+        for spec in functions(load_template()).values()
+        for event in spec.events.values()
+        if event.get("Type") in ("ScheduleV2", "Schedule")
+    ]
+    if not found:
+        raise LookupError("template.yaml: no scheduled function")
+    return found
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
     """AWS cost per million orders, from usage counted in a local run; list prices in harness/prices.json."""
     from saga_local.commands.demo import seed_order
     from saga_local.harness import cost
-    from saga_local.harness.cost_measure import GB, PLATFORM_LOG_BYTES, measure_order, sweeps_per_month
+    from saga_local.harness.cost_measure import (
+        GB,
+        PLATFORM_LOG_BYTES,
+        measure_order,
+        stripe_requests,
+        sweeps_per_month,
+    )
     from saga_local.stack.embedded import EmbeddedStack
     from saga_local.template import load_template
 
     assumed = {"xray_sampled": args.xray_sampling, "cold_start_share": args.cold_starts}
     # LogLevel as deployed (INFO): the function logs are a line of the bill.
-    with handlers_quiet(), EmbeddedStack(runtime="inprocess") as stack:
-        for i in range(3):  # warm the handlers: cold imports are not what an order costs
-            measure_order(stack, seed_order(f"ORDER-WARM-{i}"), **assumed)
-        happy = measure_order(stack, seed_order("ORDER-COST"), **assumed)
-        duplicate = measure_order(stack, seed_order("ORDER-COST"), **assumed)
+    with handlers_quiet():
+        with EmbeddedStack(runtime="inprocess") as stack:
+            for i in range(3):  # warm the handlers: cold imports are not what an order costs
+                measure_order(stack, seed_order(f"ORDER-WARM-{i}"), **assumed)
+            happy = measure_order(stack, seed_order("ORDER-COST"), **assumed)
+            duplicate = measure_order(stack, seed_order("ORDER-COST"), **assumed)
+        # Stripe's API requests per order, with Stripe's webhooks delivered and read back (the consumer
+        # reads each PaymentIntent an event names): by card, and by a bank debit that settles later.
+        with EmbeddedStack(runtime="inprocess", webhooks=True) as stack:
+            stack.provider.settle_seconds = 0.5
+            requests = {
+                "card": stripe_requests(stack, seed_order("ORDER-COST-CARD")),
+                "debit": stripe_requests(stack, seed_order("ORDER-COST-DEBIT"), debit=True),
+            }
     share = args.duplicate_share
 
     def mix(field: str) -> float:
@@ -61,7 +80,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         mix_name: f"the saga, {share:.0%} of orders delivered twice",
         "1 Lambda": "one Lambda + Powertools idempotency, no Step Functions (what it would replace)",
     }
-    sweeps = sweeps_per_month(_sweeper_schedule())
+    sweeps = sum(sweeps_per_month(expression) for expression in _schedules())
     template = load_template()
     # Each secret the stack reads is a parameter with its ARN: the provider key, the webhook signing secret.
     secrets = sum(1 for name in template.get("Parameters") or {} if name.endswith("SecretArn"))
@@ -73,6 +92,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
         f"  {args.cold_starts:.0%} of Charge Payment invocations start cold and read the secret"
         " (--cold-starts).",
         "Counted locally: everything else, against the emulator (a real provider adds Lambda duration).",
+        "Stripe API requests an order makes (not billed; they count against Stripe's rate limits):",
+        *(f"  {path}: {_requests_line(counts)}" for path, counts in requests.items()),
         "Outcome events: one PutEvents entry per charged order (OrderCharged, from the claims stream);",
         "  Lambda reads the stream for free; the relay's invocation is counted whole here (one order at a",
         "  time), where AWS batches up to 100 closed claims into one.",
@@ -84,7 +105,13 @@ def cmd_cost(args: argparse.Namespace) -> int:
             for name, u in rows.items()
         }
         document["per_month"] = cost.monthly_costs({k: q for k, (q, _) in monthly.items()}, prices)
+        document["stripe_requests_per_order"] = requests
         print(json.dumps(document, indent=2))
     else:
         Out()(cost.render_table(rows, prices, legend=legend, wide=args.wide, monthly=monthly, notes=notes))
     return 0
+
+
+def _requests_line(counts: dict[str, int]) -> str:
+    """``1 create, 2 retrieve``: the endpoints an order called, in the emulator's words."""
+    return ", ".join(f"{n} {endpoint}" for endpoint, n in counts.items() if n) or "none"

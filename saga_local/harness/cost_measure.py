@@ -147,3 +147,28 @@ def sweeps_per_month(schedule_expression: str, days: int = 30) -> float:
         raise ValueError(f"not a rate() expression: {schedule_expression!r}")
     minutes = int(found[1]) * {"minute": 1, "hour": 60, "day": 1440}[found[2].rstrip("s")]
     return days * 1440 / minutes
+
+
+#: The Stripe API endpoints an order's path may call, as the emulator counts them.
+STRIPE_ENDPOINTS = ("create", "retrieve", "search", "list", "cancel")
+
+
+def stripe_requests(stack: EmbeddedStack, body: dict[str, Any], *, debit: bool = False) -> dict[str, int]:
+    """Stripe API requests one order makes, by endpoint, on a stack that serves Stripe's webhooks.
+
+    ``debit``: the order pays by bank debit (its confirm answers ``processing`` and settles later, as
+    succeeded): the webhook consumer reads the PaymentIntent once per event that rings (``processing``
+    and ``succeeded``). Stripe does not bill API requests; they count against its rate limits.
+    """
+    from saga_local.harness import simulate
+    from saga_local.harness.chaos_sweep import wait_for_settlements
+
+    provider = stack.provider
+    before = {endpoint: provider.request_count(endpoint) for endpoint in STRIPE_ENDPOINTS}
+    if debit:
+        provider.force_outcome("processing", order_id=body["orderId"], times=1)
+    stack.driver.send(body)
+    simulate.settle(stack)
+    wait_for_settlements(provider)
+    simulate.settle(stack)
+    return {endpoint: provider.request_count(endpoint) - n for endpoint, n in before.items()}

@@ -156,6 +156,11 @@ def test_cost_json_prices_what_the_stack_costs_by_existing_per_month(tmp_path: P
     )
     assert per_month["dashboard"] == 3.0
     assert per_month["alarms"] > 2
+    # Stripe's API, per order: one create, and one read of the PaymentIntent per webhook that rings
+    # (a card's succeeded; a debit's processing, then succeeded). Never a second create, no search.
+    requests = document["stripe_requests_per_order"]
+    assert requests["card"] == {"create": 1, "retrieve": 1, "search": 0, "list": 0, "cancel": 0}
+    assert requests["debit"] == {"create": 1, "retrieve": 2, "search": 0, "list": 0, "cancel": 0}
 
 
 def test_the_demo_prints_execution_names_that_saga_trace_shows_afterwards(tmp_path: Path) -> None:
