@@ -24,6 +24,14 @@ moto version pinned in pyproject.toml:
 * SQS's queue attributes -> computed one by one as they are read (:class:`_QueueAttributes`).
 * the execution's context object -> gains ``Execution.RedriveCount`` (0), which AWS has carried
   since executions could be redriven and the Charge step reads; moto 5.2.5 omits it.
+* Retry and Catch's error matching -> AWS's documented rules (:func:`_error_equals`): a
+  ``States.Runtime`` error is never retried nor caught, and ``States.DataLimitExceeded`` only by a
+  retrier or catcher that names it, not by ``States.ALL``. moto lets ``States.ALL`` match both, so
+  a definition that reads a path its input may lack (a ``ResultSelector`` over a Lambda's answer)
+  was retried and caught locally where AWS fails the execution.
+* a Task's success after its ``TimeoutSeconds`` -> not recorded: moto leaves the timed-out call
+  running and records its late ``TaskSucceeded`` in the history after the ``TaskTimedOut``; on AWS
+  the abandoned call's answer is discarded.
 * Step Functions' ListExecutions and DescribeExecution -> behind the lock a start takes: moto
   appends a new execution to the list before it sets its status, so a listing at that moment
   raised (and a thread that lists, such as chaos's redeliveries, died of it).
@@ -78,8 +86,12 @@ from moto.sqs.models import Queue, SQSBackend
 from moto.stepfunctions.exceptions import ExecutionAlreadyExists
 from moto.stepfunctions.models import StateMachine
 from moto.stepfunctions.parser.api import ExecutionStatus
+from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
+    StateTaskService,
+)
 from moto.stepfunctions.parser.asl.utils import boto_client as engine_boto_client
 from moto.stepfunctions.parser.asl.utils import json_path as engine_json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
@@ -266,6 +278,48 @@ class _QueueAttributes(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._names)
+
+
+#: Never retried nor caught, whatever a retrier or catcher names (AWS: "A States.Runtime error isn't
+#: retriable, and will always cause the execution to fail").
+RUNTIME_ERROR = "States.Runtime"
+#: Caught or retried only where named: "A terminal error which cannot be caught by the States.ALL
+#: error type."
+DATA_LIMIT_ERROR = "States.DataLimitExceeded"
+
+
+def _error_equals(original: Any) -> Any:
+    """``ErrorEqualsDecl._eval_body`` (one retrier's or catcher's match) with AWS's two exceptions."""
+
+    @functools.wraps(original)
+    def eval_body(self: Any, env: Any) -> None:
+        error_name = env.stack[-1]
+        name = getattr(error_name, "error_name", None)
+        if name == RUNTIME_ERROR:
+            env.stack.pop()
+            env.stack.append(False)
+        elif name == DATA_LIMIT_ERROR:
+            env.stack.pop()
+            env.stack.append(any(named.error_name == DATA_LIMIT_ERROR for named in self.error_names))
+        else:
+            original(self, env)
+
+    return eval_body
+
+
+def _no_late_success(original: Any) -> Any:
+    """``StateTaskService._after_eval_execution`` (the size check and ``TaskSucceeded``), skipped for
+    a call that answered after its state's ``TimeoutSeconds``: moto ends that call's frame when the
+    timeout fires, and carries on with ``States.Timeout`` while the call runs to its end."""
+
+    @functools.wraps(original)
+    def after_eval_execution(self: Any, env: Any, *args: Any, **kwargs: Any) -> None:
+        with env._state_mutex:  # the timeout ends the frame under this lock
+            if not env.is_running():
+                return
+            original(self, env, *args, **kwargs)
+
+    return after_eval_execution
 
 
 def _prewarm_heap_keys(root: Any) -> None:
@@ -494,6 +548,8 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
     patches: list[tuple[Any, str, Any]] = [
         (lambda_models.LambdaBackend, "invoke", invoke),
         (retrier_decl, "time", _ScaledTime(hooks)),
+        (ErrorEqualsDecl, "_eval_body", _error_equals(ErrorEqualsDecl._eval_body)),
+        (StateTaskService, "_after_eval_execution", _no_late_success(StateTaskService._after_eval_execution)),
         (ExecutionWorker, "_get_evaluation_environment", evaluation_environment),
         (ExecutionWorker, "_get_evaluation_entrypoint", evaluation_entrypoint),
         (engine_boto_client, "boto3", _CachedBoto3(engine_boto_client.boto3, authorize)),

@@ -220,3 +220,34 @@ def test_a_new_execution_joins_the_list_before_its_status_is_set() -> None:
     assert source.index("state_machine.executions.append(execution)") < source.index("execution.start()")
     listing = inspect.getsource(StepFunctionsParserBackend.list_executions)
     assert "e.status == status_filter" in listing  # the read of a status that is not set yet
+
+
+def test_retry_and_catch_match_an_error_in_error_equals_decl_over_the_engine_stack() -> None:
+    # The adapter answers the match itself for States.Runtime and States.DataLimitExceeded: moto must
+    # still pop the error name from the stack and push the match as a bool, for every retrier and
+    # catcher alike, and still let States.ALL match everything (the rule the adapter narrows).
+    from moto.stepfunctions.parser.asl.component.common.catch.catcher_decl import CatcherDecl
+    from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
+
+    source = inspect.getsource(ErrorEqualsDecl._eval_body)
+    assert "error_name: ErrorName = env.stack.pop()" in source
+    assert "env.stack.append(res)" in source
+    assert "if ErrorEqualsDecl._STATE_ALL_ERROR in self.error_names:\n            res = True" in source
+    assert "self.error_equals.eval(env)" in inspect.getsource(retrier_decl.RetrierDecl._eval_body)
+    assert "self.error_equals.eval(env)" in inspect.getsource(CatcherDecl._eval_body)
+
+
+def test_a_timed_out_task_ends_its_frame_and_its_call_records_success_after_eval() -> None:
+    # The adapter drops a late TaskSucceeded by checking, in _after_eval_execution, whether the
+    # call's frame is still running: moto ends the frame when the timeout's wait returns.
+    from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
+        StateTaskService,
+    )
+
+    timeout = inspect.getsource(ExecutionState._evaluate_with_timeout)
+    assert timeout.index("terminated_event.wait(timeout_seconds)") < timeout.index("frame.set_ended()")
+    assert "self._eval_execution(frame)" in timeout
+    after = inspect.getsource(StateTaskService._after_eval_execution)
+    assert "HistoryEventType.TaskSucceeded" in after
+    assert "self._after_eval_execution(" in inspect.getsource(StateTaskService._eval_execution)
