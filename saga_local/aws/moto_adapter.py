@@ -29,6 +29,8 @@ moto version pinned in pyproject.toml:
   retrier or catcher that names it, not by ``States.ALL``. moto lets ``States.ALL`` match both, so
   a definition that reads a path its input may lack (a ``ResultSelector`` over a Lambda's answer)
   was retried and caught locally where AWS fails the execution.
+* a Task's input after ``Parameters`` -> held to the payload quota (256 KiB): AWS fails such a
+  state with ``States.DataLimitExceeded``; moto checks results and outputs only, and sent it on.
 * a Task's success after its ``TimeoutSeconds`` -> not recorded: moto leaves the timed-out call
   running and records its late ``TaskSucceeded`` in the history after the ``TaskTimedOut``; on AWS
   the abandoned call's answer is discarded.
@@ -85,17 +87,28 @@ from moto.dynamodb.responses import DynamoHandler
 from moto.sqs.models import Queue, SQSBackend
 from moto.stepfunctions.exceptions import ExecutionAlreadyExists
 from moto.stepfunctions.models import StateMachine
-from moto.stepfunctions.parser.api import ExecutionStatus
+from moto.stepfunctions.parser.api import ExecutionStatus, HistoryEventType, TaskFailedEventDetails
 from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+    FailureEvent,
+    FailureEventException,
+)
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+    StatesErrorNameType,
+)
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
     StateTaskService,
 )
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task import StateTask
+from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.utils import boto_client as engine_boto_client
 from moto.stepfunctions.parser.asl.utils import json_path as engine_json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend, stepfunctions_parser_backends
+from moto.stepfunctions.parser.quotas import is_within_size_quota
 from moto.stepfunctions.parser.utils import TMP_THREADS as engine_threads
 
 from saga_local.aws import moto_speed
@@ -305,6 +318,31 @@ def _error_equals(original: Any) -> Any:
             original(self, env)
 
     return eval_body
+
+
+def _parameters_within_quota(original: Any) -> Any:
+    """``StateTask._eval_parameters`` (a Task's effective input), failing with States.DataLimitExceeded
+    over the payload quota: "After Parameters processing, the input of a state is larger than the
+    payload size quota" is one of the conditions AWS's error-handling guide lists for it."""
+
+    @functools.wraps(original)
+    def eval_parameters(self: Any, env: Any) -> Any:
+        parameters = original(self, env)
+        if is_within_size_quota(parameters):
+            return parameters
+        error = StatesErrorNameType.StatesStatesDataLimitExceeded
+        cause = f"The state '{self.name}' has an input, after Parameters, over the payload size quota."
+        details = TaskFailedEventDetails(error=error.to_name(), cause=cause)
+        raise FailureEventException(
+            failure_event=FailureEvent(
+                env=env,
+                error_name=StatesErrorName(typ=error),
+                event_type=HistoryEventType.TaskFailed,
+                event_details=EventDetails(taskFailedEventDetails=details),
+            )
+        )
+
+    return eval_parameters
 
 
 def _no_late_success(original: Any) -> Any:
@@ -549,6 +587,7 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
         (lambda_models.LambdaBackend, "invoke", invoke),
         (retrier_decl, "time", _ScaledTime(hooks)),
         (ErrorEqualsDecl, "_eval_body", _error_equals(ErrorEqualsDecl._eval_body)),
+        (StateTask, "_eval_parameters", _parameters_within_quota(StateTask._eval_parameters)),
         (StateTaskService, "_after_eval_execution", _no_late_success(StateTaskService._after_eval_execution)),
         (ExecutionWorker, "_get_evaluation_environment", evaluation_environment),
         (ExecutionWorker, "_get_evaluation_entrypoint", evaluation_entrypoint),

@@ -72,6 +72,21 @@ def test_a_catcher_that_names_the_data_limit_catches_it(engine: Engine) -> None:
     assert run.entered() == ["Large", "Caught"]
 
 
+def test_a_task_input_over_the_payload_quota_after_parameters_fails_before_the_call(engine: Engine) -> None:
+    """States.DataLimitExceeded: "After Parameters processing, the input of a state is larger than
+    the payload size quota." (and not caught by States.ALL): the Lambda is never called."""
+    function = engine.function("echo", lambda _: {"ok": True})
+    half = "x" * (150 * 1024)
+    parameters = {"FunctionName": function, "Payload": {"a.$": "$.half", "b.$": "$.half"}}
+    run = engine.run(
+        machine("Call", Call=task(function, Parameters=parameters, Catch=CATCH_ALL), Caught=FAIL),
+        {"half": half},
+    )
+
+    assert (run.status, run.error) == ("FAILED", "States.DataLimitExceeded")
+    assert "echo" not in engine.stand_ins.events
+
+
 def test_a_state_output_over_the_payload_quota_fails_the_execution(engine: Engine) -> None:
     """States.DataLimitExceeded: "Output of a state is larger than payload size quota." """
     run = engine.run(

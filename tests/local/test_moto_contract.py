@@ -251,3 +251,18 @@ def test_a_timed_out_task_ends_its_frame_and_its_call_records_success_after_eval
     after = inspect.getsource(StateTaskService._after_eval_execution)
     assert "HistoryEventType.TaskSucceeded" in after
     assert "self._after_eval_execution(" in inspect.getsource(StateTaskService._eval_execution)
+
+
+def test_a_service_task_builds_its_input_in_state_task_eval_parameters_and_checks_no_quota_there() -> None:
+    # The adapter checks the payload quota on what _eval_parameters returns: every service
+    # integration must get its input there, and moto must still not check it (or drop our check).
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
+        StateTaskService,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task import StateTask
+
+    assert "raw_parameters = self._eval_parameters(env=env)" in inspect.getsource(
+        StateTaskService._eval_execution
+    )
+    assert "_eval_parameters" not in vars(StateTaskService)
+    assert "quota" not in inspect.getsource(StateTask._eval_parameters)
