@@ -29,6 +29,9 @@ moto version pinned in pyproject.toml:
   retrier or catcher that names it, not by ``States.ALL``. moto lets ``States.ALL`` match both, so
   a definition that reads a path its input may lack (a ``ResultSelector`` over a Lambda's answer)
   was retried and caught locally where AWS fails the execution.
+* a Choice rule comparing a field that is absent -> ``States.Runtime`` ("Invalid path ...: The
+  choice state's condition path references an invalid value"), as AWS fails it; moto takes it for
+  no match and moves on. Only ``IsPresent`` may test a field that is not there.
 * a Task's input after ``Parameters`` -> held to the payload quota (256 KiB): AWS fails such a
   state with ``States.DataLimitExceeded``; moto checks results and outputs only, and sent it on.
 * a Task's success after its ``TimeoutSeconds`` -> not recorded: moto leaves the timed-out call
@@ -87,7 +90,12 @@ from moto.dynamodb.responses import DynamoHandler
 from moto.sqs.models import Queue, SQSBackend
 from moto.stepfunctions.exceptions import ExecutionAlreadyExists
 from moto.stepfunctions.models import StateMachine
-from moto.stepfunctions.parser.api import ExecutionStatus, HistoryEventType, TaskFailedEventDetails
+from moto.stepfunctions.parser.api import (
+    ExecutionFailedEventDetails,
+    ExecutionStatus,
+    HistoryEventType,
+    TaskFailedEventDetails,
+)
 from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
     FailureEvent,
@@ -99,6 +107,13 @@ from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name
 )
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
+from moto.stepfunctions.parser.asl.component.state.choice.comparison.comparison_operator_type import (
+    ComparisonOperatorType,
+)
+from moto.stepfunctions.parser.asl.component.state.choice.comparison.comparison_variable import (
+    ComparisonVariable,
+)
+from moto.stepfunctions.parser.asl.component.state.choice.comparison.variable import NoSuchVariable
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
     StateTaskService,
 )
@@ -316,6 +331,39 @@ def _error_equals(original: Any) -> Any:
             env.stack.append(any(named.error_name == DATA_LIMIT_ERROR for named in self.error_names))
         else:
             original(self, env)
+
+    return eval_body
+
+
+#: The cause AWS gives a Choice rule whose Variable finds nothing.
+_ABSENT_VARIABLE = "The choice state's condition path references an invalid value."
+
+
+def _absent_variable_fails(original: Any) -> Any:
+    """``ComparisonVariable._eval_body`` (one Choice rule's ``Variable`` and its test), failing with
+    States.Runtime when the Variable finds nothing and the test is not ``IsPresent``."""
+
+    @functools.wraps(original)
+    def eval_body(self: Any, env: Any) -> None:
+        if self.comparison_function.operator_type != ComparisonOperatorType.IsPresent:
+            self.variable.eval(env)
+            sampled = env.stack.pop()
+            if isinstance(sampled, NoSuchVariable):
+                path = self.variable.string_sampler.literal_value
+                error = StatesErrorNameType.StatesRuntime
+                cause = (
+                    f"Invalid path '{path}': The choice state's condition path references an invalid value."
+                )
+                details = ExecutionFailedEventDetails(error=error.to_name(), cause=cause)
+                raise FailureEventException(
+                    failure_event=FailureEvent(
+                        env=env,
+                        error_name=StatesErrorName(typ=error),
+                        event_type=HistoryEventType.ExecutionFailed,
+                        event_details=EventDetails(executionFailedEventDetails=details),
+                    )
+                )
+        original(self, env)
 
     return eval_body
 
@@ -587,6 +635,7 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
         (lambda_models.LambdaBackend, "invoke", invoke),
         (retrier_decl, "time", _ScaledTime(hooks)),
         (ErrorEqualsDecl, "_eval_body", _error_equals(ErrorEqualsDecl._eval_body)),
+        (ComparisonVariable, "_eval_body", _absent_variable_fails(ComparisonVariable._eval_body)),
         (StateTask, "_eval_parameters", _parameters_within_quota(StateTask._eval_parameters)),
         (StateTaskService, "_after_eval_execution", _no_late_success(StateTaskService._after_eval_execution)),
         (ExecutionWorker, "_get_evaluation_environment", evaluation_environment),

@@ -68,6 +68,22 @@ def test_is_present_tells_a_missing_field_from_a_present_one(
     assert run.entered() == ["Test", expected]
 
 
+def test_a_choice_comparing_a_missing_field_fails_the_execution(engine: Engine) -> None:
+    """A comparison (not IsPresent) whose Variable finds nothing fails the state with States.Runtime,
+    "Invalid path '$.error.Error': The choice state's condition path references an invalid value."
+    (AWS's own cause, which the separately written aws-local-stepfunctions reproduces; no guide
+    sentence states it). States.Runtime "will always cause the execution to fail"."""
+    choice = {
+        "Type": "Choice",
+        "Choices": [{"Variable": "$.error.Error", "StringEquals": "PaymentDeclined", "Next": "Declined"}],
+        "Default": "Other",
+    }
+    run = engine.run(machine("Test", Test=choice, Declined=SUCCEED, Other=SUCCEED), {})
+
+    assert (run.status, run.error) == ("FAILED", "States.Runtime")
+    assert "condition path references an invalid value" in (run.cause or "")
+
+
 def test_a_guarded_comparison_reads_nothing_when_the_guard_fails(engine: Engine) -> None:
     """ "And" with "IsPresent": true first: the saga's "Why Released?" reads $.error.Error only when
     $.error is there; without it the Default applies."""

@@ -266,3 +266,18 @@ def test_a_service_task_builds_its_input_in_state_task_eval_parameters_and_check
     )
     assert "_eval_parameters" not in vars(StateTaskService)
     assert "quota" not in inspect.getsource(StateTask._eval_parameters)
+
+
+def test_a_choice_rule_samples_its_variable_then_tests_it_and_takes_an_absent_one_for_no_match() -> None:
+    # The adapter fails a rule whose Variable finds nothing (unless the test is IsPresent) before
+    # moto's own evaluation, which samples the variable the same way and lets it through.
+    from moto.stepfunctions.parser.asl.component.state.choice.comparison.comparison_variable import (
+        ComparisonVariable,
+    )
+    from moto.stepfunctions.parser.asl.component.state.choice.comparison.variable import Variable
+
+    rule = inspect.getsource(ComparisonVariable._eval_body)
+    assert rule.index("variable.eval(env)") < rule.index("comparison_function.eval(env)")
+    sample = inspect.getsource(Variable._eval_body)
+    assert "value = NoSuchVariable(" in sample
+    assert "string_sampler" in sample
