@@ -37,6 +37,9 @@ moto version pinned in pyproject.toml:
 * a Task's success after its ``TimeoutSeconds`` -> not recorded: moto leaves the timed-out call
   running and records its late ``TaskSucceeded`` in the history after the ``TaskTimedOut``; on AWS
   the abandoned call's answer is discarded.
+* Step Functions' RedriveExecution -> :func:`redrive_execution`, which moto 5.2.5 lacks: the
+  execution continues from its unsuccessful state with that state's input, under the same ARN,
+  its history kept, ``Execution.RedriveCount`` one more and every retrier's count back to 0.
 * Step Functions' ListExecutions and DescribeExecution -> behind the lock a start takes: moto
   appends a new execution to the list before it sets its status, so a listing at that moment
   raised (and a thread that lists, such as chaos's redeliveries, died of it).
@@ -119,6 +122,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task import StateTask
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.utils import boto_client as engine_boto_client
 from moto.stepfunctions.parser.asl.utils import json_path as engine_json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
@@ -558,6 +562,104 @@ def _sqs_backends() -> Iterator[Any]:
 
     for regions in list(sqs_backends.values()):
         yield from list(regions.values())
+
+
+#: The statuses RedriveExecution accepts: "failed, aborted, or timed out executions".
+_REDRIVABLE = {ExecutionStatus.FAILED, ExecutionStatus.ABORTED, ExecutionStatus.TIMED_OUT}
+
+
+class _RedriveWorker(ExecutionWorker):
+    """The redriven run of an execution: its program starts at the unsuccessful state, with that
+    state's input, and writes on in the first run's history."""
+
+    def __init__(self, first: Any, state: str, state_input: Any, redrive_count: int) -> None:
+        super().__init__(
+            evaluation_details=first._evaluation_details,
+            exec_comm=first._execution_communication,
+            cloud_watch_logging_session=first._cloud_watch_logging_session,
+            activity_store=first._activity_store,
+        )
+        self._first_env = first.env
+        self._state = state
+        self._state_input = state_input
+        self._redrive_count = redrive_count
+
+    def _get_evaluation_entrypoint(self) -> Any:
+        definition = json.loads(self._evaluation_details.state_machine_details.definition)
+        definition["StartAt"] = self._state
+        return AmazonStateLanguageParser.parse(json.dumps(definition))[0]
+
+    def _get_evaluation_environment(self) -> Any:
+        env = ExecutionWorker._get_evaluation_environment(self)
+        env.event_manager = self._first_env.event_manager
+        env.states.context_object.context_object_data["Execution"]["RedriveCount"] = self._redrive_count
+        env.states.reset(input_value=self._state_input)
+        return env
+
+    def _execution_logic(self) -> None:
+        program = self._get_evaluation_entrypoint()
+        self.env = env = self._get_evaluation_environment()
+        env.event_manager.add_event(
+            context=env.event_history_context,
+            event_type=HistoryEventType.ExecutionRedriven,
+            event_details=EventDetails(executionRedrivenEventDetails={"redriveCount": self._redrive_count}),
+            update_source_event_id=False,
+        )
+        program.eval(env)
+        self._execution_communication.terminated()
+
+
+def _unsuccessful_state(history: list[Any]) -> tuple[str, Any]:
+    """The state the execution entered last and never left, with the input it entered with."""
+    entered: dict[str, Any] = {}
+    for event in history:
+        if event["type"].endswith("StateEntered"):
+            details = event["stateEnteredEventDetails"]
+            entered[details["name"]] = json.loads(details["input"])
+        elif event["type"].endswith("StateExited"):
+            entered.pop(event["stateExitedEventDetails"]["name"], None)
+    if not entered:
+        raise ValueError("the execution has no unsuccessful state to redrive from")
+    name = list(entered)[-1]
+    return name, entered[name]
+
+
+def redrive_execution(execution_arn: str) -> int:
+    """Step Functions' RedriveExecution, on this process's moto (which lacks it). Returns the new
+    ``RedriveCount``.
+
+    As AWS documents it: the execution "continues the failed execution from the unsuccessful step
+    and uses the same input", keeps "the results and execution history of the successful steps",
+    and runs under "the same state machine definition and execution ARN"; a retried state's
+    attempts start again from 0. Inline Map and Parallel branches are not modelled (the saga has
+    none).
+    """
+    with _EXECUTIONS_LOCK:
+        found = [
+            execution
+            for regions in list(stepfunctions_parser_backends.values())
+            for backend in list(regions.values())
+            for machine in list(backend.state_machines)
+            for execution in list(machine.executions)
+            if execution.execution_arn == execution_arn
+        ]
+        if not found:
+            raise ValueError(f"no execution {execution_arn}")
+        execution = found[0]
+        if execution.exec_status not in _REDRIVABLE:
+            raise ValueError(
+                f"{execution_arn} is {execution.exec_status.value}, not failed, aborted or timed out"
+            )
+        first = execution.exec_worker
+        context = first.env.states.context_object.context_object_data["Execution"]
+        redrive_count = int(context.get("RedriveCount", 0)) + 1
+        state, state_input = _unsuccessful_state(first.env.event_manager.get_event_history())
+        worker: Any = _RedriveWorker(first, state, state_input, redrive_count)
+        execution.exec_worker = worker
+        execution.exec_status = ExecutionStatus.RUNNING
+        execution.error = execution.cause = execution.stop_date = None
+        worker.start()
+        return redrive_count
 
 
 def retired_executions(state_machine_arn: str) -> list[RetiredExecution]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import boto3
 
-from saga_local.aws.moto_adapter import EngineHooks
+from saga_local.aws.moto_adapter import EngineHooks, redrive_execution
 from saga_local.aws.stack import REGION
 from saga_local.runtime.api import Invocation
 
@@ -109,6 +109,14 @@ class Engine:
         arn = self._sfn.start_execution(
             stateMachineArn=machine, input=json.dumps({} if execution_input is None else execution_input)
         )["executionArn"]
+        return self._wait(arn, timeout)
+
+    def redrive(self, run: Run, *, timeout: float = 30.0) -> Run:
+        """RedriveExecution (the adapter's: moto has none), then the redriven run to its end."""
+        redrive_execution(run.arn)
+        return self._wait(run.arn, timeout)
+
+    def _wait(self, arn: str, timeout: float) -> Run:
         deadline = time.monotonic() + timeout
         while (described := self._sfn.describe_execution(executionArn=arn))["status"] not in TERMINAL:
             assert time.monotonic() < deadline, f"{arn} still running after {timeout} s"

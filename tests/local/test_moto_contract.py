@@ -281,3 +281,31 @@ def test_a_choice_rule_samples_its_variable_then_tests_it_and_takes_an_absent_on
     sample = inspect.getsource(Variable._eval_body)
     assert "value = NoSuchVariable(" in sample
     assert "string_sampler" in sample
+
+
+def test_a_redrive_can_run_a_second_worker_on_an_execution_and_its_history() -> None:
+    # redrive_execution builds a second ExecutionWorker from the first one's parts, starts the
+    # program at another state on an environment sharing the first one's event manager, and lets
+    # the execution's own communication reflect the end: each of those must still be so.
+    from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication, Execution
+
+    init = list(inspect.signature(ExecutionWorker.__init__).parameters)
+    assert init[:5] == [
+        "self",
+        "evaluation_details",
+        "exec_comm",
+        "cloud_watch_logging_session",
+        "activity_store",
+    ]
+    logic = inspect.getsource(ExecutionWorker._execution_logic)
+    assert "program.eval(self.env)" in logic
+    assert "self._execution_communication.terminated()" in logic
+    reflect = inspect.getsource(BaseExecutionWorkerCommunication._reflect_execution_status)
+    assert "self.execution.exec_worker.env.program_state()" in reflect
+    history = inspect.getsource(Execution.to_history_output)
+    assert "env = self.exec_worker.env" in history
+    assert "env.event_manager.get_event_history()" in history
+    # moto still has no RedriveExecution of its own: when it gains one, drop ours.
+    from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+
+    assert not hasattr(StepFunctionsParserBackend, "redrive_execution")
