@@ -145,7 +145,8 @@ PYTEST = run_pytest() { $(BIN)/python -m pytest "$$@" || { \
 # their `bulk` tests (a provider account of a hundred thousand PaymentIntents each). make test runs
 # all three under coverage, in-process, and reports the branch coverage of functions/; it fails under
 # [tool.coverage.report] fail_under (pyproject.toml). The other tiers (the local tooling, the model
-# checker, the static checks) then run without it: they exercise functions/ but are not its tests.
+# checker, the static checks, and tests/conformance: the local Step Functions engine held to AWS's
+# documented rules) then run without it: they exercise functions/ or the engine, but are not its tests.
 UNIT_TIERS := tests/unit tests/functional
 PRODUCT_TIERS := $(UNIT_TIERS) tests/statemachine
 

@@ -24,6 +24,22 @@ moto version pinned in pyproject.toml:
 * SQS's queue attributes -> computed one by one as they are read (:class:`_QueueAttributes`).
 * the execution's context object -> gains ``Execution.RedriveCount`` (0), which AWS has carried
   since executions could be redriven and the Charge step reads; moto 5.2.5 omits it.
+* Retry and Catch's error matching -> AWS's documented rules (:func:`_error_equals`): a
+  ``States.Runtime`` error is never retried nor caught, and ``States.DataLimitExceeded`` only by a
+  retrier or catcher that names it, not by ``States.ALL``. moto lets ``States.ALL`` match both, so
+  a definition that reads a path its input may lack (a ``ResultSelector`` over a Lambda's answer)
+  was retried and caught locally where AWS fails the execution.
+* a Choice rule comparing a field that is absent -> ``States.Runtime`` ("Invalid path ...: The
+  choice state's condition path references an invalid value"), as AWS fails it; moto takes it for
+  no match and moves on. Only ``IsPresent`` may test a field that is not there.
+* a Task's input after ``Parameters`` -> held to the payload quota (256 KiB): AWS fails such a
+  state with ``States.DataLimitExceeded``; moto checks results and outputs only, and sent it on.
+* a Task's success after its ``TimeoutSeconds`` -> not recorded: moto leaves the timed-out call
+  running and records its late ``TaskSucceeded`` in the history after the ``TaskTimedOut``; on AWS
+  the abandoned call's answer is discarded.
+* Step Functions' RedriveExecution -> :func:`redrive_execution`, which moto 5.2.5 lacks: the
+  execution continues from its unsuccessful state with that state's input, under the same ARN,
+  its history kept, ``Execution.RedriveCount`` one more and every retrier's count back to 0.
 * Step Functions' ListExecutions and DescribeExecution -> behind the lock a start takes: moto
   appends a new execution to the list before it sets its status, so a listing at that moment
   raised (and a thread that lists, such as chaos's redeliveries, died of it).
@@ -77,13 +93,41 @@ from moto.dynamodb.responses import DynamoHandler
 from moto.sqs.models import Queue, SQSBackend
 from moto.stepfunctions.exceptions import ExecutionAlreadyExists
 from moto.stepfunctions.models import StateMachine
-from moto.stepfunctions.parser.api import ExecutionStatus
+from moto.stepfunctions.parser.api import (
+    ExecutionFailedEventDetails,
+    ExecutionStatus,
+    HistoryEventType,
+    TaskFailedEventDetails,
+)
+from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+    FailureEvent,
+    FailureEventException,
+)
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+    StatesErrorNameType,
+)
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
+from moto.stepfunctions.parser.asl.component.state.choice.comparison.comparison_operator_type import (
+    ComparisonOperatorType,
+)
+from moto.stepfunctions.parser.asl.component.state.choice.comparison.comparison_variable import (
+    ComparisonVariable,
+)
+from moto.stepfunctions.parser.asl.component.state.choice.comparison.variable import NoSuchVariable
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
+    StateTaskService,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task import StateTask
+from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.utils import boto_client as engine_boto_client
 from moto.stepfunctions.parser.asl.utils import json_path as engine_json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend, stepfunctions_parser_backends
+from moto.stepfunctions.parser.quotas import is_within_size_quota
 from moto.stepfunctions.parser.utils import TMP_THREADS as engine_threads
 
 from saga_local.aws import moto_speed
@@ -268,6 +312,106 @@ class _QueueAttributes(Mapping[str, Any]):
         return len(self._names)
 
 
+#: Never retried nor caught, whatever a retrier or catcher names (AWS: "A States.Runtime error isn't
+#: retriable, and will always cause the execution to fail").
+RUNTIME_ERROR = "States.Runtime"
+#: Caught or retried only where named: "A terminal error which cannot be caught by the States.ALL
+#: error type."
+DATA_LIMIT_ERROR = "States.DataLimitExceeded"
+
+
+def _error_equals(original: Any) -> Any:
+    """``ErrorEqualsDecl._eval_body`` (one retrier's or catcher's match) with AWS's two exceptions."""
+
+    @functools.wraps(original)
+    def eval_body(self: Any, env: Any) -> None:
+        error_name = env.stack[-1]
+        name = getattr(error_name, "error_name", None)
+        if name == RUNTIME_ERROR:
+            env.stack.pop()
+            env.stack.append(False)
+        elif name == DATA_LIMIT_ERROR:
+            env.stack.pop()
+            env.stack.append(any(named.error_name == DATA_LIMIT_ERROR for named in self.error_names))
+        else:
+            original(self, env)
+
+    return eval_body
+
+
+#: The cause AWS gives a Choice rule whose Variable finds nothing.
+_ABSENT_VARIABLE = "The choice state's condition path references an invalid value."
+
+
+def _absent_variable_fails(original: Any) -> Any:
+    """``ComparisonVariable._eval_body`` (one Choice rule's ``Variable`` and its test), failing with
+    States.Runtime when the Variable finds nothing and the test is not ``IsPresent``."""
+
+    @functools.wraps(original)
+    def eval_body(self: Any, env: Any) -> None:
+        if self.comparison_function.operator_type != ComparisonOperatorType.IsPresent:
+            self.variable.eval(env)
+            sampled = env.stack.pop()
+            if isinstance(sampled, NoSuchVariable):
+                path = self.variable.string_sampler.literal_value
+                error = StatesErrorNameType.StatesRuntime
+                cause = (
+                    f"Invalid path '{path}': The choice state's condition path references an invalid value."
+                )
+                details = ExecutionFailedEventDetails(error=error.to_name(), cause=cause)
+                raise FailureEventException(
+                    failure_event=FailureEvent(
+                        env=env,
+                        error_name=StatesErrorName(typ=error),
+                        event_type=HistoryEventType.ExecutionFailed,
+                        event_details=EventDetails(executionFailedEventDetails=details),
+                    )
+                )
+        original(self, env)
+
+    return eval_body
+
+
+def _parameters_within_quota(original: Any) -> Any:
+    """``StateTask._eval_parameters`` (a Task's effective input), failing with States.DataLimitExceeded
+    over the payload quota: "After Parameters processing, the input of a state is larger than the
+    payload size quota" is one of the conditions AWS's error-handling guide lists for it."""
+
+    @functools.wraps(original)
+    def eval_parameters(self: Any, env: Any) -> Any:
+        parameters = original(self, env)
+        if is_within_size_quota(parameters):
+            return parameters
+        error = StatesErrorNameType.StatesStatesDataLimitExceeded
+        cause = f"The state '{self.name}' has an input, after Parameters, over the payload size quota."
+        details = TaskFailedEventDetails(error=error.to_name(), cause=cause)
+        raise FailureEventException(
+            failure_event=FailureEvent(
+                env=env,
+                error_name=StatesErrorName(typ=error),
+                event_type=HistoryEventType.TaskFailed,
+                event_details=EventDetails(taskFailedEventDetails=details),
+            )
+        )
+
+    return eval_parameters
+
+
+def _no_late_success(original: Any) -> Any:
+    """``StateTaskService._after_eval_execution`` (the size check and ``TaskSucceeded``), skipped for
+    a call that answered after its state's ``TimeoutSeconds``: moto ends that call's frame when the
+    timeout fires, and carries on with ``States.Timeout`` while the call runs to its end."""
+
+    @functools.wraps(original)
+    def after_eval_execution(self: Any, env: Any, *args: Any, **kwargs: Any) -> None:
+        with env._state_mutex:  # the timeout ends the frame under this lock
+            if not env.is_running():
+                return
+            original(self, env, *args, **kwargs)
+
+    return after_eval_execution
+
+
 def _prewarm_heap_keys(root: Any) -> None:
     """Give every component its heap key now: moto makes it lazily, which races across threads."""
     seen: set[int] = set()
@@ -420,6 +564,104 @@ def _sqs_backends() -> Iterator[Any]:
         yield from list(regions.values())
 
 
+#: The statuses RedriveExecution accepts: "failed, aborted, or timed out executions".
+_REDRIVABLE = {ExecutionStatus.FAILED, ExecutionStatus.ABORTED, ExecutionStatus.TIMED_OUT}
+
+
+class _RedriveWorker(ExecutionWorker):
+    """The redriven run of an execution: its program starts at the unsuccessful state, with that
+    state's input, and writes on in the first run's history."""
+
+    def __init__(self, first: Any, state: str, state_input: Any, redrive_count: int) -> None:
+        super().__init__(
+            evaluation_details=first._evaluation_details,
+            exec_comm=first._execution_communication,
+            cloud_watch_logging_session=first._cloud_watch_logging_session,
+            activity_store=first._activity_store,
+        )
+        self._first_env = first.env
+        self._state = state
+        self._state_input = state_input
+        self._redrive_count = redrive_count
+
+    def _get_evaluation_entrypoint(self) -> Any:
+        definition = json.loads(self._evaluation_details.state_machine_details.definition)
+        definition["StartAt"] = self._state
+        return AmazonStateLanguageParser.parse(json.dumps(definition))[0]
+
+    def _get_evaluation_environment(self) -> Any:
+        env = ExecutionWorker._get_evaluation_environment(self)
+        env.event_manager = self._first_env.event_manager
+        env.states.context_object.context_object_data["Execution"]["RedriveCount"] = self._redrive_count
+        env.states.reset(input_value=self._state_input)
+        return env
+
+    def _execution_logic(self) -> None:
+        program = self._get_evaluation_entrypoint()
+        self.env = env = self._get_evaluation_environment()
+        env.event_manager.add_event(
+            context=env.event_history_context,
+            event_type=HistoryEventType.ExecutionRedriven,
+            event_details=EventDetails(executionRedrivenEventDetails={"redriveCount": self._redrive_count}),
+            update_source_event_id=False,
+        )
+        program.eval(env)
+        self._execution_communication.terminated()
+
+
+def _unsuccessful_state(history: list[Any]) -> tuple[str, Any]:
+    """The state the execution entered last and never left, with the input it entered with."""
+    entered: dict[str, Any] = {}
+    for event in history:
+        if event["type"].endswith("StateEntered"):
+            details = event["stateEnteredEventDetails"]
+            entered[details["name"]] = json.loads(details["input"])
+        elif event["type"].endswith("StateExited"):
+            entered.pop(event["stateExitedEventDetails"]["name"], None)
+    if not entered:
+        raise ValueError("the execution has no unsuccessful state to redrive from")
+    name = list(entered)[-1]
+    return name, entered[name]
+
+
+def redrive_execution(execution_arn: str) -> int:
+    """Step Functions' RedriveExecution, on this process's moto (which lacks it). Returns the new
+    ``RedriveCount``.
+
+    As AWS documents it: the execution "continues the failed execution from the unsuccessful step
+    and uses the same input", keeps "the results and execution history of the successful steps",
+    and runs under "the same state machine definition and execution ARN"; a retried state's
+    attempts start again from 0. Inline Map and Parallel branches are not modelled (the saga has
+    none).
+    """
+    with _EXECUTIONS_LOCK:
+        found = [
+            execution
+            for regions in list(stepfunctions_parser_backends.values())
+            for backend in list(regions.values())
+            for machine in list(backend.state_machines)
+            for execution in list(machine.executions)
+            if execution.execution_arn == execution_arn
+        ]
+        if not found:
+            raise ValueError(f"no execution {execution_arn}")
+        execution = found[0]
+        if execution.exec_status not in _REDRIVABLE:
+            raise ValueError(
+                f"{execution_arn} is {execution.exec_status.value}, not failed, aborted or timed out"
+            )
+        first = execution.exec_worker
+        context = first.env.states.context_object.context_object_data["Execution"]
+        redrive_count = int(context.get("RedriveCount", 0)) + 1
+        state, state_input = _unsuccessful_state(first.env.event_manager.get_event_history())
+        worker: Any = _RedriveWorker(first, state, state_input, redrive_count)
+        execution.exec_worker = worker
+        execution.exec_status = ExecutionStatus.RUNNING
+        execution.error = execution.cause = execution.stop_date = None
+        worker.start()
+        return redrive_count
+
+
 def retired_executions(state_machine_arn: str) -> list[RetiredExecution]:
     """The executions :func:`retire_executions` dropped, oldest first."""
     retired: list[RetiredExecution] = []
@@ -494,6 +736,10 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
     patches: list[tuple[Any, str, Any]] = [
         (lambda_models.LambdaBackend, "invoke", invoke),
         (retrier_decl, "time", _ScaledTime(hooks)),
+        (ErrorEqualsDecl, "_eval_body", _error_equals(ErrorEqualsDecl._eval_body)),
+        (ComparisonVariable, "_eval_body", _absent_variable_fails(ComparisonVariable._eval_body)),
+        (StateTask, "_eval_parameters", _parameters_within_quota(StateTask._eval_parameters)),
+        (StateTaskService, "_after_eval_execution", _no_late_success(StateTaskService._after_eval_execution)),
         (ExecutionWorker, "_get_evaluation_environment", evaluation_environment),
         (ExecutionWorker, "_get_evaluation_entrypoint", evaluation_entrypoint),
         (engine_boto_client, "boto3", _CachedBoto3(engine_boto_client.boto3, authorize)),

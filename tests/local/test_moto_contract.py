@@ -220,3 +220,92 @@ def test_a_new_execution_joins_the_list_before_its_status_is_set() -> None:
     assert source.index("state_machine.executions.append(execution)") < source.index("execution.start()")
     listing = inspect.getsource(StepFunctionsParserBackend.list_executions)
     assert "e.status == status_filter" in listing  # the read of a status that is not set yet
+
+
+def test_retry_and_catch_match_an_error_in_error_equals_decl_over_the_engine_stack() -> None:
+    # The adapter answers the match itself for States.Runtime and States.DataLimitExceeded: moto must
+    # still pop the error name from the stack and push the match as a bool, for every retrier and
+    # catcher alike, and still let States.ALL match everything (the rule the adapter narrows).
+    from moto.stepfunctions.parser.asl.component.common.catch.catcher_decl import CatcherDecl
+    from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
+
+    source = inspect.getsource(ErrorEqualsDecl._eval_body)
+    assert "error_name: ErrorName = env.stack.pop()" in source
+    assert "env.stack.append(res)" in source
+    assert "if ErrorEqualsDecl._STATE_ALL_ERROR in self.error_names:\n            res = True" in source
+    assert "self.error_equals.eval(env)" in inspect.getsource(retrier_decl.RetrierDecl._eval_body)
+    assert "self.error_equals.eval(env)" in inspect.getsource(CatcherDecl._eval_body)
+
+
+def test_a_timed_out_task_ends_its_frame_and_its_call_records_success_after_eval() -> None:
+    # The adapter drops a late TaskSucceeded by checking, in _after_eval_execution, whether the
+    # call's frame is still running: moto ends the frame when the timeout's wait returns.
+    from moto.stepfunctions.parser.asl.component.state.exec.execute_state import ExecutionState
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
+        StateTaskService,
+    )
+
+    timeout = inspect.getsource(ExecutionState._evaluate_with_timeout)
+    assert timeout.index("terminated_event.wait(timeout_seconds)") < timeout.index("frame.set_ended()")
+    assert "self._eval_execution(frame)" in timeout
+    after = inspect.getsource(StateTaskService._after_eval_execution)
+    assert "HistoryEventType.TaskSucceeded" in after
+    assert "self._after_eval_execution(" in inspect.getsource(StateTaskService._eval_execution)
+
+
+def test_a_service_task_builds_its_input_in_state_task_eval_parameters_and_checks_no_quota_there() -> None:
+    # The adapter checks the payload quota on what _eval_parameters returns: every service
+    # integration must get its input there, and moto must still not check it (or drop our check).
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
+        StateTaskService,
+    )
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task import StateTask
+
+    assert "raw_parameters = self._eval_parameters(env=env)" in inspect.getsource(
+        StateTaskService._eval_execution
+    )
+    assert "_eval_parameters" not in vars(StateTaskService)
+    assert "quota" not in inspect.getsource(StateTask._eval_parameters)
+
+
+def test_a_choice_rule_samples_its_variable_then_tests_it_and_takes_an_absent_one_for_no_match() -> None:
+    # The adapter fails a rule whose Variable finds nothing (unless the test is IsPresent) before
+    # moto's own evaluation, which samples the variable the same way and lets it through.
+    from moto.stepfunctions.parser.asl.component.state.choice.comparison.comparison_variable import (
+        ComparisonVariable,
+    )
+    from moto.stepfunctions.parser.asl.component.state.choice.comparison.variable import Variable
+
+    rule = inspect.getsource(ComparisonVariable._eval_body)
+    assert rule.index("variable.eval(env)") < rule.index("comparison_function.eval(env)")
+    sample = inspect.getsource(Variable._eval_body)
+    assert "value = NoSuchVariable(" in sample
+    assert "string_sampler" in sample
+
+
+def test_a_redrive_can_run_a_second_worker_on_an_execution_and_its_history() -> None:
+    # redrive_execution builds a second ExecutionWorker from the first one's parts, starts the
+    # program at another state on an environment sharing the first one's event manager, and lets
+    # the execution's own communication reflect the end: each of those must still be so.
+    from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication, Execution
+
+    init = list(inspect.signature(ExecutionWorker.__init__).parameters)
+    assert init[:5] == [
+        "self",
+        "evaluation_details",
+        "exec_comm",
+        "cloud_watch_logging_session",
+        "activity_store",
+    ]
+    logic = inspect.getsource(ExecutionWorker._execution_logic)
+    assert "program.eval(self.env)" in logic
+    assert "self._execution_communication.terminated()" in logic
+    reflect = inspect.getsource(BaseExecutionWorkerCommunication._reflect_execution_status)
+    assert "self.execution.exec_worker.env.program_state()" in reflect
+    history = inspect.getsource(Execution.to_history_output)
+    assert "env = self.exec_worker.env" in history
+    assert "env.event_manager.get_event_history()" in history
+    # moto still has no RedriveExecution of its own: when it gains one, drop ours.
+    from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+
+    assert not hasattr(StepFunctionsParserBackend, "redrive_execution")

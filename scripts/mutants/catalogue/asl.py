@@ -209,6 +209,17 @@ m.asl(
     "a released decline is reported as Charge Not Attempted",
     tests=(PATHS,),
 )
+m.asl(
+    "asl-why-released-unguarded",
+    set_path(
+        ("States", "Why Released?", "Choices", 2),
+        {"Variable": "$.error.Error", "StringEquals": "PaymentDeclined", "Next": "Payment Declined"},
+    ),
+    "Why Released? reads $.error.Error without testing $.error first: a release after a failed Claim "
+    "step (which has no $.error) fails the execution with States.Runtime, as AWS does, instead of "
+    "ending Claim Failed (the local engine let the missing path through until it followed AWS)",
+    tests=(PATHS,),
+)
 # -- the whole execution --
 m.asl(
     "asl-execution-outlives-lease",
