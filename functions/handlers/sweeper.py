@@ -203,10 +203,12 @@ def _check_settlements(context: LambdaContext, check_id: str) -> dict[str, Any]:
                 extra={"event": _SETTLEMENT_ALARMS[found.outcome], **fields},
             )
             count(_SETTLEMENT_ALARM_METRICS[found.outcome])
+            count("SettlementChecked", Outcome=found.outcome.value)
         else:
             log_event("settlement_checked", **fields)
-        count("SettlementChecked", Outcome=found.outcome.value)
+            count("SettlementChecked", Outcome=found.outcome.value)
     log_event("settlement_check_done", failed=failed, **outcomes)
+    count("SettlementCheckCompleted", FunctionName=context.function_name)
     return {"settlementCheck": outcomes, "failed": failed}
 
 
