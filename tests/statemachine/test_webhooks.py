@@ -6,8 +6,9 @@ the webhook alone resolves the claim an execution could not."""
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from payment_saga import charging
 from saga_local.runtime.faults import Fault
 from tests.helpers import Saga, deliver_webhook, order
 from tests.statemachine.settlement_support import before_the_retry
@@ -102,3 +103,46 @@ def test_a_live_mode_event_signed_for_a_test_stack_completes_nothing(saga: Saga)
     assert "OrderCharged" not in finals(saga, "ORDER-003")
     deliver_webhook(saga, "ORDER-003", "succeeded")  # the test-mode event: completes it
     assert saga.driver.claim("ORDER-003")["status"] == "COMPLETED"  # type: ignore[index]
+
+
+def test_a_webhook_that_settles_the_order_during_the_charges_last_try_ends_it_charged_without_a_page(
+    saga: Saga, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first create lands and its answer is lost; every retry meets Stripe refusing (429). During the
+    last try, while its request is in flight, Stripe's webhook completes the claim: the step reads the
+    claim after the unknown outcome, Stripe confirms the charge, and the order ends charged, not paged."""
+    saga.provider.inject("fail_after_apply", order_id="ORDER-003")
+    real = charging.charge
+    delivered: list[int] = []
+
+    def webhook_during_the_last_try(step: charging.ChargeTry, **kwargs: Any) -> Any:
+        provider = kwargs.pop("provider")
+        if step.retry_count == 1:  # from here on Stripe answers 429, before the key could replay
+            saga.provider.inject("rate_limit", order_id="ORDER-003", times=20)
+        if step.retry_count < 5:  # PaymentOutcomeUnknown's retrier: MaxAttempts 5
+            return real(step, provider=provider, **kwargs)
+
+        class SettledMeanwhile:
+            def charge(self, order: Any, **charge_kwargs: Any) -> Any:
+                delivered.append(step.retry_count)
+                stripe_side = threading.Thread(
+                    target=deliver_webhook, args=(saga, order.order_id, "succeeded")
+                )
+                stripe_side.start()
+                stripe_side.join()
+                return provider().charge(order, **charge_kwargs)  # Stripe still refuses it: unknown
+
+            def follow(self, order: Any, **follow_kwargs: Any) -> Any:
+                return provider().follow(order, **follow_kwargs)
+
+        return real(step, provider=SettledMeanwhile, **kwargs)
+
+    monkeypatch.setattr(charging, "charge", webhook_during_the_last_try)
+    result = saga.driver.wait(saga.driver.start(order(), name="webhook-last-try"))
+
+    assert delivered == [5]
+    assert result.outcome == "CHARGED", result
+    assert result.path == ["Claim Order", "Charge Payment", "Mark Complete"]
+    (landed,) = saga.provider.charges_for("ORDER-003")
+    assert result.output["chargeId"] == landed.charge_id  # type: ignore[index]
+    assert finals(saga, "ORDER-003") == ["OrderCharged"]  # and no OrderNeedsReconciliation
