@@ -335,6 +335,22 @@ def test_the_secret_is_read_only_from_the_stacks_own_account(aws: None) -> None:
             assert role.allows("secretsmanager:GetSecretValue", own), (name, reader)
 
 
+def test_the_webhook_signing_secret_is_read_only_from_the_stacks_own_account(aws: None) -> None:
+    """Whoever holds the signing secret can sign events the receiver accepts: a WebhookSigningSecretArn
+    naming another account's secret (one shared with this account) deploys, and IAM refuses the read."""
+    clients = functools.partial(boto3.client, region_name=REGION)
+    own = f"arn:aws:secretsmanager:eu-west-1:{ACCOUNT_ID}:secret:payment-saga/webhook-AbCdEf"
+    foreign = own.replace(ACCOUNT_ID, "999999999999")
+    for name, arn, allowed in (("own", own, True), ("foreign", foreign, False)):
+        stack = provision(clients, stack_name=name, parameters={"WebhookSigningSecretArn": arn})
+        assert stack.iam is not None
+        role = stack.iam.roles["WebhookReceiverFunction"]
+        assert role.allows("secretsmanager:GetSecretValue", arn) is allowed, name
+        assert role.allows("secretsmanager:GetSecretValue", own), name
+        readers = {p for p, r in stack.iam.roles.items() if r.allows("secretsmanager:GetSecretValue", own)}
+        assert readers == {"WebhookReceiverFunction"}, "only the receiver reads the signing secret"
+
+
 def kms_grants(deployed: dict[str, Any], role: str) -> list[tuple[str, dict[str, Any]]]:
     """(condition, statement) for each kms statement of ``role`` (condition "" when unconditional) on
     any key but the state machine's own (tests/static/test_security.py checks those)."""
