@@ -1,11 +1,14 @@
-"""The webhook queues' own policy, enforced on a local run as AWS enforces it.
+"""The webhook queues' and the relay's parking queue's own policies, enforced on a local run as AWS
+enforces them.
 
 The consumer applies what it finds on the webhook queue, so a role of the account granted
 ``sqs:SendMessage`` on ``*`` must not be able to queue a forged event there, nor plant one on the
 dead-letter queue for the runbook's redrive to move back, nor read the events. The local stack
 evaluates the Deny statements of every queue policy on each call a function's role makes
 (``saga_local.aws.iam``): a role widened here with the grant it would need is refused all the same,
-while the receiver still sends and the consumer's event source still receives and deletes.
+while the receiver still sends and the consumer's event source still receives and deletes. The same
+goes for the parking queue, whose records ``saga replay-parked`` reads with an operator's rights:
+only the relay parks.
 """
 
 from __future__ import annotations
@@ -110,3 +113,22 @@ def test_not_even_the_receiver_can_plant_an_event_on_the_dead_letter_queue(
         planter.send_message(QueueUrl=url, MessageBody=FORGED)
 
     assert "NobodyDeadLettersWebhooks" in str(refused.value)
+
+
+def test_a_role_other_than_the_relays_cannot_park_a_record(
+    saga: Saga, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    iam = _iam(saga)
+    url, arn = _queue(saga, "OutcomeRelayFailureQueue")
+    monkeypatch.setitem(
+        iam.roles, "SweeperFunction", _allowing(iam, "SweeperFunction", "sqs:SendMessage", arn)
+    )
+    planter = iam.act_as(boto3.client("sqs", region_name=REGION), "SweeperFunction")
+    relay = iam.act_as(boto3.client("sqs", region_name=REGION), "OutcomeRelayFunction")
+
+    with pytest.raises(planter.exceptions.ClientError) as refused:
+        planter.send_message(QueueUrl=url, MessageBody=json.dumps({"dynamodb": {}}))
+    relay.send_message(QueueUrl=url, MessageBody=json.dumps({"dynamodb": {}}))
+
+    assert "OnlyTheRelayParks" in str(refused.value)
+    assert ("OutcomeRelayFunction", "sqs:SendMessage", arn) in iam.used

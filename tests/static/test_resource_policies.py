@@ -9,7 +9,8 @@ difference is evaluated here directly, as IAM does (an explicit Deny wins over a
 
 Admitted, and nobody else: to the orders queue the saga's own re-queues (the relay, the state machine)
 and the producers ``OrderProducerPrincipalArns`` lists; to the dead-letter queue the start function;
-to the bus the three publishers (the relay, the start function, the state machine); to the webhook queue
+to the bus the three publishers (the relay, the start function, the state machine); to the relay's
+parking queue the relay; to the webhook queue
 the receiver and the operators ``WebhookQueueOperatorPrincipalArns`` lists (a DLQ redrive sends with its
 caller's rights), to its dead-letter queue nobody, and from both the consumer and those operators read.
 Each principal the policy admits is one whose role grants the call, so the policy takes nothing the saga
@@ -161,6 +162,18 @@ def test_only_the_sagas_three_publishers_may_put_an_outcome_event(stack: Stack) 
     assert PRODUCER not in allowed, "a producer may send orders, never announce their outcome"
     assert admitted_saga_roles(stack, "AWS::Events::EventBusPolicy", "events:PutEvents", bus) == granted(
         stack, "events:PutEvents", bus
+    )
+
+
+def test_only_the_relay_may_park_a_record(stack: Stack) -> None:
+    """saga replay-parked reads what is parked with an operator's rights: nobody else may put it there."""
+    parking = stack.resolver.attrs[("OutcomeRelayFailureQueue", "Arn")]
+
+    allowed = senders(stack, "AWS::SQS::QueuePolicy", "sqs:SendMessage", parking)
+
+    assert set(allowed) == {"OutcomeRelayFunction"}
+    assert admitted_saga_roles(stack, "AWS::SQS::QueuePolicy", "sqs:SendMessage", parking) == granted(
+        stack, "sqs:SendMessage", parking
     )
 
 
