@@ -123,8 +123,12 @@ def throttle_alarm(function: str, alarm: dict[str, Any], base: int) -> list[str]
         "    Threshold: 0",
         "    ComparisonOperator: GreaterThanThreshold",
         "    TreatMissingData: notBreaching",
-        f"    AlarmActions: {ALARM_TOPIC}",
-        f"    OKActions: {ALARM_TOPIC}",
+        # A ticket-level alarm (notify: false) notifies nobody: its state is on the dashboard only.
+        *(
+            [f"    AlarmActions: {ALARM_TOPIC}", f"    OKActions: {ALARM_TOPIC}"]
+            if alarm.get("notify", True)
+            else []
+        ),
     ]
 
 

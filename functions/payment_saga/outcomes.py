@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from payment_saga.claims import Claim, ClaimStatus, ReleaseReason
 from payment_saga.clock import Clock, iso_utc, system_clock
+from payment_saga.orders import holds_card_number
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -157,10 +158,14 @@ def rejected_order_id(body: str) -> str | None:
     ``orderId``, for a person tracing a producer's mistake; no consumer may act on it.
 
     A rejected body may not be JSON at all, or be nested deep enough to break a parser: this never
-    decodes it. None when no well-formed id is found, or when the body names more than one.
+    decodes it. None when no well-formed id is found, when the body names more than one, or when the
+    id holds a card number (the very reason it may have been refused: it must not reach the event).
     """
     found = {match.group(1) for match in _ORDER_ID_IN_BODY.finditer(body)}
-    return found.pop() if len(found) == 1 else None
+    if len(found) != 1:
+        return None
+    claimed = found.pop()
+    return None if holds_card_number(claimed) else claimed
 
 
 def rejected_event(*, message_id: str, reason: str, claimed_order_id: str | None, now: float) -> OutcomeEvent:

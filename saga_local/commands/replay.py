@@ -13,9 +13,20 @@ again), the records can be replayed:
   twice is safe: the events carry stable ids (consumers deduplicate), and a re-queue sent twice
   starts one execution.
 
+**A parked body is a claim to check, never a fact.** Whoever could send to the parking queue could
+write any change there, and a replay acts with the operator's rights: a planted CLAIMED -> RELEASED
+would re-queue an order of the planter's choosing, a planted change to COMPLETED would announce a
+charge. So before anything is said or done, each record's claim row is read again from the claims
+table (a strongly consistent ``GetItem`` of the base table), and what is relayed is that row as it
+is now, never the parked image: its order message is the one re-queued, its charge the one
+announced. A record the row does not bear out (:func:`contradiction`: another status, attempt,
+charge, release reason or settling PaymentIntent, or no row at all) does nothing and is left on the
+queue for a person, with what the table says: it was planted, or the claim has moved on since and
+its later changes were relayed from the stream in their own right.
+
 Needs ``sqs:ReceiveMessage``, ``sqs:DeleteMessage`` and ``sqs:ChangeMessageVisibility`` on the
-parking queue, ``events:PutEvents`` on the bus and ``sqs:SendMessage`` on the orders queue (and
-``cloudformation:DescribeStacks`` for ``--stack``).
+parking queue, ``dynamodb:GetItem`` on the claims table, ``events:PutEvents`` on the bus and
+``sqs:SendMessage`` on the orders queue (and ``cloudformation:DescribeStacks`` for ``--stack``).
 """
 
 from __future__ import annotations
@@ -26,9 +37,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from payment_saga.claims import Claim, ClaimStatus
 from payment_saga.outcomes import (
     DEFAULT_MAX_REQUEUE_ATTEMPTS,
     DEFAULT_REQUEUE_BASE_DELAY_SECONDS,
+    Closed,
     OutcomeNotPublished,
     OutcomeRelay,
     RequeuePolicy,
@@ -81,10 +94,12 @@ class ReplayReport:
     readable: int = 0
     unreadable: int = 0
     replayed: int = 0
+    #: Records the claims table does not bear out now: nothing done, left on the queue.
+    contradicted: int = 0
 
     @property
     def ok(self) -> bool:
-        return not self.apply or self.unreadable == 0
+        return not self.apply or (self.unreadable == 0 and self.contradicted == 0)
 
 
 def requeue_policy(parameters: dict[str, str]) -> RequeuePolicy:
@@ -114,10 +129,66 @@ def read_parked(sqs: Any, queue_url: str) -> list[Parked]:
     return parked
 
 
+@dataclass(frozen=True)
+class ClaimsTable:
+    """The claims table, read as the saga's own decisions read it: one item of the base table by its
+    key, strongly consistent (never an index, never a scan)."""
+
+    dynamodb: Any
+    table_name: str
+
+    def row(self, order_id: str) -> dict[str, Any] | None:
+        """The order's claim row now, as a stream image holds it, or None when there is none."""
+        item: dict[str, Any] | None = self.dynamodb.get_item(
+            TableName=self.table_name, Key={"orderId": {"S": order_id}}, ConsistentRead=True
+        ).get("Item")
+        return item
+
+
+def contradiction(parked: Closed, row: dict[str, Any] | None) -> str | None:
+    """Why the claim row as it is now does not bear out the parked change (None when it does).
+
+    The parked change says the claim reached a status (and, with it, a charge, a release reason, a
+    settling PaymentIntent) at an attempt; the row must say the same now. What is compared is what a
+    relay acts on: a RELEASED row re-queues only if released as never charged, a COMPLETED one
+    announces its charge.
+
+    Raises:
+        UnreadableChange: the row itself cannot be read as a claim.
+    """
+    if row is None:
+        return "the claims table has no row for this order"
+    try:
+        now = Claim.from_item(row)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UnreadableChange(f"the claim row in the table cannot be read: {exc!r}") from exc
+    claimed = parked.claim
+    said = _state(claimed)
+    found = _state(now)
+    if found != said:
+        return f"the claim is {found} now, not {said}"
+    if claimed.status is ClaimStatus.COMPLETED and now.charge_id != claimed.charge_id:
+        return f"the claim was completed with charge {now.charge_id}, not {claimed.charge_id}"
+    if claimed.awaiting_settlement and now.settlement_intent_id != claimed.settlement_intent_id:
+        return f"the claim awaits {now.settlement_intent_id}, not {claimed.settlement_intent_id}"
+    return None
+
+
+def _state(claim: Claim) -> str:
+    """What a claim's row says, in the words a person reads: status, how, attempt."""
+    reason = claim.release_reason.value if claim.release_reason else "without a reason"
+    how = {
+        ClaimStatus.RELEASED: f" {reason}",
+        ClaimStatus.CLAIMED: " awaiting settlement" if claim.awaiting_settlement else "",
+    }.get(claim.status, "")
+    return f"{claim.status.value}{how} at attempt {claim.attempt} (payment attempt {claim.payment_attempt})"
+
+
 def replay(
     sqs: Any,
     relay: OutcomeRelay,
     *,
+    claims: ClaimsTable,
     parking_queue_url: str,
     apply: bool,
     clock: Callable[[], float] = time.time,
@@ -127,7 +198,7 @@ def replay(
     parked = read_parked(sqs, parking_queue_url)
     try:
         for message in parked:
-            _one(sqs, relay, parking_queue_url, message, report, apply=apply, now=clock())
+            _one(sqs, relay, claims, parking_queue_url, message, report, apply=apply, now=clock())
     finally:
         # What this run did not delete is visible again at once, for the next reader.
         for message in parked:
@@ -138,6 +209,7 @@ def replay(
 def _one(
     sqs: Any,
     relay: OutcomeRelay,
+    claims: ClaimsTable,
     queue_url: str,
     message: Parked,
     report: ReplayReport,
@@ -148,9 +220,19 @@ def _one(
     try:
         old, new = message.change()
         closed = read_change(old, new, now)
+        # The row as it is now stands for the parked image: it is what is relayed, if anything.
+        row = claims.row(closed.claim.order_id) if closed is not None else new
+        why_not = contradiction(closed, row) if closed is not None else None
     except UnreadableChange as exc:
         report.unreadable += 1
         report.lines.append(f"{message.order_id}: still unreadable: {exc} (parked because {message.reason})")
+        return
+    if why_not is not None:
+        report.contradicted += 1
+        report.lines.append(
+            f"{message.order_id}: not replayed, the claims table says otherwise: {why_not}"
+            f" (left on the queue; parked because {message.reason})"
+        )
         return
     report.readable += 1
     if not apply:
@@ -158,7 +240,7 @@ def _one(
         report.lines.append(f"{message.order_id}: {what} (parked because {message.reason})")
         return
     try:
-        relayed = relay.relay(old, new)
+        relayed = relay.relay(old, row) if closed is not None else None
     except OutcomeNotPublished as exc:
         raise ReplayError(
             f"{message.order_id}: the bus refused the event ({exc}); the record stays"
@@ -181,18 +263,20 @@ def _show_again(sqs: Any, queue_url: str, message: Parked) -> None:
 def render(report: ReplayReport, where: str) -> str:
     """What a person reads: one line per parked record, then the count."""
     lines = list(report.lines)
-    total = report.readable + report.unreadable
+    total = report.readable + report.unreadable + report.contradicted
     if not total:
         return f"The parking queue of the {where} is empty: nothing to replay."
+    contradicted = f", {report.contradicted} not borne out by the claims table" if report.contradicted else ""
     if report.apply:
         lines.append(
             f"{plural(total, 'parked record')} on the {where}: {report.replayed} replayed,"
-            f" {report.unreadable} still unreadable (left on the queue)."
+            f" {report.unreadable} still unreadable{contradicted} (left on the queue)."
         )
     else:
         lines.append(
             f"{plural(total, 'parked record')} on the {where}: {report.readable} readable now,"
-            f" {report.unreadable} still unreadable. Dry run: nothing changed; --apply replays them."
+            f" {report.unreadable} still unreadable{contradicted}. Dry run: nothing changed; --apply"
+            " replays them."
         )
     return "\n".join(lines)
 
@@ -208,7 +292,7 @@ def cmd_replay_parked(args: argparse.Namespace) -> int:
         parameters = {p["ParameterKey"]: p["ParameterValue"] for p in described.get("Parameters", [])}
     missing = [
         key
-        for key in ("OutcomeRelayFailureQueueUrl", "OutcomeEventBusName", "OrdersQueueUrl")
+        for key in ("OutcomeRelayFailureQueueUrl", "OutcomeEventBusName", "OrdersQueueUrl", "ClaimsTableName")
         if key not in target.outputs
     ]
     if missing:
@@ -223,7 +307,11 @@ def cmd_replay_parked(args: argparse.Namespace) -> int:
     )
     try:
         report = replay(
-            sqs, relay, parking_queue_url=target.outputs["OutcomeRelayFailureQueueUrl"], apply=args.apply
+            sqs,
+            relay,
+            claims=ClaimsTable(target.clients("dynamodb"), target.outputs["ClaimsTableName"]),
+            parking_queue_url=target.outputs["OutcomeRelayFailureQueueUrl"],
+            apply=args.apply,
         )
     except ReplayError as exc:
         raise SystemExit(f"saga replay-parked: {exc}") from None

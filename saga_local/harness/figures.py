@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from saga_local.harness import bench_figures
+from saga_local.harness.cost import MILLION, load_prices
+from saga_local.harness.cost_measure import DEFAULT_XRAY_SAMPLED
 from saga_local.template import ROOT, load_template
 
 if TYPE_CHECKING:
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
 #: Relative difference allowed between a number in the docs and the one measured now.
 TOLERANCE = 0.03
 #: The files whose blocks this module writes.
-DOCUMENTS = ("README.md", "docs/outcome-events.md", "docs/performance.md")
+DOCUMENTS = ("README.md", "docs/outcome-events.md", "docs/performance.md", "docs/webhooks.md")
 _BLOCK = re.compile(r"<!-- figures:(?P<name>[a-z-]+) -->(?P<body>.*?)<!-- /figures:(?P=name) -->", re.DOTALL)
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 _WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
@@ -239,6 +241,44 @@ def webhook_ratio(figures: Figures) -> str:
     return f"**{figures.webhook['ratio']:,}** in the recorded run"
 
 
+#: Seconds in a day: a flood's ceiling is priced per day of it.
+_DAY = 86_400
+
+
+def webhook_flood(figures: Figures) -> str:
+    """What a flood of refused requests to the receiver's public URL costs, and its ceiling per
+    reserved receiver: Lambda's and X-Ray's prices (prices.json) at the receiver's memory (the
+    template). Needs no run: a refusal's cost is the invocation, its billed milliseconds, its trace."""
+    prices = {name: float(price["usd"]) for name, price in load_prices()["prices"].items()}
+    globals_ = load_template()["Globals"]["Function"]
+    receiver = load_template()["Resources"]["WebhookReceiverFunction"]["Properties"]
+    memory_mb = int(receiver.get("MemorySize", globals_["MemorySize"]))
+    if receiver.get("Architectures", globals_["Architectures"]) != ["arm64"]:
+        raise ValueError("the receiver is priced as an arm64 function: price its architecture")
+    if receiver.get("Tracing", globals_.get("Tracing")) != "Active":
+        raise ValueError("the receiver is priced as traced by X-Ray: price it untraced")
+    gb = memory_mb / 1024
+    request = prices["lambda_arm64_request"] * MILLION
+    per_ms = prices["lambda_arm64_gb_second"] * gb / 1000 * MILLION
+    per_trace = prices["xray_trace_recorded"] * DEFAULT_XRAY_SAMPLED
+    traced = per_trace * MILLION
+    # One receiver refusing all day at Lambda's 1 ms billing floor: the most requests it can be billed for.
+    day_requests = _DAY * 1000 * (prices["lambda_arm64_request"] + per_trace)
+    day_duration = _DAY * gb * prices["lambda_arm64_gb_second"]
+    ceiling = day_requests + day_duration
+    return (
+        f"A million refused requests cost **${request:.2f}** in invocations, **${per_ms:.4f}** for each"
+        f" millisecond Lambda bills each of them (the receiver has {memory_mb} MB; Lambda bills by the"
+        f" millisecond, 1 ms at least) and **${traced:.2f}** in X-Ray traces (its default rule records"
+        f" {DEFAULT_XRAY_SAMPLED:.0%} of requests past the first each second), plus their log lines"
+        f" (${prices['cloudwatch_logs_ingestion_gb']:.2f} per GB ingested). A throttled request costs"
+        f" nothing. A receiver kept busy all day refusing requests billed at 1 ms, the most it can be"
+        f" billed for, costs at most **${ceiling:,.2f}** a day before logs (${day_duration:.2f} of it"
+        f" duration), so with `WebhookReceiverMaxConcurrency` set to 10 a flood costs at most"
+        f" **${10 * ceiling:,.2f}** a day, however large it is."
+    )
+
+
 #: Block name -> what renders it.
 RENDERERS: dict[str, Callable[[Figures], str]] = {
     "transitions": transitions_sentence,
@@ -254,6 +294,7 @@ RENDERERS: dict[str, Callable[[Figures], str]] = {
     "webhook-run": webhook_run,
     "webhook-latency": webhook_latency_table,
     "webhook-ratio": webhook_ratio,
+    "webhook-flood": webhook_flood,
 }
 
 
@@ -267,8 +308,10 @@ def _from_records(renderer: Callable[[dict[str, dict[str, Any]]], str]) -> Calla
 RENDERERS.update({name: _from_records(renderer) for name, renderer in bench_figures.RENDERERS.items()})
 #: The blocks rendered from the recorded webhook run alone (no ``saga cost`` needed).
 WEBHOOK_BLOCKS = ("webhook-run", "webhook-latency", "webhook-ratio")
+#: The blocks rendered from prices.json and the template alone: no run, so no run's noise either.
+PRICED_BLOCKS = ("webhook-flood",)
 #: Every block rendered from a recorded run: exactly what its file renders, no run's noise allowed.
-RECORDED_BLOCKS = (*WEBHOOK_BLOCKS, *bench_figures.RENDERERS)
+RECORDED_BLOCKS = (*WEBHOOK_BLOCKS, *PRICED_BLOCKS, *bench_figures.RENDERERS)
 
 
 def render(name: str, figures: Figures, old: str) -> str:

@@ -254,3 +254,13 @@ def test_the_recorded_cold_start_times_every_function_of_the_template() -> None:
         assert row["compiled_at_import"] == 0 or row is recorded["baseline"]["bare_plain"]
     assert set(recorded["goal"]) == {"x_bare_plain_at_most", "worst", "met"}
     assert set(recorded["measured_on"]) == {"utc", "cpu_count", "load_average"}
+
+
+def test_what_a_flood_costs_in_webhooks_md_is_priced_from_prices_json_and_the_template() -> None:
+    """No run needed: a refused request costs its invocation, its billed milliseconds and its trace."""
+    documented = figures.blocks((ROOT / "docs" / "webhooks.md").read_text(encoding="utf-8"))["webhook-flood"]
+    priced = figures.Figures(cost={}, outputs={}, webhook={}, bench={})
+
+    assert figures.matches(
+        "webhook-flood", documented, figures.render("webhook-flood", priced, documented)
+    ), "run `make docs-figures` and commit the result"

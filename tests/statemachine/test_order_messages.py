@@ -35,6 +35,9 @@ CARD_SHAPED_BODIES = {
         order("ORDER-PAN-2", paymentAttempt="4000 0566 5566 5556")
     ): "paymentAttempt must not hold a card number",
     json.dumps(order("ORDER-ATTEMPT", paymentAttempt="retry #2")): "paymentAttempt must be 1-64 characters",
+    json.dumps(order("4242424242424242")): "orderId must not hold a card number",
+    json.dumps(order("4242-4242-4242-4242")): "orderId must not hold a card number",
+    json.dumps(order("4242 4242 4242 4242")): "orderId must not hold a card number",
 }
 
 
@@ -128,6 +131,12 @@ def test_card_shaped_values_are_dead_lettered_with_their_reason_and_reach_no_cla
     assert saga.driver.claims() == {}
     assert saga.driver.execution_arns() == []
     assert saga.provider.payment_intents("ORDER-PAN-1") == []
+    # The key is the one value copied everywhere: not even the rejection's event may carry it.
+    log = saga.driver.outcome_log
+    assert log is not None
+    rejected = [e for e in log.collect() if e.detail_type == "OrderRejected"]
+    assert len(rejected) == len(CARD_SHAPED_BODIES)
+    assert not [e for e in rejected if "4242" in json.dumps(e.detail)]
 
 
 def test_a_saved_card_is_charged_with_its_customer_and_refused_without_it(saga: Saga) -> None:

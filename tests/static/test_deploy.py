@@ -72,17 +72,61 @@ def allowed(template: Template, parameter: str, value: str) -> bool:
     return True
 
 
-# -- concurrency: no reservation, the sweeper single-flight by a lease row ---------------------------
+# -- concurrency: no reservation by default, the sweeper single-flight by a lease row ----------------
+
+#: The receiver's reservation as the template writes it: the parameter's value, or none at all.
+RECEIVER_RESERVATION = {
+    "Fn::If": ["BoundWebhookReceiver", {"Ref": "WebhookReceiverMaxConcurrency"}, NO_VALUE]
+}
 
 
-def test_no_function_reserves_concurrency(template: Template, deployed: dict[str, Any]) -> None:
-    """An account whose quota is 10 refuses any reservation ("decreases account's
-    UnreservedConcurrentExecution below its minimum value of [10]")."""
+def reservation(template: Template, parameters: dict[str, str]) -> dict[str, Any]:
+    """Function -> the ReservedConcurrentExecutions CloudFormation receives with these parameters."""
+    resolver = Resolver(
+        parameters={**{k: str(v.get("Default", "")) for k, v in template.parameters.items()}, **parameters},
+        conditions=template.data["Conditions"],
+    )
+    found = {}
     for name in template.functions:
-        assert template.function_setting(name, "ReservedConcurrentExecutions") is None, name
+        setting = template.function_setting(name, "ReservedConcurrentExecutions")
+        if setting is None:
+            continue
+        condition, if_true, if_false = setting["Fn::If"]
+        chosen = if_true if resolver.condition(condition) else if_false
+        if chosen != NO_VALUE:
+            found[name] = resolver.resolve(chosen)
+    return found
+
+
+def test_no_function_reserves_concurrency_by_default(template: Template, deployed: dict[str, Any]) -> None:
+    """An account whose quota is 10 refuses any reservation ("decreases account's
+    UnreservedConcurrentExecution below its minimum value of [10]"): the defaults reserve nothing."""
+    assert reservation(template, {}) == {}
+    for name in template.functions:
+        if name != "WebhookReceiverFunction":
+            assert template.function_setting(name, "ReservedConcurrentExecutions") is None, name
     for name, resource in deployed["Resources"].items():
-        if resource["Type"] == "AWS::Lambda::Function":
+        if resource["Type"] == "AWS::Lambda::Function" and name != "WebhookReceiverFunction":
             assert "ReservedConcurrentExecutions" not in resource["Properties"], name
+
+
+def test_the_public_urls_receiver_is_bounded_by_its_parameter_where_the_quota_allows(
+    template: Template,
+) -> None:
+    """Only the receiver faces the internet: with WebhookReceiverMaxConcurrency set, a flood of requests to
+    its URL is throttled at that bound and leaves the rest of the quota to the charge path. 0 is no
+    reservation (Lambda's 0 would refuse every delivery)."""
+    parameter = template.parameters["WebhookReceiverMaxConcurrency"]
+    assert (parameter["Default"], parameter["MinValue"]) == (0, 0)
+    assert (
+        template.functions["WebhookReceiverFunction"]["ReservedConcurrentExecutions"] == RECEIVER_RESERVATION
+    )
+    assert template.functions["WebhookReceiverFunction"]["FunctionUrlConfig"]["AuthType"] == "NONE"
+
+    assert reservation(template, {"WebhookReceiverMaxConcurrency": "10"}) == {"WebhookReceiverFunction": "10"}
+    assert reservation(template, {"WebhookReceiverMaxConcurrency": "0"}) == {}
+    docs = DOCS.read_text(encoding="utf-8")
+    assert "| `WebhookReceiverMaxConcurrency` | 0 |" in docs
 
 
 def test_the_sweeper_takes_the_lease_row_before_it_sweeps(
@@ -335,6 +379,22 @@ def test_the_secret_is_read_only_from_the_stacks_own_account(aws: None) -> None:
             assert role.allows("secretsmanager:GetSecretValue", own), (name, reader)
 
 
+def test_the_webhook_signing_secret_is_read_only_from_the_stacks_own_account(aws: None) -> None:
+    """Whoever holds the signing secret can sign events the receiver accepts: a WebhookSigningSecretArn
+    naming another account's secret (one shared with this account) deploys, and IAM refuses the read."""
+    clients = functools.partial(boto3.client, region_name=REGION)
+    own = f"arn:aws:secretsmanager:eu-west-1:{ACCOUNT_ID}:secret:payment-saga/webhook-AbCdEf"
+    foreign = own.replace(ACCOUNT_ID, "999999999999")
+    for name, arn, allowed in (("own", own, True), ("foreign", foreign, False)):
+        stack = provision(clients, stack_name=name, parameters={"WebhookSigningSecretArn": arn})
+        assert stack.iam is not None
+        role = stack.iam.roles["WebhookReceiverFunction"]
+        assert role.allows("secretsmanager:GetSecretValue", arn) is allowed, name
+        assert role.allows("secretsmanager:GetSecretValue", own), name
+        readers = {p for p, r in stack.iam.roles.items() if r.allows("secretsmanager:GetSecretValue", own)}
+        assert readers == {"WebhookReceiverFunction"}, "only the receiver reads the signing secret"
+
+
 def kms_grants(deployed: dict[str, Any], role: str) -> list[tuple[str, dict[str, Any]]]:
     """(condition, statement) for each kms statement of ``role`` (condition "" when unconditional) on
     any key but the state machine's own (tests/static/test_security.py checks those)."""
@@ -450,7 +510,10 @@ def test_alarms_can_only_notify_a_topic_in_the_stacks_region(template: Template)
     alarms = template.of_type("AWS::CloudWatch::Alarm")
     assert alarms
     for name, properties in alarms.items():
-        for actions in (properties["AlarmActions"], properties["OKActions"]):
+        # A ticket-level alarm notifies nobody (tests/static/test_operations.py lists them).
+        for actions in (properties.get("AlarmActions", []), properties.get("OKActions", [])):
+            if not actions:
+                continue
             ((condition, made_here, otherwise),) = [action["Fn::If"] for action in actions]
             assert (condition, made_here, otherwise) == ("CreateAlarmTopic", {"Ref": "AlarmTopic"}, given), (
                 name

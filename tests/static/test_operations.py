@@ -320,6 +320,14 @@ def alarm_metrics(properties: dict[str, Any]) -> list[tuple[Any, str, dict[str, 
     return found
 
 
+#: Ticket-level alarms: on the dashboard's alarm widget, notifying nobody, because anyone on the internet
+#: can raise them (the webhook receiver's function URL is public): nothing an anonymous request causes
+#: may page a person. Each one's description says so.
+TICKET_LEVEL = {"WebhookReceiverThrottlesAlarm"}
+#: The metrics only anonymous requests move (the receiver's refusals): no paging alarm may read them.
+ANONYMOUS_METRICS = {"WebhookRejected", "WebhookSignatureRejected"}
+
+
 def test_every_alarm_says_what_to_do_and_notifies_the_topic(template: Template) -> None:
     alarms = template.of_type("AWS::CloudWatch::Alarm")
     assert len(alarms) >= 6
@@ -328,6 +336,11 @@ def test_every_alarm_says_what_to_do_and_notifies_the_topic(template: Template) 
         description = properties["AlarmDescription"]
         text = description if isinstance(description, str) else json.dumps(description)
         assert len(text.split()) >= 30, f"{name}: the description is the runbook"
+        if name in TICKET_LEVEL:
+            assert "AlarmActions" not in properties, f"{name}: anyone can raise it, so it notifies nobody"
+            assert "OKActions" not in properties, name
+            assert "Ticket-level" in text, f"{name}: its description says it pages nobody"
+            continue
         assert properties["AlarmActions"] == [topic], name
         assert properties["OKActions"] == [topic], name
         if name == "SweeperHeartbeatAlarm":
@@ -370,6 +383,25 @@ def test_every_alarm_reads_a_metric_something_publishes(template: Template) -> N
             else:
                 assert metric in emitted, f"{name}: no handler emits {metric}"
                 assert dimensions == {"service": service}, f"{name}: Powertools publishes service={service}"
+
+
+def test_no_request_to_the_public_url_can_page_anyone(template: Template) -> None:
+    """The receiver's refusals are counted (on the dashboard) and alarmed nowhere that notifies; its
+    throttles, which a flood causes by design once it is bounded, are ticket-level. Stripe's deliveries
+    kept out still page, as silence: charges landing and no *verified* event received."""
+    receiver = {"Ref": "WebhookReceiverFunction"}
+    paging = {
+        name: properties
+        for name, properties in template.of_type("AWS::CloudWatch::Alarm").items()
+        if properties.get("AlarmActions")
+    }
+    for name, properties in paging.items():
+        for _, metric, dimensions in alarm_metrics(properties):
+            assert metric not in ANONYMOUS_METRICS, f"{name} pages on {metric}: anyone can send those"
+            if dimensions.get("FunctionName") == receiver:
+                assert metric == "Errors", f"{name}: the receiver's {metric} is no page"
+    silence = paging["WebhookSilenceAlarm"]
+    assert {metric for _, metric, _ in alarm_metrics(silence)} == {"ChargeApplied", "WebhookReceived"}
 
 
 def test_every_function_has_a_throttle_alarm(template: Template) -> None:

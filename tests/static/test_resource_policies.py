@@ -1,4 +1,4 @@
-"""Who may write to the orders queue, the dead-letter queue and the outcome bus: the resource policies.
+"""Who may reach the saga's queues and its outcome bus: the resource policies.
 
 An identity policy of ours says what the saga's roles may do; it cannot stop another principal of the
 account that was granted ``sqs:SendMessage`` or ``events:PutEvents`` on ``*``. Only an explicit Deny
@@ -9,8 +9,12 @@ difference is evaluated here directly, as IAM does (an explicit Deny wins over a
 
 Admitted, and nobody else: to the orders queue the saga's own re-queues (the relay, the state machine)
 and the producers ``OrderProducerPrincipalArns`` lists; to the dead-letter queue the start function;
-to the bus the three publishers (the relay, the start function, the state machine). Each principal the
-policy admits is one whose role grants the call, so the policy takes nothing the saga needs.
+to the bus the three publishers (the relay, the start function, the state machine); to the relay's
+parking queue the relay; to the webhook queue
+the receiver and the operators ``WebhookQueueOperatorPrincipalArns`` lists (a DLQ redrive sends with its
+caller's rights), to its dead-letter queue nobody, and from both the consumer and those operators read.
+Each principal the policy admits is one whose role grants the call, so the policy takes nothing the saga
+needs.
 """
 
 from __future__ import annotations
@@ -33,12 +37,15 @@ if TYPE_CHECKING:
 #: A producer the stack's parameter admits, and a role of the same account it does not.
 PRODUCER = f"arn:aws:iam::{ACCOUNT_ID}:role/order-service"
 INTRUDER = f"arn:aws:iam::{ACCOUNT_ID}:role/any-role-with-send-on-star"
+#: An operator the stack's parameter admits to the webhook queues (to read them and redrive).
+OPERATOR = f"arn:aws:iam::{ACCOUNT_ID}:role/payments-on-call"
 
 
 @pytest.fixture
 def stack(aws: None) -> Stack:
     clients = functools.partial(boto3.client, region_name=REGION)
-    provisioned = provision(clients, parameters={"OrderProducerPrincipalArns": PRODUCER})
+    parameters = {"OrderProducerPrincipalArns": PRODUCER, "WebhookQueueOperatorPrincipalArns": OPERATOR}
+    provisioned = provision(clients, parameters=parameters)
     # The roles' ARNs as IAM names them (the local stack creates no role per function).
     assert provisioned.iam is not None
     for role in provisioned.iam.roles.values():
@@ -105,7 +112,7 @@ def senders(stack: Stack, resource_type: str, action: str, resource: str) -> dic
         result[principal] = identity and not denied(
             statements, action, resource, role_arn(stack.iam, principal)
         )
-    for outsider in (PRODUCER, INTRUDER):
+    for outsider in (PRODUCER, INTRUDER, OPERATOR):
         result[outsider] = not denied(statements, action, resource, outsider)
     return {who: ok for who, ok in result.items() if ok}
 
@@ -158,17 +165,105 @@ def test_only_the_sagas_three_publishers_may_put_an_outcome_event(stack: Stack) 
     )
 
 
-def test_a_stack_without_listed_producers_admits_only_its_own_requeues(aws: None) -> None:
+def test_only_the_relay_may_park_a_record(stack: Stack) -> None:
+    """saga replay-parked reads what is parked with an operator's rights: nobody else may put it there."""
+    parking = stack.resolver.attrs[("OutcomeRelayFailureQueue", "Arn")]
+
+    allowed = senders(stack, "AWS::SQS::QueuePolicy", "sqs:SendMessage", parking)
+
+    assert set(allowed) == {"OutcomeRelayFunction"}
+    assert admitted_saga_roles(stack, "AWS::SQS::QueuePolicy", "sqs:SendMessage", parking) == granted(
+        stack, "sqs:SendMessage", parking
+    )
+
+
+@pytest.fixture
+def bare(aws: None) -> Stack:
+    """A stack deployed with no producers and no operators listed."""
     clients = functools.partial(boto3.client, region_name=REGION)
-    bare = provision(clients, stack_name="bare")
-    assert bare.iam is not None
-    for role in bare.iam.roles.values():
-        bare.resolver.attrs[(role.name, "Arn")] = f"arn:aws:iam::{ACCOUNT_ID}:role/{role.name}"
+    provisioned = provision(clients, stack_name="bare")
+    assert provisioned.iam is not None
+    for role in provisioned.iam.roles.values():
+        provisioned.resolver.attrs[(role.name, "Arn")] = f"arn:aws:iam::{ACCOUNT_ID}:role/{role.name}"
+    return provisioned
+
+
+def test_a_stack_without_listed_producers_admits_only_its_own_requeues(bare: Stack) -> None:
     queue = bare.resolver.attrs[("OrdersQueue", "Arn")]
 
     allowed = senders(bare, "AWS::SQS::QueuePolicy", "sqs:SendMessage", queue)
 
     assert set(allowed) == {"OutcomeRelayFunction", "PaymentSagaStateMachine"}
+
+
+# -- the webhook queues: what the consumer acts on ---------------------------------------------------
+
+#: What reading a queue is: receiving, deleting, hiding a message; a DLQ redrive receives and deletes
+#: with its caller's rights.
+READ_ACTIONS = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility")
+
+
+def test_only_the_receiver_and_the_listed_operators_may_queue_a_webhook_event(stack: Stack) -> None:
+    queue = stack.resolver.attrs[("WebhookQueue", "Arn")]
+
+    allowed = senders(stack, "AWS::SQS::QueuePolicy", "sqs:SendMessage", queue)
+
+    assert set(allowed) == {"WebhookReceiverFunction", OPERATOR}
+    assert INTRUDER not in allowed, "a role with sqs:SendMessage on * cannot queue a forged event"
+    assert PRODUCER not in allowed, "a producer of orders is no operator of the webhook queues"
+    assert admitted_saga_roles(stack, "AWS::SQS::QueuePolicy", "sqs:SendMessage", queue) == granted(
+        stack, "sqs:SendMessage", queue
+    )
+
+
+def test_nobody_may_send_to_the_webhook_dead_letter_queue(stack: Stack) -> None:
+    """SQS's own move after five receives is no SendMessage; a message planted there would be moved
+    back onto the webhook queue by the runbook's redrive."""
+    dlq = stack.resolver.attrs[("WebhookDeadLetterQueue", "Arn")]
+
+    assert senders(stack, "AWS::SQS::QueuePolicy", "sqs:SendMessage", dlq) == {}
+
+
+@pytest.mark.parametrize("action", READ_ACTIONS)
+@pytest.mark.parametrize("queue", ["WebhookQueue", "WebhookDeadLetterQueue"])
+def test_only_the_consumer_and_the_listed_operators_may_read_the_webhook_queues(
+    stack: Stack, queue: str, action: str
+) -> None:
+    arn = stack.resolver.attrs[(queue, "Arn")]
+    statements = resource_statements(stack, "AWS::SQS::QueuePolicy")
+
+    assert admitted_saga_roles(stack, "AWS::SQS::QueuePolicy", action, arn) == {"WebhookConsumerFunction"}
+    assert granted(stack, action, arn) <= {"WebhookConsumerFunction"}
+    assert not denied(statements, action, arn, OPERATOR)
+    assert denied(statements, action, arn, INTRUDER)
+    assert denied(statements, action, arn, PRODUCER)
+
+
+def test_the_listed_operators_may_redrive_the_webhook_dead_letter_queue_and_nobody_else(stack: Stack) -> None:
+    """What ``aws sqs start-message-move-task`` needs from its caller: start it on the dead-letter queue,
+    receive and delete there, send to the webhook queue."""
+    dlq = stack.resolver.attrs[("WebhookDeadLetterQueue", "Arn")]
+    queue = stack.resolver.attrs[("WebhookQueue", "Arn")]
+    statements = resource_statements(stack, "AWS::SQS::QueuePolicy")
+    redrive = [
+        ("sqs:StartMessageMoveTask", dlq),
+        ("sqs:ReceiveMessage", dlq),
+        ("sqs:DeleteMessage", dlq),
+        ("sqs:SendMessage", queue),
+    ]
+
+    assert [denied(statements, action, on, OPERATOR) for action, on in redrive] == [False] * 4
+    assert [denied(statements, action, on, INTRUDER) for action, on in redrive] == [True] * 4
+
+
+def test_a_stack_without_listed_operators_admits_only_the_receiver_and_the_consumer(bare: Stack) -> None:
+    queue = bare.resolver.attrs[("WebhookQueue", "Arn")]
+    statements = resource_statements(bare, "AWS::SQS::QueuePolicy")
+
+    allowed = senders(bare, "AWS::SQS::QueuePolicy", "sqs:SendMessage", queue)
+
+    assert set(allowed) == {"WebhookReceiverFunction"}
+    assert denied(statements, "sqs:ReceiveMessage", queue, OPERATOR)
 
 
 def _tls_denied(statement: dict[str, Any]) -> bool:

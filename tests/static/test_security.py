@@ -321,6 +321,19 @@ SECRET_READERS = (
 )
 
 
+def in_own_account(parameter: str) -> dict[str, Any]:
+    """The grant's resource: the secret the parameter names, rebuilt in the stack's own account."""
+    return {
+        "Fn::Sub": [
+            "arn:${AWS::Partition}:secretsmanager:${SecretRegion}:${AWS::AccountId}:secret:${SecretName}",
+            {
+                "SecretRegion": {"Fn::Select": [3, {"Fn::Split": [":", {"Ref": parameter}]}]},
+                "SecretName": {"Fn::Select": [6, {"Fn::Split": [":", {"Ref": parameter}]}]},
+            },
+        ]
+    }
+
+
 def test_the_key_is_read_from_the_secret_only_by_the_functions_that_call_the_provider(
     template: Template, deployed: dict[str, Any]
 ) -> None:
@@ -330,23 +343,15 @@ def test_the_key_is_read_from_the_secret_only_by_the_functions_that_call_the_pro
     for reader in sorted(readers):
         variables = template.functions[reader]["Environment"]["Variables"]
         parameter = template.referenced_resource(variables["PAYMENT_API_KEY_SECRET_ARN"])
+        assert parameter is not None, reader
         parameters.add(parameter)
         grants = [
             statement
             for statement in template.function_statements(reader)
             if any(str(action).startswith("secretsmanager:") for action in as_list(statement["Action"]))
         ]
-        own_account = {
-            "Fn::Sub": [
-                "arn:${AWS::Partition}:secretsmanager:${SecretRegion}:${AWS::AccountId}:secret:${SecretName}",
-                {
-                    "SecretRegion": {"Fn::Select": [3, {"Fn::Split": [":", {"Ref": parameter}]}]},
-                    "SecretName": {"Fn::Select": [6, {"Fn::Split": [":", {"Ref": parameter}]}]},
-                },
-            ]
-        }
         assert [(statement["Action"], statement["Resource"]) for statement in grants] == [
-            ("secretsmanager:GetSecretValue", own_account)
+            ("secretsmanager:GetSecretValue", in_own_account(parameter))
         ], f"{reader}: reads the secret it is given, in the stack's own account, and only that"
     # One secret, named by a required parameter with no default.
     (parameter,) = parameters
@@ -354,13 +359,14 @@ def test_the_key_is_read_from_the_secret_only_by_the_functions_that_call_the_pro
     assert template.parameters[parameter]["AllowedPattern"].startswith("^arn:aws[a-z-]*:secretsmanager:")
     assert "Default" not in template.parameters[parameter], "a default would be someone's secret"
     # And no other function may touch Secrets Manager, in its template policies or its deployed role,
-    # but the webhook receiver, which reads the endpoint's signing secret (and only that).
+    # but the webhook receiver, which reads the endpoint's signing secret (and only that, in the stack's
+    # own account too: whoever holds it signs events the endpoint accepts).
     receiver = template.function_by_handler("handlers.webhook_receiver.handler")
     assert [
         (statement["Action"], statement["Resource"])
         for statement in template.function_statements(receiver)
         if "secretsmanager" in json.dumps(statement)
-    ] == [("secretsmanager:GetSecretValue", {"Ref": "WebhookSigningSecretArn"})]
+    ] == [("secretsmanager:GetSecretValue", in_own_account("WebhookSigningSecretArn"))]
     assert "Default" not in template.parameters["WebhookSigningSecretArn"], (
         "a default would be someone's secret"
     )

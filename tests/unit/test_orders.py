@@ -205,6 +205,19 @@ REJECTED = {
     "paymentAttempt with a slash": (body(paymentAttempt="a/b"), "letters, digits and _.:-"),
     "paymentAttempt starting with a dash": (body(paymentAttempt="-1"), "starting with a letter or digit"),
     # card numbers where an id was expected: Stripe's test numbers pass the Luhn check
+    "card number as orderId": (body(orderId=CARD_NUMBER), "orderId must not hold a card number"),
+    "dashed card number as orderId": (
+        body(orderId="4242-4242-4242-4242"),
+        "orderId must not hold a card number",
+    ),
+    "spaced card number as orderId": (
+        body(orderId="4242 4242 4242 4242"),
+        "orderId must not hold a card number",
+    ),
+    "card number inside orderId": (
+        body(orderId=f"ORDER-{CARD_NUMBER}"),
+        "orderId must not hold a card number",
+    ),
     "card number as customerId": (body(customerId=CARD_NUMBER), "customerId must not hold a card number"),
     "grouped card number in paymentAttempt": (
         body(paymentAttempt="4000-0566-5566-5556"),
@@ -290,6 +303,33 @@ def test_a_reason_never_quotes_the_message(raw: str) -> None:
 )
 def test_digits_that_cannot_be_a_card_number_are_accepted(customer_id: str) -> None:
     assert parse_order_body(body(customerId=customer_id)).customer_id == customer_id
+
+
+@pytest.mark.parametrize(
+    "order_id",
+    [
+        "4242424242424241",  # 16 digits failing the Luhn check
+        "ORDER-424242424242",  # 12 digits passing it
+        "00424242424242424242",  # 20 digits: longer than any card number
+        "ORDER-4242_4242424242",  # the underscore ends a run: 4 digits, then 10
+        "ORDER-003",
+    ],
+)
+def test_an_order_id_that_cannot_be_a_card_number_is_accepted(order_id: str) -> None:
+    assert parse_order_body(body(orderId=order_id)).order_id == order_id
+
+
+def test_a_card_shaped_order_id_is_refused_by_name_without_quoting_it() -> None:
+    """The orderId is the one field copied everywhere (logs, events, the claim's key, the execution's
+    name, Stripe's metadata): a card number there is refused as in any other id, never quoted."""
+    for order_id in (CARD_NUMBER, "4242-4242-4242-4242", "4242 4242 4242 4242"):
+        text = reason(body(orderId=order_id))
+
+        assert text == (
+            "orderId must not hold a card number (13-19 digits passing the Luhn check):"
+            " card data never goes in an order message"
+        )
+        assert "4242" not in text
 
 
 def test_a_card_shaped_value_is_dead_lettered_like_any_invalid_message() -> None:

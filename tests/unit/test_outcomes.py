@@ -334,6 +334,10 @@ def test_the_delay_doubles_per_attempt_up_to_sqs_limit() -> None:
         ('{"orderId": "ORDER-9", "orderId": "ORDER-10"}', None),
         ('{"orderId": "bad id with spaces"}', None),
         ("[" * 10_000 + '"orderId": "ORDER-7"' + "]" * 10_000, "ORDER-7"),
+        # a card number where the key belongs: never copied into the event or its log line
+        ('{"orderId": "4242424242424242"}', None),
+        ('{"orderId": "4242-4242-4242-4242"}', None),
+        ('{"orderId": "ORDER-4242424242424242"}', None),
     ],
 )
 def test_a_rejected_body_names_its_order_only_when_it_is_plain(body: str, found: str | None) -> None:

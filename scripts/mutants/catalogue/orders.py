@@ -221,3 +221,9 @@ ORDERS.text(
     "        pass\n",
     "the execution input loses the saved card's customer: Stripe refuses the charge every time",
 )
+ORDERS.text(
+    "orders-order-id-card-number-accepted",
+    'order_id = _no_card_number(_text(data, "orderId"), "orderId")',
+    'order_id = _text(data, "orderId")',
+    "a card number as orderId reaches every log line, outcome event, claim key and Stripe's metadata",
+)
