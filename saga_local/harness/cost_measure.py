@@ -34,6 +34,7 @@ from saga_local.harness.usage import measure_order_usage
 if TYPE_CHECKING:
     from saga_local.harness.cost import Usage
     from saga_local.stack.embedded import EmbeddedStack
+    from saga_local.stripe_emulator.server import Endpoint
 
 #: START (58 bytes), END (52) and REPORT with X-Ray's TraceId/SegmentId/Sampled (about 240): per invocation.
 PLATFORM_LOG_BYTES = 350
@@ -150,7 +151,7 @@ def sweeps_per_month(schedule_expression: str, days: int = 30) -> float:
 
 
 #: The Stripe API endpoints an order's path may call, as the emulator counts them.
-STRIPE_ENDPOINTS = ("create", "retrieve", "search", "list", "cancel")
+STRIPE_ENDPOINTS: tuple[Endpoint, ...] = ("create", "retrieve", "search", "list", "cancel")
 
 
 def stripe_requests(stack: EmbeddedStack, body: dict[str, Any], *, debit: bool = False) -> dict[str, int]:
