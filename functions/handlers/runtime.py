@@ -3,6 +3,11 @@
 Clients and the provider are built once per container (the first call) and reused while the
 container is warm. ``reset()`` forgets them: tests call it after starting moto, so that clients
 are always created inside the mock.
+
+Clients are botocore's, made by one session: one loader, so the endpoints data and each service's
+model are read once per container, whichever client asks first. boto3 adds nothing the handlers use
+to a client (its resources and S3 transfers are not used) and its import alone cost a cold start
+more than creating the first client (it imports s3transfer).
 """
 
 from __future__ import annotations
@@ -10,9 +15,10 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
-import boto3
+import botocore.session
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from botocore.config import Config
@@ -50,13 +56,30 @@ def env(name: str, default: str | None = None) -> str:
 
 
 def client(service: str) -> Any:
-    """A boto3 client for ``service`` (cached per container)."""
-    return _client(service)
+    """A client for ``service`` in the function's region (cached per container)."""
+    return _client(service, None)
 
 
 @functools.cache
-def _client(service: str) -> Any:
-    return boto3.client(service, config=_BOTO_CONFIG)  # type: ignore[call-overload]
+def _session() -> botocore.session.Session:
+    """The one session every client is made by (its loader caches what it has read).
+
+    In Lambda nothing imports boto3, and this is a botocore session of its own. A process that has
+    set up boto3's default session (the local stack's runtimes, which hook its events to authorize,
+    count and fault every call a handler makes) gets that session's botocore session instead, so
+    that its hooks see the handlers' calls.
+    """
+    boto3 = sys.modules.get("boto3")
+    default = getattr(boto3, "DEFAULT_SESSION", None)
+    if default is not None:
+        shared: botocore.session.Session = default._session
+        return shared
+    return botocore.session.get_session()
+
+
+@functools.cache
+def _client(service: str, region: str | None) -> Any:
+    return _session().create_client(service, region_name=region, config=_BOTO_CONFIG)
 
 
 @functools.cache
@@ -126,18 +149,19 @@ def secret_string(arn: str) -> str:
     """The ``SecretString`` of the Secrets Manager secret ``arn``, read in the region the ARN names.
 
     (arn:PARTITION:secretsmanager:REGION:ACCOUNT:secret:NAME), which may not be the function's own: a
-    client of the function's region answers ResourceNotFound. Callers read it rarely (once per
-    container), so the client is not kept.
+    client of the function's region answers ResourceNotFound. The client is kept, one per region, like
+    the others: the webhook receiver reads its secret again every few minutes.
     """
     parts = arn.split(":")
     region = parts[3] if len(parts) > 3 and parts[3] else None  # a bare name: the function's region
-    secrets: SecretsManagerClient = boto3.client("secretsmanager", region_name=region, config=_BOTO_CONFIG)
+    secrets: SecretsManagerClient = _client("secretsmanager", region)
     return secrets.get_secret_value(SecretId=arn)["SecretString"]
 
 
 def reset() -> None:
     """Forget cached clients and configuration (tests; a new container does this by starting)."""
     _client.cache_clear()
+    _session.cache_clear()
     claims_store.cache_clear()
     provider.cache_clear()
 
