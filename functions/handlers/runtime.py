@@ -12,6 +12,7 @@ more than creating the first client (it imports s3transfer).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import botocore.session
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.tracing.base import BaseProvider, BaseSegment
 from botocore.config import Config
 
 from payment_saga.api_keys import KeyModeMismatch, stripe_secret_from_string
@@ -33,13 +35,71 @@ from payment_saga.claims import (
 from payment_saga.payments import StripeProvider
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator, Sequence
+
     from mypy_boto3_secretsmanager import SecretsManagerClient
 
+
+class _UntracedSegment(BaseSegment):
+    """What the handlers' subsegments are when tracing is off: nothing is recorded."""
+
+    def close(self, end_time: int | None = None) -> None:
+        pass
+
+    def add_subsegment(self, subsegment: Any) -> None:
+        pass
+
+    def remove_subsegment(self, subsegment: Any) -> None:
+        pass
+
+    def put_annotation(self, key: str, value: Any) -> None:
+        pass
+
+    def put_metadata(self, key: str, value: Any, namespace: str = "default") -> None:
+        pass
+
+    def add_exception(self, exception: BaseException, stack: Any, remote: bool = False) -> None:
+        pass
+
+
+class _Untraced(BaseProvider):
+    """The Tracer's provider when tracing is off: Powertools' own would still import the X-Ray SDK
+    (with asyncio), about a tenth of a function's import, to record nothing."""
+
+    @contextlib.contextmanager
+    def in_subsegment(self, name: str | None = None, **kwargs: Any) -> Iterator[BaseSegment]:
+        yield _UntracedSegment()
+
+    @contextlib.asynccontextmanager
+    async def in_subsegment_async(self, name: str | None = None, **kwargs: Any) -> AsyncIterator[BaseSegment]:
+        yield _UntracedSegment()
+
+    def put_annotation(self, key: str, value: Any) -> None:
+        pass
+
+    def put_metadata(self, key: str, value: Any, namespace: str = "default") -> None:
+        pass
+
+    def patch(self, modules: Sequence[str]) -> None:
+        pass
+
+    def patch_all(self) -> None:
+        pass
+
+
+def _tracer() -> Tracer:
+    """X-Ray's Tracer where tracing is on (in Lambda, unless ``POWERTOOLS_TRACE_DISABLED``), as
+    Powertools decides it; elsewhere one that imports and records nothing (local runs, tests)."""
+    if Tracer._is_tracer_disabled():  # Powertools' own rule, not a copy of it
+        return Tracer(disabled=True, provider=_Untraced())
+    # X-Ray subsegments for the AWS SDK's calls, which every function makes. Not patch_all: it would
+    # also import and patch requests (only the functions that call Stripe need it: provider() patches
+    # it there) and sqlite3, which nothing uses, in every function's cold start.
+    return Tracer(patch_modules=("botocore",))
+
+
 logger = Logger()
-# X-Ray subsegments for the AWS SDK's calls, which every function makes. Not patch_all: it would also
-# import and patch requests (only Charge and the sweeper call Stripe: provider() patches it there) and
-# sqlite3, which nothing uses, in every function's cold start.
-tracer = Tracer(patch_modules=("botocore",))
+tracer = _tracer()
 metrics = Metrics()
 
 #: Standard retry mode with a few attempts: DynamoDB throttles are retried by the SDK first, then
