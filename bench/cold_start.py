@@ -201,10 +201,15 @@ def pins(path: Path) -> dict[str, str]:
 
 
 def check_bare_pins() -> None:
-    """The yardsticks ship the functions' own versions of what they share, or the bench stops."""
+    """The yardsticks ship the functions' own versions of what they share, or the bench stops (boto3,
+    which Powertools' idempotency and parameters utilities need, the functions do not ship)."""
     ours = pins(ROOT / "functions" / "requirements.txt")
     bare = pins(BARE_DIR / "requirements.txt")
-    drift = {name: (version, ours.get(name)) for name, version in bare.items() if ours.get(name) != version}
+    drift = {
+        name: (version, ours[name])
+        for name, version in bare.items()
+        if name in ours and ours[name] != version
+    }
     if drift:
         raise SystemExit(f"error: bench/bare/requirements.txt pins differ from functions/': {drift}")
 
@@ -263,18 +268,28 @@ class Bench:
             self.invoke(lever, {"order": order, "claimToken": token_of(order["orderId"])})
 
 
-def untrimmed_copy(package: Path, full: Path, scratch: Path) -> Path:
-    """``package`` as links, but with the botocore data of ``full`` (a plain pip install of the same
-    botocore): the functions' package before functions/Makefile trimmed it."""
-    copy = scratch / "botocore-data-untrimmed"
+def variant(package: Path, scratch: Path, name: str, replaced: dict[str, Path]) -> Path:
+    """``package`` as links in ``scratch/name``, each path of ``replaced`` (relative to the package)
+    linked to another file or folder instead, or added where the package has none."""
+    copy = scratch / name
     copy.mkdir()
     for entry in package.iterdir():
-        if entry.name != "botocore":
-            (copy / entry.name).symlink_to(entry)
-    (copy / "botocore").mkdir()
-    for entry in (package / "botocore").iterdir():
-        source = full / "botocore" / "data" if entry.name == "data" else entry
-        (copy / "botocore" / entry.name).symlink_to(source)
+        (copy / entry.name).symlink_to(entry)
+    for relative, source in replaced.items():
+        *folders, leaf = Path(relative).parts
+        where = copy
+        for folder in folders:
+            where = where / folder
+            if where.is_symlink():  # a linked folder to change inside: link its entries one by one
+                linked = where.resolve()
+                where.unlink()
+                where.mkdir()
+                for entry in linked.iterdir():
+                    (where / entry.name).symlink_to(entry)
+        target = where / leaf
+        if target.is_symlink():
+            target.unlink()
+        target.symlink_to(source)
     return copy
 
 
@@ -371,11 +386,17 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     rows = {row: bare[logical_id] for row, logical_id in {**ALTERNATIVE_ROWS, **BARE_ROWS}.items()}
     rows.update(sorted(functions.items()))
     package, handler = functions[LEVER_FUNCTION]
-    untrimmed = untrimmed_copy(package, bare[ALTERNATIVE_ROWS["plain"]][0], scratch)
+    # What the package held before: botocore's data for every service, boto3 and s3transfer. The plain
+    # build of the alternative has them, of the same pinned versions.
+    plain = bare[ALTERNATIVE_ROWS["plain"]][0]
+    untrimmed = variant(
+        package, scratch, "botocore-data-untrimmed", {"botocore/data": plain / "botocore" / "data"}
+    )
+    with_boto3 = variant(package, scratch, "boto3", {name: plain / name for name in ("boto3", "s3transfer")})
     rows.update(
         {
             "botocore_data_untrimmed": (untrimmed, handler),
-            "boto3_imported": (package, handler),
+            "boto3_imported": (with_boto3, handler),
             "tracing_off": (package, handler),
         }
     )

@@ -202,3 +202,15 @@ def test_the_build_keeps_the_botocore_data_of_every_client_the_code_makes() -> N
     assert {"dynamodb", "secretsmanager", "stepfunctions", "sqs", "events"} <= made, made
     assert made <= kept, f"clients made without their botocore data in the package: {sorted(made - kept)}"
     assert "xray" in kept, "the X-Ray SDK makes a client of its own outside Lambda's sampling"
+
+
+def test_the_functions_never_import_boto3_which_the_package_does_not_ship() -> None:
+    # Their clients are botocore's (handlers/runtime.py). An import of boto3 would find the runtime's own,
+    # of whatever version, running on the package's botocore.
+    importing = sorted(
+        str(path.relative_to(FUNCTIONS_DIR))
+        for path in FUNCTIONS_DIR.rglob("*.py")
+        if re.search(r"^\s*(import boto3|from boto3\b)", path.read_text(encoding="utf-8"), re.MULTILINE)
+    )
+    assert importing == []
+    assert "boto3" not in locked()
