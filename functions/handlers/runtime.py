@@ -3,18 +3,26 @@
 Clients and the provider are built once per container (the first call) and reused while the
 container is warm. ``reset()`` forgets them: tests call it after starting moto, so that clients
 are always created inside the mock.
+
+Clients are botocore's, made by one session: one loader, so the endpoints data and each service's
+model are read once per container, whichever client asks first. boto3 adds nothing the handlers use
+to a client (its resources and S3 transfers are not used) and its import alone cost a cold start
+more than creating the first client (it imports s3transfer).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
-import boto3
+import botocore.session
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.tracing.base import BaseProvider, BaseSegment
 from botocore.config import Config
 
 from payment_saga.api_keys import KeyModeMismatch, stripe_secret_from_string
@@ -27,13 +35,71 @@ from payment_saga.claims import (
 from payment_saga.payments import StripeProvider
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator, Sequence
+
     from mypy_boto3_secretsmanager import SecretsManagerClient
 
+
+class _UntracedSegment(BaseSegment):
+    """What the handlers' subsegments are when tracing is off: nothing is recorded."""
+
+    def close(self, end_time: int | None = None) -> None:
+        pass
+
+    def add_subsegment(self, subsegment: Any) -> None:
+        pass
+
+    def remove_subsegment(self, subsegment: Any) -> None:
+        pass
+
+    def put_annotation(self, key: str, value: Any) -> None:
+        pass
+
+    def put_metadata(self, key: str, value: Any, namespace: str = "default") -> None:
+        pass
+
+    def add_exception(self, exception: BaseException, stack: Any, remote: bool = False) -> None:
+        pass
+
+
+class _Untraced(BaseProvider):
+    """The Tracer's provider when tracing is off: Powertools' own would still import the X-Ray SDK
+    (with asyncio), about a tenth of a function's import, to record nothing."""
+
+    @contextlib.contextmanager
+    def in_subsegment(self, name: str | None = None, **kwargs: Any) -> Iterator[BaseSegment]:
+        yield _UntracedSegment()
+
+    @contextlib.asynccontextmanager
+    async def in_subsegment_async(self, name: str | None = None, **kwargs: Any) -> AsyncIterator[BaseSegment]:
+        yield _UntracedSegment()
+
+    def put_annotation(self, key: str, value: Any) -> None:
+        pass
+
+    def put_metadata(self, key: str, value: Any, namespace: str = "default") -> None:
+        pass
+
+    def patch(self, modules: Sequence[str]) -> None:
+        pass
+
+    def patch_all(self) -> None:
+        pass
+
+
+def _tracer() -> Tracer:
+    """X-Ray's Tracer where tracing is on (in Lambda, unless ``POWERTOOLS_TRACE_DISABLED``), as
+    Powertools decides it; elsewhere one that imports and records nothing (local runs, tests)."""
+    if Tracer._is_tracer_disabled():  # Powertools' own rule, not a copy of it
+        return Tracer(disabled=True, provider=_Untraced())
+    # X-Ray subsegments for the AWS SDK's calls, which every function makes. Not patch_all: it would
+    # also import and patch requests (only the functions that call Stripe need it: provider() patches
+    # it there) and sqlite3, which nothing uses, in every function's cold start.
+    return Tracer(patch_modules=("botocore",))
+
+
 logger = Logger()
-# X-Ray subsegments for the AWS SDK's calls, which every function makes. Not patch_all: it would also
-# import and patch requests (only Charge and the sweeper call Stripe: provider() patches it there) and
-# sqlite3, which nothing uses, in every function's cold start.
-tracer = Tracer(patch_modules=("botocore",))
+tracer = _tracer()
 metrics = Metrics()
 
 #: Standard retry mode with a few attempts: DynamoDB throttles are retried by the SDK first, then
@@ -50,13 +116,30 @@ def env(name: str, default: str | None = None) -> str:
 
 
 def client(service: str) -> Any:
-    """A boto3 client for ``service`` (cached per container)."""
-    return _client(service)
+    """A client for ``service`` in the function's region (cached per container)."""
+    return _client(service, None)
 
 
 @functools.cache
-def _client(service: str) -> Any:
-    return boto3.client(service, config=_BOTO_CONFIG)  # type: ignore[call-overload]
+def _session() -> botocore.session.Session:
+    """The one session every client is made by (its loader caches what it has read).
+
+    In Lambda nothing imports boto3, and this is a botocore session of its own. A process that has
+    set up boto3's default session (the local stack's runtimes, which hook its events to authorize,
+    count and fault every call a handler makes) gets that session's botocore session instead, so
+    that its hooks see the handlers' calls.
+    """
+    boto3 = sys.modules.get("boto3")
+    default = getattr(boto3, "DEFAULT_SESSION", None)
+    if default is not None:
+        shared: botocore.session.Session = default._session
+        return shared
+    return botocore.session.get_session()
+
+
+@functools.cache
+def _client(service: str, region: str | None) -> Any:
+    return _session().create_client(service, region_name=region, config=_BOTO_CONFIG)
 
 
 @functools.cache
@@ -126,18 +209,19 @@ def secret_string(arn: str) -> str:
     """The ``SecretString`` of the Secrets Manager secret ``arn``, read in the region the ARN names.
 
     (arn:PARTITION:secretsmanager:REGION:ACCOUNT:secret:NAME), which may not be the function's own: a
-    client of the function's region answers ResourceNotFound. Callers read it rarely (once per
-    container), so the client is not kept.
+    client of the function's region answers ResourceNotFound. The client is kept, one per region, like
+    the others: the webhook receiver reads its secret again every few minutes.
     """
     parts = arn.split(":")
     region = parts[3] if len(parts) > 3 and parts[3] else None  # a bare name: the function's region
-    secrets: SecretsManagerClient = boto3.client("secretsmanager", region_name=region, config=_BOTO_CONFIG)
+    secrets: SecretsManagerClient = _client("secretsmanager", region)
     return secrets.get_secret_value(SecretId=arn)["SecretString"]
 
 
 def reset() -> None:
     """Forget cached clients and configuration (tests; a new container does this by starting)."""
     _client.cache_clear()
+    _session.cache_clear()
     claims_store.cache_clear()
     provider.cache_clear()
 

@@ -136,6 +136,17 @@ TOTAL = "total"
 PRICE_KEYS = frozenset(
     [key for _, parts in LINE_ITEMS.values() for _, key in parts] + [key for _, key in MONTHLY_ITEMS.values()]
 )
+#: Prices the docs read beside the line items: what SnapStart and provisioned concurrency would cost
+#: (docs/performance.md, rendered by saga_local/harness/bench_figures.py). Checked as the others are
+#: wherever a prices file holds them.
+OPTION_PRICE_KEYS = frozenset(
+    {
+        "lambda_snapstart_cache_gb_second",
+        "lambda_snapstart_restore_gb",
+        "lambda_arm64_provisioned_concurrency_gb_second",
+        "lambda_arm64_provisioned_duration_gb_second",
+    }
+)
 
 
 def load_prices(path: Path = PRICES_PATH) -> dict[str, Any]:
@@ -154,7 +165,7 @@ def check_prices(prices: dict[str, Any]) -> None:
     if missing:
         raise ValueError(f"prices: no price for {sorted(missing)}")
     monthly_keys = {key for _, key in MONTHLY_ITEMS.values()}
-    for key in PRICE_KEYS:
+    for key in PRICE_KEYS | (OPTION_PRICE_KEYS & set(prices["prices"])):
         entry = prices["prices"][key]
         usd = entry.get("usd")
         ceiling = MONTHLY_PRICE_CEILING if key in monthly_keys else 1

@@ -8,7 +8,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from saga_local.template import ROOT
+from tests.static.test_build_makefile import python313
 
 
 def test_throughput_prints_one_json_object_whose_goal_follows_from_its_figures() -> None:
@@ -69,3 +72,35 @@ def test_moto_speed_prints_one_json_object_whose_ratio_follows_from_its_figures(
     assert cpu["moto"] > 0
     assert cpu["with_moto_speed"] > 0
     assert abs(result["ratio"] - cpu["moto"] / cpu["with_moto_speed"]) < 0.01 * result["ratio"] + 0.01
+
+
+def test_cold_start_prints_one_json_object_whose_ratios_follow_from_its_figures() -> None:
+    # Needs both builds (make sam-build, and bench/bare's as make bench makes it) and python3.13.
+    builds = [
+        ROOT / ".aws-sam" / "build-check" / "template.yaml",
+        ROOT / ".aws-sam" / "bench-bare" / "template.yaml",
+    ]
+    if not all(path.is_file() for path in builds):
+        pytest.skip("bench/cold_start.py needs make sam-build and bench/bare's build (make bench makes both)")
+    command = [sys.executable, "bench/cold_start.py", "--python", python313(), "--runs", "1"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)  # noqa: S603
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    (line,) = done.stdout.splitlines()  # the handlers' own log lines stay in their processes
+    result = json.loads(line)
+    assert result["benchmark"] == "cold_start"
+    plain = result["alternative"]["plain"]["cpu_ms"]
+    rows = {**result["functions"], **result["alternative"], **result["baseline"]}
+    for row in rows.values():
+        assert abs(row["cpu_ms"] - row["import_cpu_ms"] - row["invoke_cpu_ms"]) < 0.2  # one run: no medians
+        assert abs(row["x_alternative"] - row["cpu_ms"] / plain) < 0.01
+    order = result["cold_order"]
+    steps = sum(result["functions"][name]["cpu_ms"] for name in order["functions"])
+    assert abs(order["cpu_ms"] - steps) < 0.5
+    assert result["functions"]["ChargePaymentFunction"]["loaded"][0] == "stripe"
+    assert "stripe" not in result["functions"]["ClaimOrderFunction"]["loaded"]
+    goal = result["goal"]
+    assert goal["met"] is (
+        goal["order"] <= goal["order_x_alternative_at_most"]
+        and goal["worst"] <= goal["function_x_alternative_at_most"]
+    )

@@ -13,6 +13,7 @@ from saga_local.harness.cost import (
     ALWAYS_SHOWN,
     LINE_ITEMS,
     NARROW_COLUMNS,
+    OPTION_PRICE_KEYS,
     PRICE_KEYS,
     PRICES_PATH,
     TOTAL,
@@ -372,7 +373,8 @@ def test_the_prices_file_names_its_region_currency_and_date(prices: dict[str, An
 
 
 def test_every_price_has_a_unit_a_quote_and_a_source_page(prices: dict[str, Any]) -> None:
-    assert set(prices["prices"]) == PRICE_KEYS, "a price nothing reads, or a line item without a price"
+    wanted = PRICE_KEYS | OPTION_PRICE_KEYS
+    assert set(prices["prices"]) == wanted, "a price nothing reads, or a line item without a price"
     for key, entry in prices["prices"].items():
         assert set(entry) <= {"usd", "unit", "quoted", "source", "read_from"}, key
         assert entry["unit"], key

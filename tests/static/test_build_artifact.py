@@ -136,3 +136,69 @@ def test_only_the_function_that_charges_loads_the_stripe_sdk_at_import(template:
         loaded[name] = json.loads(completed.stdout.strip().splitlines()[-1])
     expected = {name: name in CALLS_STRIPE_AT_EVERY_INVOCATION for name in template.functions}
     assert loaded == expected
+
+
+#: Where each kept service's client is sent, in each partition: the endpoints the functions reach.
+REGIONS = ("us-east-1", "eu-west-1", "cn-north-1", "us-gov-west-1")
+#: Asks a package's own botocore (and nothing else: -S) for every kept service's endpoint in REGIONS.
+ENDPOINTS_OF = """
+import json, sys
+import botocore.exceptions, botocore.session
+session = botocore.session.get_session()
+def endpoint(service, region):
+    try:
+        made = session.create_client(service, region_name=region, aws_access_key_id="offline",
+                                     aws_secret_access_key="offline")
+    except botocore.exceptions.UnknownServiceError:
+        return None
+    return made.meta.endpoint_url
+print(json.dumps({f"{s} {r}": endpoint(s, r) for s in sys.argv[2:] for r in sys.argv[1].split(",")}))
+"""
+
+
+def kept_services() -> list[str]:
+    result = subprocess.run(  # noqa: S603 - make from PATH, a fixed target
+        ["make", "-s", "-C", str(FUNCTIONS_DIR), "print-botocore-services"],  # noqa: S607
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stdout.split()
+
+
+def test_the_package_keeps_the_botocore_data_of_its_clients_only(built: dict[str, Path]) -> None:
+    # A cold start's first client lists every service folder and parses the endpoints file: the
+    # package keeps what its clients need (functions/trim_botocore.py), and no other service.
+    kept = kept_services()
+    for name, package in built.items():
+        data = package / "botocore" / "data"
+        folders = sorted(entry.name for entry in data.iterdir() if entry.is_dir())
+        assert folders == sorted(kept), f"{name}: {folders}"
+        for partition in json.loads((data / "endpoints.json").read_text(encoding="utf-8"))["partitions"]:
+            assert len(partition["services"]) <= len(kept), f"{name}: {partition['partition']}"
+
+
+def test_each_kept_client_reaches_the_endpoint_the_full_botocore_gives_it(built: dict[str, Path]) -> None:
+    import botocore.session
+
+    kept = kept_services()
+    package = next(iter(built.values()))
+    completed = subprocess.run(  # noqa: S603 - this interpreter, the test's own program
+        [sys.executable, "-S", "-c", ENDPOINTS_OF, ",".join(REGIONS), *kept, "s3"],
+        env={"PYTHONPATH": str(package), "PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=package,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    trimmed = json.loads(completed.stdout.strip().splitlines()[-1])
+    full = botocore.session.get_session()
+    for service in kept:
+        for region in REGIONS:
+            made = full.create_client(
+                service, region_name=region, aws_access_key_id="offline", aws_secret_access_key="offline"
+            )
+            assert trimmed[f"{service} {region}"] == made.meta.endpoint_url, (service, region)
+    # Any other service is refused at once, not sent somewhere surprising.
+    assert all(trimmed[f"s3 {region}"] is None for region in REGIONS)

@@ -184,3 +184,33 @@ def test_the_build_installs_the_lock_and_nothing_it_does_not_hash(tmp_path: Path
     assert "--require-hashes" in install
     assert "-r requirements.txt" in install
     assert "--only-binary=:all:" in install
+
+
+#: A client made in the functions' code: ``client("sqs")``, ``_client("secretsmanager", region)``.
+CLIENT_CALL = re.compile(r"""client\(\s*["']([a-z0-9-]+)["']""")
+
+
+def test_the_build_keeps_the_botocore_data_of_every_client_the_code_makes() -> None:
+    # The package ships only these services' botocore data (trim_botocore.py): a client of any other
+    # would fail with UnknownServiceError in Lambda, and nowhere else (tests run on the full botocore).
+    kept = set(make_says("print-botocore-services").split())
+    made = {
+        service
+        for path in FUNCTIONS_DIR.rglob("*.py")
+        for service in CLIENT_CALL.findall(path.read_text(encoding="utf-8"))
+    }
+    assert {"dynamodb", "secretsmanager", "stepfunctions", "sqs", "events"} <= made, made
+    assert made <= kept, f"clients made without their botocore data in the package: {sorted(made - kept)}"
+    assert "xray" in kept, "the X-Ray SDK makes a client of its own outside Lambda's sampling"
+
+
+def test_the_functions_never_import_boto3_which_the_package_does_not_ship() -> None:
+    # Their clients are botocore's (handlers/runtime.py). An import of boto3 would find the runtime's own,
+    # of whatever version, running on the package's botocore.
+    importing = sorted(
+        str(path.relative_to(FUNCTIONS_DIR))
+        for path in FUNCTIONS_DIR.rglob("*.py")
+        if re.search(r"^\s*(import boto3|from boto3\b)", path.read_text(encoding="utf-8"), re.MULTILINE)
+    )
+    assert importing == []
+    assert "boto3" not in locked()
