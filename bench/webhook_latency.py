@@ -177,7 +177,9 @@ def main() -> None:
                 next(env for env in environments if "CLAIM_LEASE_SECONDS" in env)["CLAIM_LEASE_SECONDS"]
             )
             specs = {spec.logical_id: spec for spec, _ in stack.stack.functions.values()}
-            (sweep,) = [s for s in schedules(specs) if s.logical_id == "SweeperFunction"]
+            (sweep,) = [
+                s for s in schedules(specs) if (s.logical_id, s.event_name) == ("SweeperFunction", "Sweep")
+            ]
             hooked = with_webhooks(stack, [f"BENCH-WH-{n}" for n in range(args.orders)])
             swept = sweeper_alone(stack, [f"BENCH-SW-{n}" for n in range(args.orders)], lease, sweep.seconds)
             per_order = collections.Counter(entry.order_id for entry in stack.provider.charges())

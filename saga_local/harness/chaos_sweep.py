@@ -150,7 +150,11 @@ class SweeperTicks:
         #: Ticks in which each trouble refused a call (a trouble on a tick that never needed the
         #: search or the list refused nothing).
         self.troubles_fired: Counter[str] = Counter()
-        self._source = next(s for s in stack.schedule_sources(compress=1.0) if s.function_name == self.name)
+        self._source = next(
+            s
+            for s in stack.schedule_sources(compress=1.0)
+            if s.function_name == self.name and s.schedule.event_name == "Sweep"
+        )
 
     def tick(self) -> tuple[str, list[Resolved]]:
         """One tick: how it ended, and what it decided (a failed tick may have decided some claims)."""

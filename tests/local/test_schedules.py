@@ -6,6 +6,7 @@ its Input, as EventBridge Scheduler does; the real handler resolves a claim whos
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -31,11 +32,15 @@ def test_the_sweeper_runs_on_its_schedule_compressed_as_the_queues_waits(
 ) -> None:
     compress = 30 / template_visibility_timeout()  # saga up's visibility timeout, for the template's
 
-    (source,) = stack.schedule_sources(compress=compress)
+    sweep, check = stack.schedule_sources(compress=compress)
 
-    assert source.schedule.logical_id == "SweeperFunction"
-    assert source.interval == pytest.approx(rate_seconds(source.schedule.expression) * compress)
-    assert source.interval == pytest.approx(50)  # rate(5 minutes), 180 s -> 30 s
+    assert (sweep.schedule.logical_id, sweep.schedule.event_name) == ("SweeperFunction", "Sweep")
+    assert sweep.interval == pytest.approx(rate_seconds(sweep.schedule.expression) * compress)
+    assert sweep.interval == pytest.approx(50)  # rate(5 minutes), 180 s -> 30 s
+    # The hourly settlement check runs the same function with its own input, compressed alike.
+    assert (check.schedule.logical_id, check.schedule.event_name) == ("SweeperFunction", "SettlementCheck")
+    assert json.loads(check.event())["check"] == "settlements"
+    assert check.interval == pytest.approx(600)  # rate(1 hour), 180 s -> 30 s
 
 
 def test_a_claim_abandoned_before_its_charge_is_released_by_the_scheduled_sweep(stack: EmbeddedStack) -> None:
@@ -45,7 +50,7 @@ def test_a_claim_abandoned_before_its_charge_is_released_by_the_scheduled_sweep(
     long_ago = time.time() - 900 - SEARCH_GRACE_SECONDS - 60
     store = ClaimsStore(stack.stack.table_name, client=stack.client("dynamodb"), clock=lambda: long_ago)
     assert store.claim(order, token="arn:local:execution:abandoned").result.won
-    (source,) = stack.schedule_sources(compress=30 / template_visibility_timeout())
+    source, _ = stack.schedule_sources(compress=30 / template_visibility_timeout())  # the sweep
     source.interval = 0.2
     stop = threading.Event()
     ticking = threading.Thread(target=source.run, args=(stop,), daemon=True)
