@@ -297,6 +297,33 @@ def test_send_then_trace_the_names_it_prints(running: Running, tmp_path: Path) -
     assert "<svg" in page.read_text()
 
 
+def test_trace_of_an_order_id_lists_each_execution_once_and_traces_the_latest_while_up_runs_and_after(
+    running: Running, tmp_path: Path
+) -> None:
+    out = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-TRACE4", "--copies", "4", "--wait"))
+    names = re.findall(r"saga trace (ORDER-EP-TRACE4-\S+)", out)
+    assert len(names) == 4
+    recorded = running.state_dir / "executions"
+    wait_for(
+        lambda: all((recorded / f"{name}.json").is_file() for name in names),
+        "saga up to record the four executions",
+    )
+
+    while_up = ok(saga(running.state_dir, "trace", "ORDER-EP-TRACE4"))
+    # After the stack has gone: only what it recorded (a state directory with no stack running).
+    after = tmp_path / "after"
+    shutil.copytree(recorded, after / "executions")
+    gone = ok(saga(after, "trace", "ORDER-EP-TRACE4"))
+
+    for printed in (while_up, gone):
+        listing, _, traced = printed.partition("Tracing the latest, ")
+        assert "4 executions start with 'ORDER-EP-TRACE4'" in listing, printed
+        assert sorted(re.findall(r"ORDER-EP-TRACE4-\S+", listing)) == sorted(names), "each once"
+        assert traced.split()[0] in names
+        assert "Claim Order" in traced
+    assert "(recorded)" not in while_up, "the running stack's executions are not listed twice"
+
+
 def test_trace_of_an_unknown_execution_says_so_in_words(running: Running) -> None:
     result = saga(running.state_dir, "trace", "ORDER-NOPE-00000000")
 
