@@ -8,6 +8,7 @@ saga executions [--status S]   the executions, newest first (--order-id, --since
 saga events [--order-id ID]    the outcome events published (charged, declined, re-queued...)
 saga logs [FUNCTION...]        the functions' log events (--order-id, --filter, --tail), as `sam logs`
 saga fault KIND                break the running stack's provider or a function (outage, throttle...)
+saga clock advance DURATION    let time pass at once on `saga up` (leases, grace, delays), then sweep
 saga invoke FUNCTION -e EVENT  one function on one event, as `sam local invoke` runs it (no Docker)
 saga simulate --orders N ...   many orders, duplicates and concurrency; a report
 saga chaos --orders N ...      the same with random faults everywhere, then the sweeper
@@ -26,6 +27,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from saga_local.commands.arguments import Parser, count, duration, html_file, port, seconds, share
+from saga_local.commands.clock import cmd_clock
 from saga_local.commands.cost import cmd_cost
 from saga_local.commands.demo import cmd_demo
 from saga_local.commands.events import cmd_events
@@ -229,8 +231,9 @@ def _add_fault(sub: Any) -> None:
     ft.add_argument(
         "kind",
         choices=KINDS,
-        help="outage: every provider call fails; lost-answer: a charge's answer is lost; throttle: a function"
-        " refused; crash: it dies; late-write: it dies with its write sent; clear: every fault removed",
+        help="outage: every provider call fails; lost-answer: a charge's answer is lost; webhook-outage: no"
+        " Stripe webhook arrives; throttle: a function refused; crash: it dies; late-write: it dies with its"
+        " write sent; clear: every fault removed",
     )
     ft.add_argument(
         "--function",
@@ -252,6 +255,28 @@ def _add_fault(sub: Any) -> None:
         "--times", type=count(), help="lost-answer, crash, late-write: this many times (default: 1)"
     )
     ft.set_defaults(func=cmd_fault)
+
+
+def _add_clock(sub: Any) -> None:
+    ck = sub.add_parser(
+        "clock",
+        help="the local stack's clock; `advance DURATION` lets that much time pass at once (rehearsals)",
+        description="The clock of the running `saga up`. `saga clock advance 75m` moves it on for"
+        " everything that waits (the functions' clock: leases, settle-by times, the sweeper's grace; the"
+        " provider emulator's; SQS's delays of re-queued orders), then runs the sweeper once on the new"
+        " time. It only moves forward, for as long as `saga up` runs.",
+    )
+    ck.add_argument(
+        "action", nargs="?", choices=["show", "advance"], default="show", help="show it, or move it on"
+    )
+    ck.add_argument(
+        "seconds",
+        nargs="?",
+        type=duration,
+        metavar="DURATION",
+        help="advance: how long to let pass (4500, 90s, 75m, 2h; default: none)",
+    )
+    ck.set_defaults(func=cmd_clock)
 
 
 def _add_invoke(sub: Any) -> None:
@@ -306,7 +331,8 @@ def _add_reconcile(sub: Any) -> None:
         "--later",
         type=seconds,
         default=0.0,
-        help="local stack only: decide as if this many seconds had passed (look past a lease)",
+        help="local stack only, without --apply: show what would be decided this many seconds later"
+        " (`saga clock advance` lets the time pass)",
     )
     rec.add_argument(
         "--grace", type=count(0), default=3600, help="seconds after a lease ends before a search is trusted"
@@ -383,6 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_events,
         _add_logs,
         _add_fault,
+        _add_clock,
         _add_invoke,
         _add_simulate,
         _add_reconcile,

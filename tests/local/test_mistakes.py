@@ -156,6 +156,10 @@ MISTAKES: dict[str, Mistake] = {
         ["fault", "late-write", "--function", "SweeperFunction", "--point", "after:dynamodb.Query"],
         "late_write needs a write",
     ),
+    "clock with no stack": Mistake(["clock", "advance", "75m"], "no local stack is running"),
+    "clock advanced by nothing": Mistake(["clock", "advance"], "say how long to let pass"),
+    "clock advanced by a word": Mistake(["clock", "advance", "soon"], "is not a duration"),
+    "clock of Stripe's test mode": Mistake(["clock", "advance", "1h"], "has no clock to move", "test-mode"),
     "demo an unknown runtime": Mistake(["demo", "--runtime", "docker"], "invalid choice: 'docker'"),
     "an unknown option": Mistake(["events", "--since-forever"], "unrecognized arguments: --since-forever"),
     "invoke against an env-vars file whose stack went away": Mistake(
