@@ -430,11 +430,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             sys.stdout.flush()  # here, not at exit: a reader that went away fails this flush too (--help)
     except BrokenPipeError:
-        # `saga trace ... | head`: the reader has what it wanted. Point stdout at /dev/null so that
-        # Python's own flush at exit does not raise again, and exit as a process killed by SIGPIPE.
+        # `saga logs | head`: the reader has what it wanted, which is no mistake, so nothing is said
+        # (as cat and git say nothing). Point stdout at /dev/null so that Python's own flush at exit
+        # does not raise again, and exit as a process killed by SIGPIPE.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        sys.stderr.write("saga: the output was closed before everything was written (broken pipe)\n")
         return 128 + signal.SIGPIPE
     return code
 

@@ -313,17 +313,40 @@ def _into_a_closed_pipe(state_dir: Path, args: list[str]) -> subprocess.Complete
 
 
 @pytest.mark.parametrize("command", subcommands())
-def test_help_into_a_closed_pipe_is_one_line_and_a_sigpipe_exit(command: str, state_dir: Path) -> None:
+def test_help_into_a_closed_pipe_says_nothing_and_exits_as_sigpipe(command: str, state_dir: Path) -> None:
     result = _into_a_closed_pipe(state_dir, [command, "--help"])
 
-    assert_one_line(result, "broken pipe")
+    assert result.stderr == "", "a reader that has what it wanted is no mistake to report"
     assert result.returncode == 128 + signal.SIGPIPE
 
 
-def test_a_trace_piped_into_a_reader_that_went_away_is_one_line(state_dir: Path, recorded: str) -> None:
+def test_a_trace_piped_into_a_reader_that_went_away_says_nothing(state_dir: Path, recorded: str) -> None:
     result = _into_a_closed_pipe(state_dir, ["trace", recorded])
 
-    assert_one_line(result, "broken pipe")
+    assert result.stderr == ""
+    assert result.returncode == 128 + signal.SIGPIPE
+
+
+def test_logs_piped_into_head_print_no_broken_pipe_line(state_dir: Path) -> None:
+    logs = state_dir / "logs"
+    logs.mkdir()
+    line = {"level": "INFO", "message": "claim_won", "timestamp": "2026-12-02 11:40:05,989+0000"}
+    lines = [json.dumps({**line, "orderId": f"ORDER-{n}"}) for n in range(20000)]
+    (logs / "ClaimOrderFunction.log").write_text("\n".join(lines) + "\n")
+
+    piped = subprocess.run(  # noqa: S602 - the shell's pipe is what is tested; the entry point is ours
+        f"'{SAGA}' logs | head -3",
+        shell=True,
+        cwd=state_dir,
+        env=clean_environment(state_dir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert len(piped.stdout.splitlines()) == 3
+    assert piped.stderr == "", piped.stderr
 
 
 def test_a_second_up_names_the_running_ones_port_and_pid(state_dir: Path) -> None:
