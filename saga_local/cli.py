@@ -287,7 +287,9 @@ def _add_invoke(sub: Any) -> None:
         " environment, SAM's env-vars file format), in a fresh process, against the embedded stack of"
         " `saga up` (or the stack an --env-vars file points at). The result goes to stdout, logs to stderr.",
     )
-    inv.add_argument("function", help="the function's logical id in template.yaml, e.g. ClaimOrderFunction")
+    inv.add_argument(
+        "function", help="the function's logical id in template.yaml, e.g. ClaimOrderFunction (or ClaimOrder)"
+    )
     inv.add_argument("-e", "--event", required=True, help="the event JSON file, e.g. events/claim_order.json")
     inv.add_argument(
         "-n",

@@ -162,6 +162,11 @@ MISTAKES: dict[str, Mistake] = {
     "clock of Stripe's test mode": Mistake(["clock", "advance", "1h"], "has no clock to move", "test-mode"),
     "demo an unknown runtime": Mistake(["demo", "--runtime", "docker"], "invalid choice: 'docker'"),
     "an unknown option": Mistake(["events", "--since-forever"], "unrecognized arguments: --since-forever"),
+    # the short name `saga logs` takes: past the name, to the stack (which is gone)
+    "invoke by its short name a stack that went away": Mistake(
+        ["invoke", "ClaimOrder", "-e", str(EVENTS / "claim_order.json"), "--env-vars", "dead.json"],
+        "nothing answers at http://127.0.0.1:",
+    ),
     "invoke against an env-vars file whose stack went away": Mistake(
         ["invoke", "ClaimOrderFunction", "-e", str(EVENTS / "claim_order.json"), "--env-vars", "dead.json"],
         "nothing answers at http://127.0.0.1:",
