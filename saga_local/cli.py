@@ -454,9 +454,16 @@ def _run(argv: Sequence[str] | None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args.func(args))
-    except botocore.exceptions.EndpointConnectionError as exc:
+    except botocore.exceptions.ConnectionError as exc:  # refused, no DNS, timed out
+        endpoint = exc.kwargs.get("endpoint_url")
+        if getattr(args, "stack", None):
+            raise SystemExit(
+                f"saga {args.command}: cannot reach AWS at {endpoint} for stack {args.stack}: check the"
+                f" network (DNS, a proxy or VPN) and the region ({args.region or 'none given'}), then run it"
+                " again."
+            ) from None
         raise SystemExit(
-            f"saga {args.command}: nothing answers at {exc.kwargs.get('endpoint_url')}: is `saga up` still"
+            f"saga {args.command}: nothing answers at {endpoint}: is `saga up` still"
             " running? (Start it again, or pass --stack NAME for a deployed stack.)"
         ) from None
     except botocore.exceptions.NoRegionError:

@@ -308,6 +308,37 @@ def test_every_option_a_fault_kind_takes_is_accepted(state_dir: Path) -> None:
     assert result.returncode == 1
 
 
+@pytest.mark.parametrize(
+    # Not invoke (its stack is its env-vars file's), nor reconcile (it takes no --endpoint-url).
+    "command",
+    sorted(name for name in {**STACK_COMMANDS, **STACK_ONLY_COMMANDS} if name not in ("invoke", "reconcile")),
+)
+def test_a_deployed_stack_out_of_reach_is_answered_about_the_stack_not_saga_up(
+    command: str, state_dir: Path
+) -> None:
+    nowhere = f"http://127.0.0.1:{_free_port()}"  # as a network that answers nothing (no DNS, no route)
+    args = [*{**STACK_COMMANDS, **STACK_ONLY_COMMANDS}[command], "--stack", "payment-saga"]
+    result = subprocess.run(  # noqa: S603 - the project's own entry point
+        [str(SAGA), *args, "--region", "eu-west-1", "--endpoint-url", nowhere],
+        cwd=state_dir,
+        env={
+            **clean_environment(state_dir),
+            "AWS_ACCESS_KEY_ID": "local",  # as the local stack's: nothing is reached to send them to
+            "AWS_SECRET_ACCESS_KEY": "local",
+            "AWS_MAX_ATTEMPTS": "1",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert_one_line(result, f"cannot reach AWS at {nowhere}")
+    assert "for stack payment-saga" in result.stderr
+    assert "saga up" not in result.stderr
+    assert "eu-west-1" in result.stderr
+
+
 def _into_a_closed_pipe(state_dir: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the first byte, as `| head` is after its lines
