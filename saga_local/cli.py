@@ -78,7 +78,15 @@ def _add_demo(sub: Any) -> None:
 
 
 def _add_up(sub: Any) -> None:
-    up = sub.add_parser("up", help="start the embedded local stack and keep it running")
+    up = sub.add_parser(
+        "up",
+        help="start the embedded local stack and keep it running",
+        description="Start the embedded local stack and keep it running until Ctrl-C. Its state (stack.json,"
+        " the functions' logs, the executions it records) goes to .saga/ in the project, or to the"
+        " directory SAGA_STATE_DIR names: one `saga up` runs per state directory, so"
+        " `SAGA_STATE_DIR=/tmp/other saga up` runs a second one beside the first (and the other commands"
+        " run with the same SAGA_STATE_DIR talk to it).",
+    )
     up.add_argument("--port", type=port, default=0, help="moto's port (0: a free one)")
     up.add_argument(
         "--stripe-test",

@@ -51,6 +51,13 @@ def test_every_subcommand_answers_help(command: str, tmp_path: Path) -> None:
     assert f"usage: saga {command}" in out
 
 
+def test_up_s_help_says_where_its_state_goes_and_how_to_run_a_second_one(tmp_path: Path) -> None:
+    out = " ".join(ok(saga(tmp_path, "up", "--help", timeout=60)).split())
+
+    assert "SAGA_STATE_DIR" in out
+    assert "SAGA_STATE_DIR=/tmp/other saga up" in out
+
+
 def test_every_option_of_every_subcommand_has_a_help_line_that_shows_its_default() -> None:
     (action,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     unexplained = []
