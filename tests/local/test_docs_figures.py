@@ -254,3 +254,19 @@ def test_the_recorded_cold_start_times_every_function_of_the_template() -> None:
         assert row["compiled_at_import"] == 0 or row is recorded["baseline"]["bare_plain"]
     assert set(recorded["goal"]) == {"x_bare_plain_at_most", "worst", "met"}
     assert set(recorded["measured_on"]) == {"utc", "cpu_count", "load_average"}
+
+
+def test_the_cost_sentence_names_the_largest_lines_after_step_functions_in_order(
+    measured: figures.Figures,
+) -> None:
+    rest = figures.cost_sentence(measured).split("the rest mostly ")[1].split(";")[0]
+    lines = measured.cost["happy"]["usd_per_million"]
+    logs = lines["logs_state_machine"] + lines["logs_lambda"]
+    named = figures.rest_of_the_cost(measured)
+    amounts = [logs if key == "logs" else lines[key] for key in named]
+
+    assert amounts == sorted(amounts, reverse=True)
+    assert [rest.index(figures._REST_NAMES[key]) for key in named[:3]] == sorted(
+        rest.index(figures._REST_NAMES[key]) for key in named[:3]
+    )
+    assert not any(figures._REST_NAMES[key] in rest for key in named[3:]), "only the largest are named"
