@@ -152,7 +152,9 @@ def test_cost_json_prices_what_the_stack_costs_by_existing_per_month(tmp_path: P
 
 
 def test_the_demo_prints_execution_names_that_saga_trace_shows_afterwards(tmp_path: Path) -> None:
-    out = ok(saga(tmp_path, "demo", timeout=600))
+    demo = saga(tmp_path, "demo", timeout=600)
+    out = ok(demo)
+    assert "unpublished metrics" not in out + demo.stderr, "no library's warning in the story"
 
     names = re.findall(r"^\s+(ORDER-\d+-[0-9a-f-]{36})$", out, flags=re.MULTILINE)
     assert len(names) == 9  # 4 deliveries without the claim, 4 with it, 1 declined card
