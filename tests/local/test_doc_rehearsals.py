@@ -166,6 +166,10 @@ def test_the_crash_rehearsal_ends_in_needs_reconciliation_and_the_sweeper_comple
     kinds = [line.split()[1] for line in events.splitlines() if "ORDER-REHEARSE-CRASH" in line]
     assert kinds == ["OrderNeedsReconciliation", "OrderCharged"], events
     assert "(sweeper)" in events
+    # The logs are on the stack's clock too: the last minute of it holds the sweep, not the crash.
+    last_minute = ok(saga(running.state_dir, "logs", "--order-id", "ORDER-REHEARSE-CRASH", "--since", "1m"))
+    assert "reconciliation_completed" in last_minute, last_minute
+    assert "claim_won" not in last_minute, last_minute
     assert "lands after" in late
     assert "CHARGED pi_" in sent_late
     assert provider_charges(running, "ORDER-REHEARSE-LATE") == 1
