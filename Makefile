@@ -42,7 +42,7 @@ PYTHON313 ?= $(shell for p in python3.13 $$(pyenv root 2>/dev/null)/versions/3.1
 	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 13); print(sys.executable)' 2>/dev/null && break; \
 	done)
 
-.PHONY: help install tools lint check-template sam-build unit test demo chromium clean clean-all lock checkov localstack deploy-rehearsal
+.PHONY: help install tools lint check-template sam-build unit test demo chromium clean clean-all lock checkov localstack deploy-rehearsal deploy
 
 # A folder's unpacked size (the sum of its files' sizes, as in the zip), in the units du -h prints: GNU
 # du's --apparent-size is not in BSD's (macOS) du, and -A is not in GNU's.
@@ -178,6 +178,18 @@ deploy-rehearsal: install tools localstack sam-build ## Rehearse the first deplo
 		if [ $$rc -eq 5 ]; then echo "error: the rehearsal collected no tests (exit 5): that is a failure here" >&2; fi; \
 		exit $$rc; \
 	}
+
+# The first deploy, and every one after: what it needs is checked first (python3.13, the secrets' ARNs
+# from PAYMENT_API_KEY_SECRET_ARN and WEBHOOK_SIGNING_SECRET_ARN, or saved by an earlier guided deploy),
+# and what is missing is said in one line before anything is installed or AWS is called. Then the
+# project's own SAM CLI builds (no container) and deploys, guided the first time (it saves the answers
+# in samconfig.toml). AWS credentials come from your shell, as for the AWS CLI.
+deploy: install ## Build and deploy to your AWS account (guided the first time): python3.13 and the secrets' ARNs checked first
+	@args="$$($(BIN)/python scripts/deploy_preflight.py --python313 '$(PYTHON313)')"; \
+	$(MAKE) tools; \
+	PATH="$$(dirname "$(PYTHON313)"):$$PATH" SAM_CLI_TELEMETRY=0 $(SAM) build --no-use-container; \
+	eval "set -- $$args"; \
+	SAM_CLI_TELEMETRY=0 $(SAM) deploy "$$@"
 
 demo: install ## Run the whole saga locally, duplicates and failures included (no AWS, no Docker)
 	$(BIN)/saga demo

@@ -8,6 +8,7 @@ saga executions [--status S]   the executions, newest first (--order-id, --since
 saga events [--order-id ID]    the outcome events published (charged, declined, re-queued...)
 saga logs [FUNCTION...]        the functions' log events (--order-id, --filter, --tail), as `sam logs`
 saga fault KIND                break the running stack's provider or a function (outage, throttle...)
+saga clock advance DURATION    let time pass at once on `saga up` (leases, grace, delays), then sweep
 saga invoke FUNCTION -e EVENT  one function on one event, as `sam local invoke` runs it (no Docker)
 saga simulate --orders N ...   many orders, duplicates and concurrency; a report
 saga chaos --orders N ...      the same with random faults everywhere, then the sweeper
@@ -26,6 +27,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from saga_local.commands.arguments import Parser, count, duration, html_file, port, seconds, share
+from saga_local.commands.clock import cmd_clock
 from saga_local.commands.cost import cmd_cost
 from saga_local.commands.demo import cmd_demo
 from saga_local.commands.events import cmd_events
@@ -76,7 +78,15 @@ def _add_demo(sub: Any) -> None:
 
 
 def _add_up(sub: Any) -> None:
-    up = sub.add_parser("up", help="start the embedded local stack and keep it running")
+    up = sub.add_parser(
+        "up",
+        help="start the embedded local stack and keep it running",
+        description="Start the embedded local stack and keep it running until Ctrl-C. Its state (stack.json,"
+        " the functions' logs, the executions it records) goes to .saga/ in the project, or to the"
+        " directory SAGA_STATE_DIR names: one `saga up` runs per state directory, so"
+        " `SAGA_STATE_DIR=/tmp/other saga up` runs a second one beside the first (and the other commands"
+        " run with the same SAGA_STATE_DIR talk to it).",
+    )
     up.add_argument("--port", type=port, default=0, help="moto's port (0: a free one)")
     up.add_argument(
         "--stripe-test",
@@ -229,8 +239,9 @@ def _add_fault(sub: Any) -> None:
     ft.add_argument(
         "kind",
         choices=KINDS,
-        help="outage: every provider call fails; lost-answer: a charge's answer is lost; throttle: a function"
-        " refused; crash: it dies; late-write: it dies with its write sent; clear: every fault removed",
+        help="outage: every provider call fails; lost-answer: a charge's answer is lost; webhook-outage: no"
+        " Stripe webhook arrives; throttle: a function refused; crash: it dies; late-write: it dies with its"
+        " write sent; clear: every fault removed",
     )
     ft.add_argument(
         "--function",
@@ -254,6 +265,28 @@ def _add_fault(sub: Any) -> None:
     ft.set_defaults(func=cmd_fault)
 
 
+def _add_clock(sub: Any) -> None:
+    ck = sub.add_parser(
+        "clock",
+        help="the local stack's clock; `advance DURATION` lets that much time pass at once (rehearsals)",
+        description="The clock of the running `saga up`. `saga clock advance 75m` moves it on for"
+        " everything that waits (the functions' clock: leases, settle-by times, the sweeper's grace; the"
+        " provider emulator's; SQS's delays of re-queued orders), then runs the sweeper once on the new"
+        " time. It only moves forward, for as long as `saga up` runs.",
+    )
+    ck.add_argument(
+        "action", nargs="?", choices=["show", "advance"], default="show", help="show it, or move it on"
+    )
+    ck.add_argument(
+        "seconds",
+        nargs="?",
+        type=duration,
+        metavar="DURATION",
+        help="advance: how long to let pass (4500, 90s, 75m, 2h; default: none)",
+    )
+    ck.set_defaults(func=cmd_clock)
+
+
 def _add_invoke(sub: Any) -> None:
     inv = sub.add_parser(
         "invoke",
@@ -262,7 +295,9 @@ def _add_invoke(sub: Any) -> None:
         " environment, SAM's env-vars file format), in a fresh process, against the embedded stack of"
         " `saga up` (or the stack an --env-vars file points at). The result goes to stdout, logs to stderr.",
     )
-    inv.add_argument("function", help="the function's logical id in template.yaml, e.g. ClaimOrderFunction")
+    inv.add_argument(
+        "function", help="the function's logical id in template.yaml, e.g. ClaimOrderFunction (or ClaimOrder)"
+    )
     inv.add_argument("-e", "--event", required=True, help="the event JSON file, e.g. events/claim_order.json")
     inv.add_argument(
         "-n",
@@ -306,7 +341,8 @@ def _add_reconcile(sub: Any) -> None:
         "--later",
         type=seconds,
         default=0.0,
-        help="local stack only: decide as if this many seconds had passed (look past a lease)",
+        help="local stack only, without --apply: show what would be decided this many seconds later"
+        " (`saga clock advance` lets the time pass)",
     )
     rec.add_argument(
         "--grace", type=count(0), default=3600, help="seconds after a lease ends before a search is trusted"
@@ -383,6 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_events,
         _add_logs,
         _add_fault,
+        _add_clock,
         _add_invoke,
         _add_simulate,
         _add_reconcile,
@@ -403,11 +440,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             sys.stdout.flush()  # here, not at exit: a reader that went away fails this flush too (--help)
     except BrokenPipeError:
-        # `saga trace ... | head`: the reader has what it wanted. Point stdout at /dev/null so that
-        # Python's own flush at exit does not raise again, and exit as a process killed by SIGPIPE.
+        # `saga logs | head`: the reader has what it wanted, which is no mistake, so nothing is said
+        # (as cat and git say nothing). Point stdout at /dev/null so that Python's own flush at exit
+        # does not raise again, and exit as a process killed by SIGPIPE.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        sys.stderr.write("saga: the output was closed before everything was written (broken pipe)\n")
         return 128 + signal.SIGPIPE
     return code
 
@@ -425,9 +462,16 @@ def _run(argv: Sequence[str] | None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args.func(args))
-    except botocore.exceptions.EndpointConnectionError as exc:
+    except botocore.exceptions.ConnectionError as exc:  # refused, no DNS, timed out
+        endpoint = exc.kwargs.get("endpoint_url")
+        if getattr(args, "stack", None):
+            raise SystemExit(
+                f"saga {args.command}: cannot reach AWS at {endpoint} for stack {args.stack}: check the"
+                f" network (DNS, a proxy or VPN) and the region ({args.region or 'none given'}), then run it"
+                " again."
+            ) from None
         raise SystemExit(
-            f"saga {args.command}: nothing answers at {exc.kwargs.get('endpoint_url')}: is `saga up` still"
+            f"saga {args.command}: nothing answers at {endpoint}: is `saga up` still"
             " running? (Start it again, or pass --stack NAME for a deployed stack.)"
         ) from None
     except botocore.exceptions.NoRegionError:

@@ -122,6 +122,7 @@ def sam_transform(template: dict[str, Any], parameters: dict[str, str], region: 
     region from a boto session, which would otherwise come from the caller's environment.
     """
     import boto3
+    from samtranslator.metrics.metrics import Metrics
     from samtranslator.parser.parser import Parser
     from samtranslator.translator.translator import Translator
     from samtranslator.utils.py27hash_fix import (
@@ -136,13 +137,17 @@ def sam_transform(template: dict[str, Any], parameters: dict[str, str], region: 
             resource["Properties"]["CodeUri"] = _ARTIFACT
     values = dict(parameters)
     to_py27_compatible_template(sam, values)
-    translator = Translator(None, Parser(), boto_session=boto3.Session(region_name=region))
-    transformed = translator.translate(
-        sam, parameter_values=values, get_managed_policy_map=_NoManagedPolicies().load
-    )
-    # The translator counts what it did into a dummy publisher; publishing empties it, so its
-    # collection does not warn about "unpublished metrics" in the middle of a command's output.
-    translator.metrics.publish()
+    # The translator counts what it did in a Metrics object of its own and, never told to publish them,
+    # warns "There are unpublished metrics" when the object is collected: in the middle of `saga demo`'s
+    # output. Its publisher here is the offline one, which drops them: publish, so nothing is left.
+    metrics = Metrics()
+    translator = Translator(None, Parser(), boto_session=boto3.Session(region_name=region), metrics=metrics)
+    try:
+        transformed = translator.translate(
+            sam, parameter_values=values, get_managed_policy_map=_NoManagedPolicies().load
+        )
+    finally:
+        metrics.publish()
     return undo_mark_unicode_str_in_template(transformed)
 
 

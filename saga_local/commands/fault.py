@@ -8,7 +8,10 @@ Stripe's; see ``saga_local.stripe_emulator.admin``):
   kept, and the sweeper resolves it once the provider is back and the lease has run out;
 * ``lost-answer``: the next charge (of ``--order-id``, or any) is applied, then its answer is lost
   (a 500 after the commit): the retry replays it under the same idempotency key and the order is
-  charged once.
+  charged once;
+* ``webhook-outage``: Stripe's webhook events never reach the stack (each delivery lost on the way)
+  until ``saga fault clear``: what the saga does when the claims wait for its own steps and the
+  sweeper alone, as before webhooks (and as when the endpoint is disabled).
 
 The functions run inside the `saga up` process (or its workers): their faults go to its fault
 control route (``saga_local.runtime.control``), which hands them to the runtime's fault points
@@ -40,7 +43,7 @@ from saga_local.stripe_emulator import ENDPOINTS
 from saga_local.stripe_emulator.emulator import ADMIN_TOKEN_HEADER
 
 #: The provider's faults (the emulator takes them).
-PROVIDER_KINDS = ("outage", "lost-answer")
+PROVIDER_KINDS = ("outage", "lost-answer", "webhook-outage")
 #: The functions' faults (the fault control of `saga up` takes them).
 FUNCTION_KINDS = ("throttle", "crash", "late-write")
 KINDS = (*PROVIDER_KINDS, *FUNCTION_KINDS, "clear")
@@ -117,9 +120,16 @@ def apply(provider: str, kind: str, *, token: str, order_id: str | None = None, 
             f"the next {plural(times, 'charge')} {which} will be applied and the answer lost (HTTP 500 after"
             " the commit); the retry replays the charge under the same key"
         )
+    if kind == "webhook-outage":
+        _call(provider, token, "POST", "/webhooks", {"lose": 1.0})
+        return (
+            "webhook outage: no Stripe webhook event reaches the stack until `saga fault clear` (the"
+            " claims wait for the saga's own steps and the sweeper)"
+        )
     if kind == "clear":
         _call(provider, token, "DELETE", "/faults")
-        return "provider faults cleared: every request is answered normally"
+        _call(provider, token, "POST", "/webhooks", {})
+        return "provider faults cleared: every request is answered normally, every webhook delivered"
     raise FaultError(f"no fault kind {kind!r}; the kinds: {', '.join(KINDS)}")
 
 

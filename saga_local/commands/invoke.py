@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from saga_local.stack.function_logs import LogsError, resolve_functions
 from saga_local.stack.local_invoke import SAM_ENV_FILE, InvokeError, invoke
 from saga_local.stack.targets import relative, running_stack
 
@@ -31,13 +32,16 @@ def cmd_invoke(args: argparse.Namespace) -> int:
             " (SAM's format) for another stack."
         )
     try:
-        result = invoke(args.function, Path(args.event), env_vars, region=args.region)
+        # ClaimOrder or claimorder, as `saga logs` takes them; an unknown name goes on, to be refused below.
+        (function,) = resolve_functions([args.function])
+    except LogsError:
+        function = args.function
+    try:
+        result = invoke(function, Path(args.event), env_vars, region=args.region)
     except InvokeError as exc:
         raise SystemExit(f"saga invoke: {exc}") from None
     print(result.payload, flush=True)
     if result.function_error:
-        sys.stderr.write(
-            f"saga invoke: {args.function} failed ({result.function_error}); its error is above\n"
-        )
+        sys.stderr.write(f"saga invoke: {function} failed ({result.function_error}); its error is above\n")
         return 1
     return 0

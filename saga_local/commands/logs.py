@@ -20,7 +20,7 @@ from saga_local.stack.function_logs import (
     log_group_names,
     resolve_functions,
 )
-from saga_local.stack.targets import relative, resolve_target
+from saga_local.stack.targets import local_state, relative, resolve_target
 
 if TYPE_CHECKING:
     import argparse
@@ -34,6 +34,12 @@ def cmd_logs(args: argparse.Namespace) -> int:
         raise SystemExit(f"saga logs: {exc}") from None
     since = time.time() - args.since if args.since is not None else None
     source: LocalLogs | CloudWatchLogs
+    if since is not None and not args.stack:
+        # The functions of `saga up` log on the stack's clock, which `saga clock advance` moves on.
+        from saga_local.commands.clock import stack_offset
+
+        state = local_state()
+        since += stack_offset(state) if state is not None else 0.0
     if args.stack:
         target = resolve_target(args)
         groups = log_group_names(args.stack, names)

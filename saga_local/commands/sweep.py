@@ -31,10 +31,19 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
             raise SystemExit(f"saga reconcile: {exc}") from None
         waiting = not_due_deployed(args.stack, region=args.region, now=report.now)
     else:
+        from saga_local.commands.clock import stack_offset
+
+        if args.apply and args.later:
+            raise SystemExit(
+                "saga reconcile: --later with --apply would write its decisions stamped in the future:"
+                f" let the time pass with `saga clock advance {args.later:g}` (the sweeper then runs), or"
+                " drop --apply to only look."
+            )
         target = resolve_target(args)
         state = json.loads(targets.STATE_FILE.read_text())
-        # Locally, --later looks past a lease without waiting for it; against AWS, time is time.
-        now = time.time() + args.later
+        # Locally, decide on the stack's clock (`saga clock advance` moves it); --later only looks
+        # further, without writing. Against AWS, time is time.
+        now = time.time() + stack_offset(state) + args.later
         store = ClaimsStore(
             target.outputs["ClaimsTableName"], client=target.clients("dynamodb"), clock=lambda: now
         )

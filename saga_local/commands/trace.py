@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from saga_local.output import Out
@@ -25,11 +26,24 @@ def execution_arn(state_machine_arn: str, execution: str) -> str:
     return state_machine_arn.replace(":stateMachine:", ":execution:") + ":" + execution
 
 
-def find_execution(args: argparse.Namespace) -> RecordedExecution:
+@dataclass(frozen=True)
+class Found:
+    """The execution ``saga trace`` shows, and what it says before it when the name found several."""
+
+    execution: RecordedExecution
+    preface: list[str] = field(default_factory=list)
+
+
+def find_execution(args: argparse.Namespace) -> Found:
     """The execution ``args.execution`` names: on the target stack (``--stack``, or the local stack of
-    `saga up` when one runs), else among those recorded (`saga demo`, `saga simulate`, `saga chaos`).
-    An order id, or the start of a name, finds the one execution it starts. Raises SystemExit, in
-    words, when none does, or listing them with their status when several do."""
+    `saga up` when one runs), else among those recorded (`saga demo`, `saga simulate`, `saga chaos`,
+    and `saga up`, which records each execution as it ends).
+
+    Each execution counts once: one `saga up` records, it does not duplicate. The running stack's
+    executions are the ones an order id finds; those recorded by stacks that have gone are looked at
+    when the running stack knows none. An order id, or the start of a name, that finds several traces
+    the latest and lists them all first, with how to pick another. Raises SystemExit, in words, when
+    nothing is found."""
     from saga_local.commands import executions
     from saga_local.stack import archive
 
@@ -46,42 +60,49 @@ def find_execution(args: argparse.Namespace) -> RecordedExecution:
         sfn = target.clients("stepfunctions")
         state_machine = target.outputs["PaymentSagaStateMachineArn"]
         try:
-            return archive.read_execution(sfn, execution_arn(state_machine, args.execution))
+            return Found(archive.read_execution(sfn, execution_arn(state_machine, args.execution)))
         except (sfn.exceptions.ExecutionDoesNotExist, sfn.exceptions.InvalidArn):
             pass
         listed = executions.from_stack(sfn, state_machine)
+    found = executions.find(listed, args.execution)
     if not args.stack:
         recorded = archive.load(args.execution)
         if recorded is not None:
-            return recorded
-        listed += executions.from_archive(archive.ARCHIVE_DIR)
-    found = executions.find(listed, args.execution)
+            return Found(recorded)
+        if not found:
+            # Only what no running stack knows: a stack that has gone, a demo, a simulation.
+            live = {e.name for e in listed}
+            listed += [e for e in executions.from_archive(archive.ARCHIVE_DIR) if e.name not in live]
+            found = executions.find(listed, args.execution)
+    if not found:
+        # One line: the mistake, then what to paste instead.
+        recent = [e.name + (" (recorded)" if e.recorded else "") for e in listed[:5]]
+        latest = f"; the latest: {', '.join(recent)}" if recent else ""
+        raise SystemExit(
+            f"saga trace: no execution named {args.execution!r}, nor one of an order by that id: {where},"
+            " and none was recorded by that name (names look like ORDER-003-<MessageId>; `saga send`"
+            f" prints them){latest}"
+        )
+    newest = found[0]  # the lists are newest first
+    kept = archive.load(newest.name) if newest.recorded else None
+    chosen = kept or archive.read_execution(sfn, execution_arn(state_machine, newest.name))
     if len(found) == 1:
-        (only,) = found
-        kept = archive.load(only.name) if only.recorded else None
-        return kept or archive.read_execution(sfn, execution_arn(state_machine, only.name))
-    if found:
-        raise SystemExit(_several(args.execution, where, found, sfn, state_machine))
-    # One line: the mistake, then what to paste instead.
-    recent = [e.name + (" (recorded)" if e.recorded else "") for e in listed[:5]]
-    latest = f"; the latest: {', '.join(recent)}" if recent else ""
-    raise SystemExit(
-        f"saga trace: no execution named {args.execution!r}, nor one of an order by that id: {where},"
-        " and none was recorded by that name (names look like ORDER-003-<MessageId>; `saga send`"
-        f" prints them){latest}"
-    )
+        return Found(chosen)
+    return Found(chosen, _several(args.execution, where, found, sfn, state_machine))
 
 
-def _several(text: str, where: str, found: list[Any], sfn: Any, state_machine: str) -> str:
-    """What `saga trace` says when ``text`` starts several executions: each with its status, to pick."""
+def _several(text: str, where: str, found: list[Any], sfn: Any, state_machine: str) -> list[str]:
+    """What `saga trace` says before the latest of the executions ``text`` starts: each with its
+    status, and how to trace another."""
     from saga_local.commands import executions
 
     shown = executions.with_errors(sfn, state_machine, found[:20]) if sfn is not None else found[:20]
-    lines = [f"saga trace: {len(found)} executions start with {text!r} ({where}); name one:"]
+    lines = [f"{len(found)} executions start with {text!r} ({where}), newest first:"]
     lines += [f"  {e.line()}" for e in shown]
     if len(found) > 20:
         lines.append(f"  ... and {len(found) - 20} more (saga executions --order-id lists them all)")
-    return "\n".join(lines)
+    lines.append(f"Tracing the latest, {found[0].name} (saga trace NAME traces another):")
+    return lines
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -89,7 +110,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from saga_local import trace
     from saga_local.trace.redact import redacted_description, redacted_history
 
-    found = find_execution(args)
+    chosen = find_execution(args)
+    found = chosen.execution
     definition = trace.load_definition(found.definition)
     # Who pays and with what stays out of a page made to be shared, unless --io asks for the data.
     description, history = found.description, found.history
@@ -102,9 +124,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 page_file.write(page)
         except OSError as exc:
             raise SystemExit(f"saga trace: cannot write {args.html}: {exc.strerror}") from None
-        Out()(f"wrote {args.html}")
+        Out()("\n".join([*chosen.preface, f"wrote {args.html}"]))
         return 0
     out = Out()
+    if chosen.preface:
+        out("\n".join(chosen.preface) + "\n")
     text = trace.render_text(description, history, definition, show_io=args.io, color=out.color)
     afterwards = _after_the_execution(args, found.description)
     out(text + ("\n" + "\n".join(afterwards) + "\n" if afterwards else ""))

@@ -71,6 +71,8 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path, payment_api: tu
             "pid": os.getpid(),
             # Where `saga fault` hands the functions' faults to this process (and its token).
             "faultControl": stack.fault_control(),
+            # Whether `saga clock advance` can move this stack's time (workers and the emulator only).
+            "clockMovable": stack.clock_movable,
         }
         scheduled = stack.schedule_sources(compress=compress)
         for source in scheduled:

@@ -149,8 +149,13 @@ class Outage:
         }
 
     def line(self) -> str:
-        if self.began is None or self.ended is None:
+        if self.seconds <= 0:
             return "provider outage      none"
+        if self.began is None or self.ended is None:
+            return (
+                f"provider outage      never began: the run ended before its start, {self.start_after:g} s in"
+                " (--outage-start sooner, or more --orders)"
+            )
         return (
             f"provider outage      {self.ended - self.began:.0f} s, from {self.began:.0f} s to"
             f" {self.ended:.0f} s into the run: every call failed (500 before applying),"
@@ -224,8 +229,13 @@ class LambdaThrottle:
         }
 
     def line(self) -> str:
-        if self.began is None:
+        if self.seconds <= 0:
             return "lambda throttled     none"
+        if self.began is None:
+            return (
+                f"lambda throttled     never began: the run ended before its start, {self.start_after:g} s in"
+                " (--throttle-start sooner, or more --orders)"
+            )
         return (
             f"lambda throttled     {self.seconds:.0f} s from {self.began:.0f} s into the run:"
             f" {' and '.join(THROTTLED_TOGETHER)}, {self.throttles} invocations refused"

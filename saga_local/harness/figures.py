@@ -139,18 +139,46 @@ def per_order_table(figures: Figures) -> str:
     return "\n".join(rows)
 
 
+#: How the cost sentence names the lines of ``saga cost`` after Step Functions (the logs as one).
+_REST_NAMES = {
+    "logs": "CloudWatch Logs",
+    "lambda_requests": "Lambda requests",
+    "lambda_duration": "Lambda duration",
+    "dynamodb_writes": "DynamoDB writes",
+    "dynamodb_reads": "DynamoDB reads",
+    "sqs": "SQS requests",
+    "xray": "X-Ray",
+    "secrets_manager": "Secrets Manager",
+    "eventbridge": "EventBridge events",
+}
+
+
+def rest_of_the_cost(figures: Figures) -> list[str]:
+    """The happy path's lines after Step Functions, largest first (the two log lines as one)."""
+    lines = dict(figures.cost["happy"]["usd_per_million"])
+    amounts = {"logs": float(lines.pop("logs_state_machine", 0.0)) + float(lines.pop("logs_lambda", 0.0))}
+    amounts |= {key: float(lines[key]) for key in _REST_NAMES if key in lines}
+    return [key for key, usd in sorted(amounts.items(), key=lambda kv: -kv[1]) if usd > 0]
+
+
 def cost_sentence(figures: Figures) -> str:
     happy = figures.usd("happy")
     share = figures.mix_row.removeprefix("mix ")
     standard = figures.usd("happy", "step_functions_standard") / happy
     state_machine_logs = _kb(figures.usage("happy")["state_machine_log_gb"])
+    largest, *after = rest_of_the_cost(figures)
+    first = _REST_NAMES[largest] + (
+        f" (the state machine logs at `Level: ALL`: about {state_machine_logs} an order)"
+        if largest == "logs"
+        else ""
+    )
+    then = " and ".join(_REST_NAMES[key] for key in after[:2])
     return (
         f"about **{_dollars(happy)} per million orders** on the happy path"
         f" ({_dollars(figures.usd('duplicate'))} for a duplicate delivery,"
         f" {_dollars(figures.usd(figures.mix_row))} when {share} of orders arrive twice),"
-        f" {standard:.0%} of it Step Functions Standard transitions, the rest mostly CloudWatch Logs"
-        f" (the state machine logs at `Level: ALL`: about {state_machine_logs}"
-        f" an order) and X-Ray; a single Lambda guarded by Powertools' idempotency utility costs"
+        f" {standard:.0%} of it Step Functions Standard transitions, the rest mostly {first}, then {then};"
+        f" a single Lambda guarded by Powertools' idempotency utility costs"
         f" {_few_dollars(figures.usd('1 Lambda'))} for the same work"
     )
 

@@ -8,7 +8,9 @@ small HTTP route that hands a fault to it, for ``saga fault throttle|crash|late-
   ``kind``, ``times``, ``orderId``, ``seconds``, ``landsAfter``, and ``forSeconds``: a window of wall
   time from now, after which the fault no longer fires) adds it, and answers what it will do;
 * ``GET /faults`` lists the faults with how often each fired;
-* ``DELETE /faults`` removes them all (a late write still held lands first).
+* ``DELETE /faults`` removes them all (a late write still held lands first);
+* ``GET /clock`` answers how far the stack's clock runs ahead of the machine's, and ``POST /clock``
+  with ``advanceSeconds`` moves it on (``saga clock advance``), when the stack was given a clock.
 
 It listens on 127.0.0.1 only, and refuses what the other local servers refuse (a web page's request,
 a foreign ``Host``: :mod:`saga_local.loopback`) and any request without this run's token in
@@ -30,6 +32,8 @@ from saga_local.loopback import LoopbackHTTPServer, LoopbackServer, refusal
 from saga_local.runtime.faults import Fault
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from saga_local.runtime.faults import FaultPlan
 
 TOKEN_HEADER = "X-Saga-Token"  # noqa: S105 - a header name, not a secret
@@ -49,8 +53,12 @@ _FIELDS = {
 class FaultControl(LoopbackServer):
     """Serve ``/faults`` for ``plan`` on a free loopback port, from a background thread."""
 
-    def __init__(self, plan: FaultPlan, *, port: int = 0) -> None:
+    def __init__(
+        self, plan: FaultPlan, *, port: int = 0, clock: Callable[[float], dict[str, Any]] | None = None
+    ) -> None:
         self.plan = plan
+        #: Moves the stack's clock on by its argument (0: only reads it); what it did, as JSON.
+        self.clock = clock
         #: What every request must carry in :data:`TOKEN_HEADER`: new every run.
         self.token = secrets.token_urlsafe(32)
         super().__init__(_Handler, name="fault-control", port=port, server_class=_Server)
@@ -68,6 +76,8 @@ class FaultControl(LoopbackServer):
         if not hmac.compare_digest(headers.get(TOKEN_HEADER) or "", self.token):
             why = f"fault control needs this run's {TOKEN_HEADER} (the stack file of `saga up`)"
             return 403, {"error": why}
+        if path == "/clock" and self.clock is not None:
+            return self._clock(method, body)
         if path != "/faults":
             return 404, {"error": f"no route {path}: /faults only"}
         if method == "GET":
@@ -84,6 +94,20 @@ class FaultControl(LoopbackServer):
             return 400, {"error": str(exc)}
         self.plan.add(fault)
         return 200, {"fault": str(fault)}
+
+    def _clock(self, method: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        assert self.clock is not None
+        if method == "GET":
+            return 200, self.clock(0.0)
+        if method != "POST":
+            return 405, {"error": f"{method} /clock: GET or POST"}
+        try:
+            seconds = json.loads(body or b"{}").get("advanceSeconds")
+        except (ValueError, AttributeError):
+            seconds = None
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds <= 0:
+            return 400, {"error": "advanceSeconds must be a number of seconds above 0 (time only moves on)"}
+        return 200, self.clock(float(seconds))
 
 
 def _fault(spec: Any) -> Fault:

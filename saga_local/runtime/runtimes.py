@@ -481,6 +481,9 @@ class WorkerRuntime:
         self.records: list[InvocationRecord] = []
         self.calls: Counter[tuple[str, str]] = Counter()
         self.cold_starts: Counter[str] = Counter()
+        #: Seconds the local stack's clock runs ahead of the machine's (`saga clock advance`): each
+        #: invocation carries it, and the functions' ``time.time()`` adds it (runtime/worker.py).
+        self.clock_offset = 0.0
         self._lock = threading.Condition()
         self._idle: dict[str, list[_Worker]] = {name: [] for name in functions}
         self._count: Counter[str] = Counter()
@@ -597,6 +600,7 @@ class WorkerRuntime:
             "payload": payload.decode(),
             "function_name": function_name,
             "timeout": spec.timeout,
+            "clockOffset": self.clock_offset,
             "fault": (
                 {"point": armed.point, "kind": armed.kind, "seconds": armed.seconds, "dies_as": armed.dies_as}
                 if armed

@@ -42,6 +42,22 @@ _sends = 0
 #: Where responses go (the parent), for a ``late_write`` handing over its request.
 _response_fd = -1
 _SEND_KINDS = frozenset({"lost_answer", "late_write"})
+#: How far the local stack's clock runs ahead of the machine's (`saga clock advance`), as the parent
+#: sent it with the invocation: what ``time.time()`` adds here, so that leases, settle-by times and the
+#: sweeper's grace move with the stack's clock while the functions' code reads time as it always does.
+_clock_offset = 0.0
+_machine_time = time.time
+
+
+def _stack_time() -> float:
+    return _machine_time() + _clock_offset
+
+
+def _install_stack_clock() -> None:
+    """Every ``time.time()`` of the functions reads the stack's clock. Installed before any of their
+    modules is imported, so that a clock bound at import (``payment_saga.clock.system_clock``, the
+    default of every store) is this one too."""
+    time.time = _stack_time
 
 
 def _fire(point: str, model: Any = None) -> None:
@@ -220,7 +236,8 @@ def _read_line(fd: int, buffer: bytearray) -> bytes | None:
 
 
 def main() -> None:
-    global _armed, _token, _response_fd
+    global _armed, _token, _response_fd, _clock_offset
+    _install_stack_clock()
     request_fd, response_fd = int(sys.argv[1]), int(sys.argv[2])
     _response_fd = response_fd
     functions_dir, handler_path, memory_mb = sys.argv[3], sys.argv[4], int(sys.argv[5])
@@ -247,6 +264,7 @@ def main() -> None:
             return  # the parent closed the pipe: shut down
         request = json.loads(line)
         _armed = request.get("fault")
+        _clock_offset = float(request.get("clockOffset") or 0.0)
         calls.clear()
         event = json.loads(request["payload"] or "{}")
         _token = event.get("claimToken") if isinstance(event, dict) else None

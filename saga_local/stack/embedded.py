@@ -17,6 +17,10 @@
   source runs the WebhookConsumerFunction with its role. The emulator's retry waits are compressed
   by ``webhook_time_scale``.
 
+Time can be moved on, too (:meth:`EmbeddedStack.advance_clock`, ``saga clock advance``): the stack's
+clock is the machine's plus an offset, which the functions read as their ``time.time()`` (worker
+processes only), the provider emulator as its own clock, and SQS's delays as time passed.
+
 Three things are compressed in time, and only these: Retry waits (``retry_time_scale``; the waits
 the ASL asked for are recorded), the queues' visibility timeout (``visibility_timeout``), so a
 run that retries or redrives finishes in seconds, and the template's schedules under :meth:`serve`
@@ -33,6 +37,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import urllib.request
 import warnings
 from pathlib import Path
@@ -54,6 +59,21 @@ from saga_local.stripe_emulator import ProviderEmulator
 
 #: Credentials for the local endpoint: moto accepts anything. Not a secret.
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+
+
+def _shorten_sqs_delays(seconds: float) -> int:
+    """Take ``seconds`` off every SQS delay still running (moto's queues, this process); how many
+    messages that made deliverable."""
+    from saga_local.aws.moto_adapter import _sqs_backends
+
+    delivered = 0
+    for backend in _sqs_backends():
+        for queue in list(backend.queues.values()):
+            for message in list(queue._messages):
+                if message.delayed:
+                    message.delayed_until -= seconds * 1000
+                    delivered += not message.delayed
+    return delivered
 
 
 def quiet_libraries() -> None:
@@ -129,6 +149,10 @@ class EmbeddedStack:
         #: The webhook receiver's local function URL (``webhooks=True``), and its endpoint at the emulator.
         self.webhook_url: FunctionUrlServer | None = None
         self.webhook_endpoint_id: str | None = None
+        #: Seconds the stack's clock runs ahead of the machine's (:meth:`advance_clock`).
+        self.clock_offset = 0.0
+        #: The template's schedules, once :meth:`schedule_sources` made them (run again on an advance).
+        self.scheduled: list[ScheduleSource] = []
         self._server: ThreadedMotoServer | None = None
         self._exit = contextlib.ExitStack()
         self.stack: Stack
@@ -260,7 +284,7 @@ class EmbeddedStack:
         (``saga fault throttle|crash|late-write``), until the stack stops; its URL and token."""
         from saga_local.runtime.control import FaultControl
 
-        control = FaultControl(self.faults).start()
+        control = FaultControl(self.faults, clock=self.advance_clock if self.clock_movable else None).start()
         self._exit.callback(control.stop)
         return {"url": control.url, "token": control.token}
 
@@ -268,15 +292,65 @@ class EmbeddedStack:
         """The template's schedules, each firing every ``compress`` times its rate (see :meth:`serve`)."""
         specs = {spec.logical_id: spec for spec, _ in self.stack.functions.values()}
         lambda_client = self.client("lambda")
-        return [
+        self.scheduled = [
             ScheduleSource(
                 lambda_client,
                 self.stack.function_name(schedule.logical_id),
                 schedule,
                 schedule.seconds * compress,
+                clock=self.now,
             )
             for schedule in schedules(specs)
         ]
+        return self.scheduled
+
+    # -- the stack's clock ------------------------------------------------------------------------
+
+    @property
+    def clock_movable(self) -> bool:
+        """Whether :meth:`advance_clock` can move everything that waits: the functions must run in
+        workers (in-process, they share moto's clock), and the provider must be the emulator (Stripe's
+        test mode keeps Stripe's time, and its webhooks' signatures would be refused as too old)."""
+        return self.runtime_kind == "workers" and self.payment_api is None
+
+    def now(self) -> float:
+        """The stack's clock: the machine's, plus what :meth:`advance_clock` added."""
+        return time.time() + self.clock_offset
+
+    def advance_clock(self, seconds: float) -> dict[str, Any]:
+        """Let ``seconds`` pass for everything that waits, at once; what happened, as JSON.
+
+        The functions' clock (leases, settle-by times, the sweeper's grace) and the emulator's (its
+        PaymentIntents' times, its searches, its webhook retries) move on together; each message an
+        SQS delay holds has that much less to wait (a re-queued order whose delay ends is delivered);
+        then each scheduled function (the sweeper) runs once, on the new time. ``0`` only reads.
+        """
+        if seconds <= 0:
+            return self._clock_answer(delivered=0, ran={})
+        if not self.clock_movable:
+            raise RuntimeError("this stack's clock cannot be moved")
+        self.clock_offset += seconds
+        if isinstance(self.runtime, WorkerRuntime):
+            self.runtime.clock_offset = self.clock_offset
+        self.provider.advance_clock(seconds)
+        delivered = _shorten_sqs_delays(seconds)
+        ran: dict[str, Any] = {}
+        for source in self.scheduled:
+            try:
+                ran[source.schedule.logical_id] = source.tick()
+            except Exception as exc:  # noqa: BLE001 - said in the answer; the schedule goes on
+                ran[source.schedule.logical_id] = {"error": str(exc)}
+        return self._clock_answer(delivered=delivered, ran=ran)
+
+    def _clock_answer(self, *, delivered: int, ran: dict[str, Any]) -> dict[str, Any]:
+        from payment_saga.clock import iso_utc
+
+        return {
+            "offsetSeconds": self.clock_offset,
+            "now": iso_utc(self.now()),
+            "delivered": delivered,
+            "ran": ran,
+        }
 
     def serve(
         self, stop: threading.Event, pollers: int = 1, scheduled: list[ScheduleSource] | None = None

@@ -16,12 +16,14 @@ from payment_saga.payments import StripeProvider
 from payment_saga.reconcile import reconcile
 from saga_local.aws.stack import LOCAL_API_KEY, REGION
 from saga_local.stack.embedded import EmbeddedStack
+from tests.local.entry_point_support import serve_saga_up
 from tests.statemachine.conftest import provider_dedupe, saga  # noqa: F401
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from tests.helpers import Saga
+    from tests.local.entry_point_support import Running
 
 # -- the sweeper (functions/payment_saga/reconcile.py) ----------------------------------------------
 
@@ -76,3 +78,12 @@ def deployed(saga: Saga) -> str:  # noqa: F811 - requests the imported fixture
         StackName="payment-saga", TemplateBody=json.dumps(template)
     )
     return "payment-saga"
+
+
+# -- one `saga up` for every test of the installed entry point (tests/local/entry_point_support.py) ----
+
+
+@pytest.fixture(scope="session")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    """A `saga up` in the background, shared by the session: each start costs seconds to a minute."""
+    yield from serve_saga_up(tmp_path_factory.mktemp("saga-up"))

@@ -544,3 +544,23 @@ def test_the_verdict_fails_when_an_order_a_webhook_resolved_is_left_in_needs_rec
     text = render(broken)
     assert "FAIL  no order a webhook resolved left in Needs Reconciliation" in text
     assert f"  {left_open[0]}" in text
+
+
+def test_an_outage_and_a_throttle_the_run_ended_before_say_they_never_began() -> None:
+    from saga_local.harness.chaos_troubles import LambdaThrottle, Outage
+    from saga_local.stripe_emulator import ProviderEmulator
+
+    outage = Outage(ProviderEmulator(), start_after=30, seconds=20)
+    throttle = LambdaThrottle(None, start_after=45, seconds=60)
+    outage.finish()  # the run ended before either began: both are called off
+    throttle.finish()
+
+    assert outage.line() == (
+        "provider outage      never began: the run ended before its start, 30 s in"
+        " (--outage-start sooner, or more --orders)"
+    )
+    assert throttle.line().startswith(
+        "lambda throttled     never began: the run ended before its start, 45 s in"
+    )
+    assert Outage(ProviderEmulator(), start_after=30, seconds=0).line() == "provider outage      none"
+    assert LambdaThrottle(None, start_after=45, seconds=0).line() == "lambda throttled     none"

@@ -407,7 +407,7 @@ def test_executions_lists_a_stacks_executions_by_status_and_order_with_how_they_
     assert not any("ORDER-EX-10-" in line for line in of_one), "another order whose id starts the same"
 
 
-def test_trace_takes_an_order_id_and_lists_its_executions_when_there_are_several(
+def test_trace_takes_an_order_id_and_traces_the_latest_of_several_after_listing_them(
     saga: Saga, deployed: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     saga.driver.send(_order("ORDER-TR-1", paymentMethod="pm_card_chargeDeclined"))
@@ -416,14 +416,19 @@ def test_trace_takes_an_order_id_and_lists_its_executions_when_there_are_several
     target = ["--stack", deployed, "--region", REGION]
 
     assert cli.main(["trace", "ORDER-TR-1", *target]) == 0
-    assert "Payment Declined" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as several:
-        cli.main(["trace", "ORDER-TR-2", *target])
+    only = capsys.readouterr().out
+    assert "Payment Declined" in only
+    assert "executions start with" not in only, "one execution: traced, no list"
+    assert cli.main(["trace", "ORDER-TR-2", *target]) == 0
 
-    listing = str(several.value.code).splitlines()
-    assert "2 executions start with 'ORDER-TR-2'" in listing[0]
-    assert len(listing) == 3
-    assert all("SUCCEEDED" in line and "ORDER-TR-2-" in line for line in listing[1:])
+    listing, _, traced = capsys.readouterr().out.partition("Tracing the latest, ")
+    lines = listing.strip().splitlines()
+    assert "2 executions start with 'ORDER-TR-2'" in lines[0]
+    assert len(lines) == 3
+    assert all("SUCCEEDED" in line and "ORDER-TR-2-" in line for line in lines[1:])
+    newest = lines[1].split()[-1]
+    assert traced.startswith(f"{newest} (saga trace NAME traces another):")
+    assert "Claim Order" in traced
 
 
 def test_trace_and_events_say_when_a_webhook_closed_the_claim_after_the_executions_steps(

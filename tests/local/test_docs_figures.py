@@ -300,3 +300,19 @@ def test_what_a_flood_costs_in_webhooks_md_is_priced_from_prices_json_and_the_te
     assert figures.matches(
         "webhook-flood", documented, figures.render("webhook-flood", priced, documented)
     ), "run `make docs-figures` and commit the result"
+
+
+def test_the_cost_sentence_names_the_largest_lines_after_step_functions_in_order(
+    measured: figures.Figures,
+) -> None:
+    rest = figures.cost_sentence(measured).split("the rest mostly ")[1].split(";")[0]
+    lines = measured.cost["happy"]["usd_per_million"]
+    logs = lines["logs_state_machine"] + lines["logs_lambda"]
+    named = figures.rest_of_the_cost(measured)
+    amounts = [logs if key == "logs" else lines[key] for key in named]
+
+    assert amounts == sorted(amounts, reverse=True)
+    assert [rest.index(figures._REST_NAMES[key]) for key in named[:3]] == sorted(
+        rest.index(figures._REST_NAMES[key]) for key in named[:3]
+    )
+    assert not any(figures._REST_NAMES[key] in rest for key in named[3:]), "only the largest are named"

@@ -16,46 +16,32 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
-import threading
 import time
-import urllib.request
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import boto3
 import pytest
 
 from saga_local.cli import build_parser
 from saga_local.stripe_emulator import SAVED_PAYMENT_METHOD, TEST_CUSTOMER
 from saga_local.template import ROOT
-from tests.local.entry_point_support import SAGA, clean_environment, subcommands
+from tests.local.doc_blocks import rehearsals
+from tests.local.entry_point_support import (
+    SAGA,
+    Running,
+    clean_environment,
+    ok,
+    provider_charges,
+    saga,
+    subcommands,
+    wait_for,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
 SAM_PYTHON = ROOT / ".venv-sam" / "bin" / "python"
 pytestmark = pytest.mark.skipif(not SAGA.exists(), reason=f"{SAGA} is not installed (make install)")
-
-
-def saga(state_dir: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """``saga ARGS`` from ``state_dir`` (outside the project), as a user types it."""
-    return subprocess.run(  # noqa: S603 - the project's own entry point
-        [str(SAGA), *args],
-        cwd=state_dir,
-        env=clean_environment(state_dir),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
-    assert "Traceback" not in result.stderr, result.stderr
-    return result.stdout
 
 
 @pytest.mark.parametrize("command", subcommands())
@@ -63,6 +49,13 @@ def test_every_subcommand_answers_help(command: str, tmp_path: Path) -> None:
     out = ok(saga(tmp_path, command, "--help", timeout=60))
 
     assert f"usage: saga {command}" in out
+
+
+def test_up_s_help_says_where_its_state_goes_and_how_to_run_a_second_one(tmp_path: Path) -> None:
+    out = " ".join(ok(saga(tmp_path, "up", "--help", timeout=60)).split())
+
+    assert "SAGA_STATE_DIR" in out
+    assert "SAGA_STATE_DIR=/tmp/other saga up" in out
 
 
 def test_every_option_of_every_subcommand_has_a_help_line_that_shows_its_default() -> None:
@@ -164,7 +157,9 @@ def test_cost_json_prices_what_the_stack_costs_by_existing_per_month(tmp_path: P
 
 
 def test_the_demo_prints_execution_names_that_saga_trace_shows_afterwards(tmp_path: Path) -> None:
-    out = ok(saga(tmp_path, "demo", timeout=600))
+    demo = saga(tmp_path, "demo", timeout=600)
+    out = ok(demo)
+    assert "unpublished metrics" not in out + demo.stderr, "no library's warning in the story"
 
     names = re.findall(r"^\s+(ORDER-\d+-[0-9a-f-]{36})$", out, flags=re.MULTILINE)
     assert len(names) == 9  # 4 deliveries without the claim, 4 with it, 1 declined card
@@ -173,75 +168,7 @@ def test_the_demo_prints_execution_names_that_saga_trace_shows_afterwards(tmp_pa
     assert "Payment Declined" in trace
 
 
-# -- against a running `saga up` ---------------------------------------------------------------------
-
-
-class Running:
-    """A `saga up` in the background, and what it wrote about itself."""
-
-    def __init__(self, state_dir: Path, banner: str, state: dict[str, Any], printed: list[str]) -> None:
-        self.state_dir = state_dir
-        self.banner = banner
-        self.state = state
-        #: What it printed after its banner, so far.
-        self.printed = printed
-
-    def client(self, service: str) -> Any:
-        return boto3.client(  # type: ignore[call-overload]
-            service,
-            endpoint_url=self.state["endpoint"],
-            region_name=self.state["region"],
-            aws_access_key_id="local",
-            aws_secret_access_key="local",
-        )
-
-
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    state_dir = tmp_path_factory.mktemp("saga-up")
-    process = subprocess.Popen(  # noqa: S603 - the project's own entry point
-        [str(SAGA), "up", "--pollers", "2"],
-        cwd=state_dir,
-        env=clean_environment(state_dir),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    state_file = state_dir / "stack.json"
-    deadline = time.monotonic() + 180
-    while not state_file.exists():
-        assert process.poll() is None, process.stdout.read() if process.stdout else ""
-        assert time.monotonic() < deadline, "saga up did not start in 180 s"
-        time.sleep(0.5)
-    banner: list[str] = []
-    assert process.stdout is not None
-    while not banner or "sam local invoke" not in banner[-1]:  # the banner's last line
-        banner.append(process.stdout.readline())
-        assert banner[-1], "saga up stopped printing before its banner ended"
-    # What it prints while orders flow (each execution as it ends), read as it comes: a pipe nobody
-    # reads would fill and stop it.
-    printed: list[str] = []
-    reader = threading.Thread(target=lambda: printed.extend(process.stdout or []), daemon=True)
-    reader.start()
-    try:
-        yield Running(state_dir, "".join(banner), json.loads(state_file.read_text()), printed)
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=60)
-        reader.join(timeout=10)
-    assert "stopped" in "".join(printed)
-    assert not state_file.exists(), "saga up leaves no description of a stack that is gone"
-    assert not (state_dir / "sam-env.json").exists()
-
-
-def wait_for(predicate: Any, what: str, seconds: float = 60) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+# -- against a running `saga up` (tests/local/conftest.py: one for the session) -----------------
 
 
 def test_up_prints_commands_that_work_with_aws_cli_v1_and_v2_and_sam(running: Running) -> None:
@@ -302,6 +229,33 @@ def test_send_then_trace_the_names_it_prints(running: Running, tmp_path: Path) -
     assert "<svg" in page.read_text()
 
 
+def test_trace_of_an_order_id_lists_each_execution_once_and_traces_the_latest_while_up_runs_and_after(
+    running: Running, tmp_path: Path
+) -> None:
+    out = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-TRACE4", "--copies", "4", "--wait"))
+    names = re.findall(r"saga trace (ORDER-EP-TRACE4-\S+)", out)
+    assert len(names) == 4
+    recorded = running.state_dir / "executions"
+    wait_for(
+        lambda: all((recorded / f"{name}.json").is_file() for name in names),
+        "saga up to record the four executions",
+    )
+
+    while_up = ok(saga(running.state_dir, "trace", "ORDER-EP-TRACE4"))
+    # After the stack has gone: only what it recorded (a state directory with no stack running).
+    after = tmp_path / "after"
+    shutil.copytree(recorded, after / "executions")
+    gone = ok(saga(after, "trace", "ORDER-EP-TRACE4"))
+
+    for printed in (while_up, gone):
+        listing, _, traced = printed.partition("Tracing the latest, ")
+        assert "4 executions start with 'ORDER-EP-TRACE4'" in listing, printed
+        assert sorted(re.findall(r"ORDER-EP-TRACE4-\S+", listing)) == sorted(names), "each once"
+        assert traced.split()[0] in names
+        assert "Claim Order" in traced
+    assert "(recorded)" not in while_up, "the running stack's executions are not listed twice"
+
+
 def test_trace_of_an_unknown_execution_says_so_in_words(running: Running) -> None:
     result = saga(running.state_dir, "trace", "ORDER-NOPE-00000000")
 
@@ -327,7 +281,9 @@ def test_a_rejected_body_is_reported_dead_lettered_then_redrive_says_what_happen
     assert "dry run, nothing moved" in surveyed
     assert "1 x body is not valid JSON" in surveyed
     redriven = ok(saga(running.state_dir, "redrive", "--apply"))
-    assert "1 message left on the dead-letter queue" in redriven
+    # Every rejected message stays: this one, and any other test's on the session's stack.
+    assert re.search(r"\d+ messages? left on the dead-letter queue", redriven), redriven
+    assert "moved 0 messages" in redriven
     assert "body is not valid JSON" in redriven
 
 
@@ -477,54 +433,6 @@ def test_send_a_saved_card_with_its_provider_customer_is_charged(running: Runnin
     assert "CHARGED pi_" in out
 
 
-@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
-def test_the_duplicate_charge_runbook_s_curl_lines_find_and_refund_a_charge_as_written(
-    running: Running, tmp_path: Path
-) -> None:
-    runbook = (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
-    section = runbook[runbook.index("## DuplicateCharge") : runbook.index("## An order needs a person")]
-    provider, search, listing, refund = [
-        line.strip() for line in section.splitlines() if line.strip().startswith(("PROVIDER=", "curl "))
-    ]
-    ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-REFUND", "--wait"))
-    (tmp_path / ".saga").symlink_to(running.state_dir)  # run from a checkout whose .saga/ is the stack's
-
-    def run(line: str) -> Any:
-        completed = subprocess.run(  # noqa: S603 - the runbook's own lines, in bash as a person pastes them
-            ["/bin/bash", "-c", f"{provider}\n{line}"],
-            cwd=tmp_path,
-            env=clean_environment(running.state_dir),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        return json.loads(completed.stdout)
-
-    found = run(search.replace("<orderId>", "ORDER-EP-REFUND"))
-    (intent,) = found["data"]
-    assert intent["status"] == "succeeded"
-    assert intent["id"] in [i["id"] for i in run(listing)["data"]]
-    refunded = run(refund.replace("<PaymentIntent>", intent["id"]))
-    again = run(refund.replace("<PaymentIntent>", intent["id"]))
-
-    assert (refunded["object"], refunded["amount"], refunded["status"]) == (
-        "refund",
-        intent["amount"],
-        "succeeded",
-    )
-    assert again["id"] == refunded["id"], "one Idempotency-Key, one refund"
-
-
-def provider_charges(running: Running, order_id: str) -> int:
-    """How many times the emulator of `saga up` charged ``order_id`` (its admin route, with the token)."""
-    url = f"{running.state['provider']}/_emulator/charges?orderId={order_id}"
-    token = {"X-Emulator-Token": running.state["providerAdminToken"]}
-    request = urllib.request.Request(url, headers=token)  # noqa: S310 - the local emulator
-    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - the local emulator
-        return len(json.loads(response.read())["data"])
-
-
 def test_a_provider_fault_on_the_running_stack_is_rehearsed_as_the_runbook_tells_it(running: Running) -> None:
     def charges(order_id: str) -> int:
         return provider_charges(running, order_id)
@@ -542,25 +450,6 @@ def test_a_provider_fault_on_the_running_stack_is_rehearsed_as_the_runbook_tells
     assert charges("ORDER-EP-LOST") == 1, "the retry replayed the charge: charged once"
     assert "NeedsReconciliation" in down  # the outcome is unknown: the claim is kept for the sweeper
     assert charges("ORDER-EP-OUTAGE") == 0
-    assert "CHARGED pi_" in back
-
-
-def test_a_throttled_claim_order_on_the_running_stack_fails_the_claim_and_charges_nothing(
-    running: Running,
-) -> None:
-    throttle = ("fault", "throttle", "--function", "ClaimOrderFunction", "--seconds", "60")
-    assert "TooManyRequestsException" in ok(saga(running.state_dir, *throttle))
-    try:
-        throttled = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-THROTTLED", "--wait"))
-        charged_while_throttled = provider_charges(running, "ORDER-EP-THROTTLED")
-    finally:
-        assert "function faults cleared" in ok(saga(running.state_dir, "fault", "clear"))
-    back = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-UNTHROTTLED", "--wait"))
-
-    # The state machine retried Lambda.TooManyRequestsException until its attempts were spent, then
-    # released the claim as never charged (the relay re-queues the order).
-    assert "Claim Failed" in throttled, throttled
-    assert charged_while_throttled == 0
     assert "CHARGED pi_" in back
 
 
@@ -585,24 +474,17 @@ def test_a_charge_payment_that_crashes_after_the_charge_is_charged_once_and_clos
     assert "OrderCharged" in events, events
 
 
-def test_a_claim_order_whose_write_lands_late_still_charges_the_order_once(running: Running) -> None:
-    late = ("fault", "late-write", "--function", "ClaimOrderFunction", "--order-id", "ORDER-EP-LATE")
-    said = ok(saga(running.state_dir, *late))
-    sent = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-LATE", "--wait"))
-
-    assert "lands after" in said
-    assert "CHARGED pi_" in sent
-    assert provider_charges(running, "ORDER-EP-LATE") == 1
-
-
 def test_every_saga_line_of_the_runbook_runs_against_the_local_stack_as_pasted(running: Running) -> None:
     # Against `saga up` instead of a deployed stack: the same line without `--stack payment-saga`, its
     # placeholders filled in with an order that ran. --apply lines change nothing here that matters:
     # no claim is stale, and the dead-letter queue holds only rejected messages.
     out = ok(saga(running.state_dir, "send", "--order-id", "ORDER-EP-RUNBOOK", "--wait"))
     execution = re.findall(r"saga trace (ORDER-EP-RUNBOOK-\S+)", out)[0]
+    # The rehearsals' lines run in their own tests below, in order, with what they say checked.
+    rehearsed = {command for block in rehearsals().values() for command, _ in block.commands()}
     runbook = (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
     lines = [line.split("  #")[0].strip() for line in runbook.splitlines() if line.startswith("saga ")]
+    lines = [line for line in lines if line not in rehearsed]
     assert len(lines) >= 15
 
     for line in lines:
@@ -617,35 +499,6 @@ def test_every_saga_line_of_the_runbook_runs_against_the_local_stack_as_pasted(r
         result = saga(running.state_dir, *shlex.split(pasted)[1:])
         assert result.returncode == 0, (line, result.stdout, result.stderr)
         assert "Traceback" not in result.stderr, line
-
-
-def test_every_saga_line_of_the_adoption_guide_runs_against_the_local_stack_as_pasted(
-    running: Running,
-) -> None:
-    guide = (ROOT / "docs" / "adopting.md").read_text(encoding="utf-8")
-    lines = [line.split("  #")[0].strip() for line in guide.splitlines() if line.startswith("saga ")]
-    assert len(lines) >= 5
-
-    printed = []
-    for line in lines:
-        result = saga(running.state_dir, *shlex.split(line)[1:])
-        assert result.returncode == 0, (line, result.stdout, result.stderr)
-        assert "Traceback" not in result.stderr, line
-        printed.append(result.stdout)
-
-    # What the guide's comments say each line shows.
-    charged, again, conflict, malformed, _ = printed
-    assert "CHARGED pi_" in charged
-    assert "DUPLICATE" in again
-    assert "OrderConflict" in conflict
-    assert "dead-lettered: currency is required" in malformed
-    # The events line again until the archive has both (the bus copies to it a moment later).
-    events = wait_for(
-        lambda: (out := ok(saga(running.state_dir, *shlex.split(lines[-1])[1:]))) * ("OrderConflict" in out),
-        "the conflict's event in the archive",
-    )
-    assert "OrderCharged" in events
-    assert provider_charges(running, "ORDER-ADOPT-1") == 1
 
 
 def test_up_prints_each_execution_as_it_ends_and_records_it_for_saga_trace(running: Running) -> None:

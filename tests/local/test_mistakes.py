@@ -156,8 +156,17 @@ MISTAKES: dict[str, Mistake] = {
         ["fault", "late-write", "--function", "SweeperFunction", "--point", "after:dynamodb.Query"],
         "late_write needs a write",
     ),
+    "clock with no stack": Mistake(["clock", "advance", "75m"], "no local stack is running"),
+    "clock advanced by nothing": Mistake(["clock", "advance"], "say how long to let pass"),
+    "clock advanced by a word": Mistake(["clock", "advance", "soon"], "is not a duration"),
+    "clock of Stripe's test mode": Mistake(["clock", "advance", "1h"], "has no clock to move", "test-mode"),
     "demo an unknown runtime": Mistake(["demo", "--runtime", "docker"], "invalid choice: 'docker'"),
     "an unknown option": Mistake(["events", "--since-forever"], "unrecognized arguments: --since-forever"),
+    # the short name `saga logs` takes: past the name, to the stack (which is gone)
+    "invoke by its short name a stack that went away": Mistake(
+        ["invoke", "ClaimOrder", "-e", str(EVENTS / "claim_order.json"), "--env-vars", "dead.json"],
+        "nothing answers at http://127.0.0.1:",
+    ),
     "invoke against an env-vars file whose stack went away": Mistake(
         ["invoke", "ClaimOrderFunction", "-e", str(EVENTS / "claim_order.json"), "--env-vars", "dead.json"],
         "nothing answers at http://127.0.0.1:",
@@ -299,6 +308,37 @@ def test_every_option_a_fault_kind_takes_is_accepted(state_dir: Path) -> None:
     assert result.returncode == 1
 
 
+@pytest.mark.parametrize(
+    # Not invoke (its stack is its env-vars file's), nor reconcile (it takes no --endpoint-url).
+    "command",
+    sorted(name for name in {**STACK_COMMANDS, **STACK_ONLY_COMMANDS} if name not in ("invoke", "reconcile")),
+)
+def test_a_deployed_stack_out_of_reach_is_answered_about_the_stack_not_saga_up(
+    command: str, state_dir: Path
+) -> None:
+    nowhere = f"http://127.0.0.1:{_free_port()}"  # as a network that answers nothing (no DNS, no route)
+    args = [*{**STACK_COMMANDS, **STACK_ONLY_COMMANDS}[command], "--stack", "payment-saga"]
+    result = subprocess.run(  # noqa: S603 - the project's own entry point
+        [str(SAGA), *args, "--region", "eu-west-1", "--endpoint-url", nowhere],
+        cwd=state_dir,
+        env={
+            **clean_environment(state_dir),
+            "AWS_ACCESS_KEY_ID": "local",  # as the local stack's: nothing is reached to send them to
+            "AWS_SECRET_ACCESS_KEY": "local",
+            "AWS_MAX_ATTEMPTS": "1",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert_one_line(result, f"cannot reach AWS at {nowhere}")
+    assert "for stack payment-saga" in result.stderr
+    assert "saga up" not in result.stderr
+    assert "eu-west-1" in result.stderr
+
+
 def _into_a_closed_pipe(state_dir: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the first byte, as `| head` is after its lines
@@ -309,17 +349,40 @@ def _into_a_closed_pipe(state_dir: Path, args: list[str]) -> subprocess.Complete
 
 
 @pytest.mark.parametrize("command", subcommands())
-def test_help_into_a_closed_pipe_is_one_line_and_a_sigpipe_exit(command: str, state_dir: Path) -> None:
+def test_help_into_a_closed_pipe_says_nothing_and_exits_as_sigpipe(command: str, state_dir: Path) -> None:
     result = _into_a_closed_pipe(state_dir, [command, "--help"])
 
-    assert_one_line(result, "broken pipe")
+    assert result.stderr == "", "a reader that has what it wanted is no mistake to report"
     assert result.returncode == 128 + signal.SIGPIPE
 
 
-def test_a_trace_piped_into_a_reader_that_went_away_is_one_line(state_dir: Path, recorded: str) -> None:
+def test_a_trace_piped_into_a_reader_that_went_away_says_nothing(state_dir: Path, recorded: str) -> None:
     result = _into_a_closed_pipe(state_dir, ["trace", recorded])
 
-    assert_one_line(result, "broken pipe")
+    assert result.stderr == ""
+    assert result.returncode == 128 + signal.SIGPIPE
+
+
+def test_logs_piped_into_head_print_no_broken_pipe_line(state_dir: Path) -> None:
+    logs = state_dir / "logs"
+    logs.mkdir()
+    line = {"level": "INFO", "message": "claim_won", "timestamp": "2026-12-02 11:40:05,989+0000"}
+    lines = [json.dumps({**line, "orderId": f"ORDER-{n}"}) for n in range(20000)]
+    (logs / "ClaimOrderFunction.log").write_text("\n".join(lines) + "\n")
+
+    piped = subprocess.run(  # noqa: S602 - the shell's pipe is what is tested; the entry point is ours
+        f"'{SAGA}' logs | head -3",
+        shell=True,
+        cwd=state_dir,
+        env=clean_environment(state_dir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert len(piped.stdout.splitlines()) == 3
+    assert piped.stderr == "", piped.stderr
 
 
 def test_a_second_up_names_the_running_ones_port_and_pid(state_dir: Path) -> None:
