@@ -18,25 +18,12 @@ moto version pinned in pyproject.toml:
   Lambda task and re-parses every JSONPath on every evaluation, which dominates a busy run.
 * EventBridge's target input -> its JSONPaths parsed once: moto re-parses them (building a
   parser, tables and all) for every target of every event put, a visible share of a busy run.
-* SQS's retention check -> reads the queue's retention period directly: moto computes every
-  queue attribute (walking every message) for every message it considers receiving, which makes
-  a receive quadratic in the queue's depth. Same answer, linear time.
-* SQS's queue attributes -> computed one by one as they are read (:class:`_QueueAttributes`).
+* SQS's retention check and queue attributes -> linear, not quadratic, in a queue's depth
+  (:mod:`saga_local.aws.moto_sqs`).
 * the execution's context object -> gains ``Execution.RedriveCount`` (0), which AWS has carried
   since executions could be redriven and the Charge step reads; moto 5.2.5 omits it.
-* Retry and Catch's error matching -> AWS's documented rules (:func:`_error_equals`): a
-  ``States.Runtime`` error is never retried nor caught, and ``States.DataLimitExceeded`` only by a
-  retrier or catcher that names it, not by ``States.ALL``. moto lets ``States.ALL`` match both, so
-  a definition that reads a path its input may lack (a ``ResultSelector`` over a Lambda's answer)
-  was retried and caught locally where AWS fails the execution.
-* a Choice rule comparing a field that is absent -> ``States.Runtime`` ("Invalid path ...: The
-  choice state's condition path references an invalid value"), as AWS fails it; moto takes it for
-  no match and moves on. Only ``IsPresent`` may test a field that is not there.
-* a Task's input after ``Parameters`` -> held to the payload quota (256 KiB): AWS fails such a
-  state with ``States.DataLimitExceeded``; moto checks results and outputs only, and sent it on.
-* a Task's success after its ``TimeoutSeconds`` -> not recorded: moto leaves the timed-out call
-  running and records its late ``TaskSucceeded`` in the history after the ``TaskTimedOut``; on AWS
-  the abandoned call's answer is discarded.
+* Retry and Catch's error matching, a Choice rule on an absent field, a Task's input over the payload
+  quota, a Task's answer after its timeout -> AWS's documented rules (:mod:`saga_local.aws.moto_strict`).
 * Step Functions' RedriveExecution -> :func:`redrive_execution`, which moto 5.2.5 lacks: the
   execution continues from its unsuccessful state with that state's input, under the same ARN,
   its history kept, ``Execution.RedriveCount`` one more and every retrier's count back to 0.
@@ -61,11 +48,9 @@ moto version pinned in pyproject.toml:
 * DynamoDB's request handling -> serialised behind one lock, so a conditional write (and the
   ``ALL_OLD`` item it returns, which moto reads *before* applying the write) is atomic under
   concurrent requests, as it is in DynamoDB. Without it two racing claims can both win.
-* SQS's receive, delete and visibility change -> each behind its queue's own lock (the one moto's
-  send already takes). moto checks a message's visibility and marks it received with no lock, so
-  two concurrent pollers could both receive one message (a redelivery SQS would not make), and it
-  rebuilds a queue's message list on delete, so a message sent meanwhile could vanish (a loss SQS
-  would never make). A long poll waits outside the lock, so one poller never holds up another.
+* SQS's receive, delete and visibility change -> each behind its queue's own lock
+  (:mod:`saga_local.aws.moto_sqs`), so that two pollers never both receive one message and a message
+  sent during a delete is never lost.
 """
 
 from __future__ import annotations
@@ -77,7 +62,6 @@ import json
 import threading
 import time as _time
 import weakref
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from unittest import mock
@@ -88,35 +72,20 @@ from moto.awslambda import models as lambda_models
 from moto.awslambda.exceptions import LambdaClientError
 from moto.core.common_models import BaseModel
 from moto.core.config import DefaultConfig
-from moto.core.utils import camelcase_to_underscores
 from moto.dynamodb.responses import DynamoHandler
 from moto.sqs.models import Queue, SQSBackend
 from moto.stepfunctions.exceptions import ExecutionAlreadyExists
 from moto.stepfunctions.models import StateMachine
 from moto.stepfunctions.parser.api import (
-    ExecutionFailedEventDetails,
     ExecutionStatus,
     HistoryEventType,
-    TaskFailedEventDetails,
 )
 from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
-from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
-    FailureEvent,
-    FailureEventException,
-)
-from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
-from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
-    StatesErrorNameType,
-)
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
-from moto.stepfunctions.parser.asl.component.state.choice.comparison.comparison_operator_type import (
-    ComparisonOperatorType,
-)
 from moto.stepfunctions.parser.asl.component.state.choice.comparison.comparison_variable import (
     ComparisonVariable,
 )
-from moto.stepfunctions.parser.asl.component.state.choice.comparison.variable import NoSuchVariable
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
     StateTaskService,
 )
@@ -127,10 +96,9 @@ from moto.stepfunctions.parser.asl.utils import boto_client as engine_boto_clien
 from moto.stepfunctions.parser.asl.utils import json_path as engine_json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend, stepfunctions_parser_backends
-from moto.stepfunctions.parser.quotas import is_within_size_quota
 from moto.stepfunctions.parser.utils import TMP_THREADS as engine_threads
 
-from saga_local.aws import moto_speed
+from saga_local.aws import moto_speed, moto_sqs, moto_strict
 from saga_local.runtime.api import Throttled
 
 if TYPE_CHECKING:
@@ -213,203 +181,6 @@ class _CachedBoto3:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
-
-
-def _retention_check(self: Any, queue_name: str, message: Any) -> bool:
-    """moto's ``is_message_valid_based_on_retention_period``, without computing every attribute."""
-    retention_period = int(self.get_queue(queue_name).message_retention_period)
-    return bool(retention_period + message.sent_timestamp / 1000 > _time.time())
-
-
-def _receive_locked(receive: Any) -> Any:
-    """``SQSBackend.receive_message`` with each look at the queue under the queue's lock."""
-
-    @functools.wraps(receive)
-    def receive_message(
-        self: Any,
-        queue_name: str,
-        count: int,
-        wait_seconds_timeout: int,
-        visibility_timeout: int,
-        message_attribute_names: list[str] | None = None,
-    ) -> list[Any]:
-        queue = self.get_queue(queue_name)
-        deadline = _time.monotonic() + wait_seconds_timeout
-        while True:
-            with queue._messages_lock:
-                received: list[Any] = receive(
-                    self, queue_name, count, 0, visibility_timeout, message_attribute_names
-                )
-            remaining = deadline - _time.monotonic()
-            if received or remaining <= 0:
-                return received
-            queue.wait_for_messages(min(remaining, 1.0))
-
-    return receive_message
-
-
-def _delete_locked(delete: Any) -> Any:
-    """``Queue.delete_message`` under the queue's lock: moto rebuilds the message list there."""
-
-    @functools.wraps(delete)
-    def delete_message(self: Any, receipt_handle: str) -> None:
-        with self._messages_lock:
-            delete(self, receipt_handle)
-
-    return delete_message
-
-
-def _visibility_locked(change: Any) -> Any:
-    """``SQSBackend.change_message_visibility`` under the queue's lock."""
-
-    @functools.wraps(change)
-    def change_message_visibility(
-        self: Any, queue_name: str, receipt_handle: str, visibility_timeout: int
-    ) -> None:
-        with self.get_queue(queue_name)._messages_lock:
-            change(self, queue_name, receipt_handle, visibility_timeout)
-
-    return change_message_visibility
-
-
-class _QueueAttributes(Mapping[str, Any]):
-    """moto's ``Queue.attributes``, each value computed when it is read, not all on every read.
-
-    moto builds the whole dict, message counts included (each a walk over every message), for
-    every send (to read ``ContentBasedDeduplication``) and several times per GetQueueAttributes:
-    a send to the outcome archive, which only grows, cost more the longer a run went. Same keys,
-    same values (booleans as ``"true"``/``"false"``), same order.
-    """
-
-    def __init__(self, queue: Any) -> None:
-        self._queue = queue
-        names = list(queue.BASE_ATTRIBUTES)
-        if queue.fifo_queue:
-            names += queue.FIFO_ATTRIBUTES
-        if queue.kms_master_key_id:
-            names += queue.KMS_ATTRIBUTES
-        if queue.policy:
-            names.append("Policy")
-        if queue.redrive_policy:
-            names.append("RedrivePolicy")
-        self._names = dict.fromkeys(names)
-
-    def __getitem__(self, name: str) -> Any:
-        if name not in self._names:
-            raise KeyError(name)
-        if name == "Policy":
-            value = self._queue.policy
-        elif name == "RedrivePolicy" and self._queue.redrive_policy:
-            value = json.dumps(self._queue.redrive_policy)
-        else:
-            value = getattr(self._queue, camelcase_to_underscores(name))
-        return str(value).lower() if isinstance(value, bool) else value
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-
-#: Never retried nor caught, whatever a retrier or catcher names (AWS: "A States.Runtime error isn't
-#: retriable, and will always cause the execution to fail").
-RUNTIME_ERROR = "States.Runtime"
-#: Caught or retried only where named: "A terminal error which cannot be caught by the States.ALL
-#: error type."
-DATA_LIMIT_ERROR = "States.DataLimitExceeded"
-
-
-def _error_equals(original: Any) -> Any:
-    """``ErrorEqualsDecl._eval_body`` (one retrier's or catcher's match) with AWS's two exceptions."""
-
-    @functools.wraps(original)
-    def eval_body(self: Any, env: Any) -> None:
-        error_name = env.stack[-1]
-        name = getattr(error_name, "error_name", None)
-        if name == RUNTIME_ERROR:
-            env.stack.pop()
-            env.stack.append(False)
-        elif name == DATA_LIMIT_ERROR:
-            env.stack.pop()
-            env.stack.append(any(named.error_name == DATA_LIMIT_ERROR for named in self.error_names))
-        else:
-            original(self, env)
-
-    return eval_body
-
-
-#: The cause AWS gives a Choice rule whose Variable finds nothing.
-_ABSENT_VARIABLE = "The choice state's condition path references an invalid value."
-
-
-def _absent_variable_fails(original: Any) -> Any:
-    """``ComparisonVariable._eval_body`` (one Choice rule's ``Variable`` and its test), failing with
-    States.Runtime when the Variable finds nothing and the test is not ``IsPresent``."""
-
-    @functools.wraps(original)
-    def eval_body(self: Any, env: Any) -> None:
-        if self.comparison_function.operator_type != ComparisonOperatorType.IsPresent:
-            self.variable.eval(env)
-            sampled = env.stack.pop()
-            if isinstance(sampled, NoSuchVariable):
-                path = self.variable.string_sampler.literal_value
-                error = StatesErrorNameType.StatesRuntime
-                cause = (
-                    f"Invalid path '{path}': The choice state's condition path references an invalid value."
-                )
-                details = ExecutionFailedEventDetails(error=error.to_name(), cause=cause)
-                raise FailureEventException(
-                    failure_event=FailureEvent(
-                        env=env,
-                        error_name=StatesErrorName(typ=error),
-                        event_type=HistoryEventType.ExecutionFailed,
-                        event_details=EventDetails(executionFailedEventDetails=details),
-                    )
-                )
-        original(self, env)
-
-    return eval_body
-
-
-def _parameters_within_quota(original: Any) -> Any:
-    """``StateTask._eval_parameters`` (a Task's effective input), failing with States.DataLimitExceeded
-    over the payload quota: "After Parameters processing, the input of a state is larger than the
-    payload size quota" is one of the conditions AWS's error-handling guide lists for it."""
-
-    @functools.wraps(original)
-    def eval_parameters(self: Any, env: Any) -> Any:
-        parameters = original(self, env)
-        if is_within_size_quota(parameters):
-            return parameters
-        error = StatesErrorNameType.StatesStatesDataLimitExceeded
-        cause = f"The state '{self.name}' has an input, after Parameters, over the payload size quota."
-        details = TaskFailedEventDetails(error=error.to_name(), cause=cause)
-        raise FailureEventException(
-            failure_event=FailureEvent(
-                env=env,
-                error_name=StatesErrorName(typ=error),
-                event_type=HistoryEventType.TaskFailed,
-                event_details=EventDetails(taskFailedEventDetails=details),
-            )
-        )
-
-    return eval_parameters
-
-
-def _no_late_success(original: Any) -> Any:
-    """``StateTaskService._after_eval_execution`` (the size check and ``TaskSucceeded``), skipped for
-    a call that answered after its state's ``TimeoutSeconds``: moto ends that call's frame when the
-    timeout fires, and carries on with ``States.Timeout`` while the call runs to its end."""
-
-    @functools.wraps(original)
-    def after_eval_execution(self: Any, env: Any, *args: Any, **kwargs: Any) -> None:
-        with env._state_mutex:  # the timeout ends the frame under this lock
-            if not env.is_running():
-                return
-            original(self, env, *args, **kwargs)
-
-    return after_eval_execution
 
 
 def _prewarm_heap_keys(root: Any) -> None:
@@ -736,20 +507,28 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
     patches: list[tuple[Any, str, Any]] = [
         (lambda_models.LambdaBackend, "invoke", invoke),
         (retrier_decl, "time", _ScaledTime(hooks)),
-        (ErrorEqualsDecl, "_eval_body", _error_equals(ErrorEqualsDecl._eval_body)),
-        (ComparisonVariable, "_eval_body", _absent_variable_fails(ComparisonVariable._eval_body)),
-        (StateTask, "_eval_parameters", _parameters_within_quota(StateTask._eval_parameters)),
-        (StateTaskService, "_after_eval_execution", _no_late_success(StateTaskService._after_eval_execution)),
+        (ErrorEqualsDecl, "_eval_body", moto_strict.error_equals(ErrorEqualsDecl._eval_body)),
+        (ComparisonVariable, "_eval_body", moto_strict.absent_variable_fails(ComparisonVariable._eval_body)),
+        (StateTask, "_eval_parameters", moto_strict.parameters_within_quota(StateTask._eval_parameters)),
+        (
+            StateTaskService,
+            "_after_eval_execution",
+            moto_strict.no_late_success(StateTaskService._after_eval_execution),
+        ),
         (ExecutionWorker, "_get_evaluation_environment", evaluation_environment),
         (ExecutionWorker, "_get_evaluation_entrypoint", evaluation_entrypoint),
         (engine_boto_client, "boto3", _CachedBoto3(engine_boto_client.boto3, authorize)),
         (engine_json_path, "parse", functools.lru_cache(maxsize=4096)(engine_json_path.parse)),
         (jsonpath_ext, "parse", functools.lru_cache(maxsize=256)(jsonpath_ext.parse)),
-        (SQSBackend, "is_message_valid_based_on_retention_period", _retention_check),
-        (SQSBackend, "receive_message", _receive_locked(SQSBackend.receive_message)),
-        (Queue, "delete_message", _delete_locked(Queue.delete_message)),
-        (SQSBackend, "change_message_visibility", _visibility_locked(SQSBackend.change_message_visibility)),
-        (Queue, "attributes", property(_QueueAttributes)),
+        (SQSBackend, "is_message_valid_based_on_retention_period", moto_sqs.retention_check),
+        (SQSBackend, "receive_message", moto_sqs.receive_locked(SQSBackend.receive_message)),
+        (Queue, "delete_message", moto_sqs.delete_locked(Queue.delete_message)),
+        (
+            SQSBackend,
+            "change_message_visibility",
+            moto_sqs.visibility_locked(SQSBackend.change_message_visibility),
+        ),
+        (Queue, "attributes", property(moto_sqs.QueueAttributes)),
         (BaseModel, "__new__", staticmethod(_untracked_new)),
         (
             StepFunctionsParserBackend,

@@ -103,7 +103,7 @@ def test_queue_attributes_computed_one_by_one_equal_moto_s_whole_dict() -> None:
     from moto import mock_aws
     from moto.sqs.models import Queue, sqs_backends
 
-    from saga_local.aws.moto_adapter import _QueueAttributes
+    from saga_local.aws.moto_sqs import QueueAttributes
 
     with mock_aws():
         sqs = boto3.client("sqs", region_name="us-east-1")
@@ -118,7 +118,7 @@ def test_queue_attributes_computed_one_by_one_equal_moto_s_whole_dict() -> None:
         backend = sqs_backends["123456789012"]["us-east-1"]
         for queue in backend.queues.values():
             whole = Queue.attributes.fget(queue)  # type: ignore[attr-defined]
-            lazy = _QueueAttributes(queue)
+            lazy = QueueAttributes(queue)
             assert dict(lazy) == whole
             assert list(lazy) == list(whole)
             assert lazy.get("ContentBasedDeduplication") == whole.get("ContentBasedDeduplication")
