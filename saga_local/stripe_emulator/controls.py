@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from saga_local.stripe_emulator.server import Endpoint
     from saga_local.stripe_emulator.webhooks import WebhookSender
 
+#: The account of every API key not given another one (``ProviderEmulator.assign_key``).
+DEFAULT_ACCOUNT = "acct_emulator"
+
 
 class EmulatorControls:
     """The test controls, on the state :class:`~.emulator.ProviderEmulator` holds (see the module)."""
@@ -141,8 +144,6 @@ class EmulatorControls:
         """A succeeded PaymentIntent of another Stripe account (a connected one, say) whose metadata
         names one of our orders: what a forged webhook could point at. It is in no ledger of ours and
         no key of our account reads it (retrieve answers 404), as on Stripe. Returns its id."""
-        from saga_local.stripe_emulator.emulator import DEFAULT_ACCOUNT  # emulator.py imports this module
-
         if not account.startswith("acct_") or account == DEFAULT_ACCOUNT:
             raise ValueError("another account's id starts with acct_ and is not ours")
         intent = intents.settled_intent(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from saga_local.stripe_emulator import admin, idempotency, intents, search
-from saga_local.stripe_emulator.controls import EmulatorControls
+from saga_local.stripe_emulator.controls import DEFAULT_ACCOUNT, EmulatorControls
 from saga_local.stripe_emulator.exceptions import BadRequest
 from saga_local.stripe_emulator.recording import Recording
 from saga_local.stripe_emulator.responses import (
@@ -53,8 +53,6 @@ if TYPE_CHECKING:
     from saga_local.stripe_emulator.intents import CreateRequest, Decline, ForcedOutcome, LedgerEntry
     from saga_local.stripe_emulator.search import Versions
 
-#: The account of every API key not given another one (``ProviderEmulator.assign_key``).
-DEFAULT_ACCOUNT = "acct_emulator"
 #: The header that carries the per-run admin token (a custom header: a browser preflights it).
 ADMIN_TOKEN_HEADER = "X-Emulator-Token"  # noqa: S105 - a header name, not a secret
 
