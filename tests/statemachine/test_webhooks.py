@@ -5,12 +5,16 @@ the webhook alone resolves the claim an execution could not."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import TYPE_CHECKING, Any
 
+import boto3
+
 from payment_saga import charging
+from saga_local.aws.stack import REGION
 from saga_local.runtime.faults import Fault
-from tests.helpers import Saga, deliver_webhook, order
+from tests.helpers import Saga, deliver_webhook, order, webhook_event_source
 from tests.statemachine.settlement_support import before_the_retry
 
 if TYPE_CHECKING:
@@ -146,3 +150,54 @@ def test_a_webhook_that_settles_the_order_during_the_charges_last_try_ends_it_ch
     (landed,) = saga.provider.charges_for("ORDER-003")
     assert result.output["chargeId"] == landed.charge_id  # type: ignore[index]
     assert finals(saga, "ORDER-003") == ["OrderCharged"]  # and no OrderNeedsReconciliation
+
+
+def test_a_succeeded_event_planted_on_the_queue_completes_nothing_and_the_order_is_charged_once(
+    saga: Saga, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first charge request never reaches Stripe (a 500 before it applies); before the retry,
+    someone who can send to the webhook queue plants a whole "succeeded" event for the order, with its
+    amount and attempt and a PaymentIntent id Stripe never issued. Believed, it would complete the
+    claim and the retry would hand that PaymentIntent on: charged, with no money taken. The consumer
+    reads Stripe instead, which has no such PaymentIntent: the retry charges, once."""
+    saga.provider.inject("fail_before_apply", order_id="ORDER-003")
+    message = order()
+    forged = {
+        "id": "evt_forged",
+        "type": "payment_intent.succeeded",
+        "created": 1,
+        "livemode": False,
+        "data": {
+            "object": {
+                "id": "pi_NeverIssuedByStripe",
+                "object": "payment_intent",
+                "status": "succeeded",
+                "amount": message["amount"],
+                "currency": str(message["currency"]).lower(),
+                "metadata": {"orderId": message["orderId"], "attempt": "1"},
+            }
+        },
+    }
+    planted: list[str] = []
+
+    def plant_before_the_retry(step: charging.ChargeTry, **kwargs: Any) -> Any:
+        if step.retry_count == 1 and not planted:
+            planted.append(step.order.order_id)
+            with saga.runtime.outside_invocation():
+                boto3.client("sqs", region_name=REGION).send_message(
+                    QueueUrl=saga.stack.resolver.refs["WebhookQueue"], MessageBody=json.dumps(forged)
+                )
+                assert webhook_event_source(saga).poll_once() == 1
+        return real(step, **kwargs)
+
+    real = charging.charge
+    monkeypatch.setattr(charging, "charge", plant_before_the_retry)
+    result = saga.driver.wait(saga.driver.start(message, name="forged-succeeded"))
+
+    assert planted == ["ORDER-003"]
+    assert result.outcome == "CHARGED", result
+    (landed,) = saga.provider.charges_for("ORDER-003")  # the money moved, once
+    assert result.output["chargeId"] == landed.charge_id  # type: ignore[index]
+    claim = saga.driver.claim("ORDER-003")
+    assert claim is not None
+    assert claim["chargeId"] == landed.charge_id  # not the planted PaymentIntent
