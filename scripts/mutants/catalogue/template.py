@@ -91,3 +91,22 @@ for _name, _n, _i, _action in _grants(_DOCUMENT):
         _without(_name, _n, _i, _action),
         f"{_name}'s role without {_action} (statement {_n}.{_i})",
     )
+
+#: The queues' resource policies: who may send to and read the queues a forged message would travel.
+QUEUE_POLICY_TESTS = ("tests/static/test_resource_policies.py", "tests/local/test_queue_policies.py")
+for sid, description in (
+    ("OnlyTheReceiverQueuesWebhooks", "any role of the account with sqs:SendMessage queues a webhook event"),
+    (
+        "NobodyDeadLettersWebhooks",
+        "a message planted on the webhook dead-letter queue is redriven as an event",
+    ),
+    ("OnlyTheConsumerAndOperatorsReadWebhooks", "any role of the account reads (and deletes) webhook events"),
+    ("OnlyTheRelayParks", "any role of the account plants a record on the relay's parking queue"),
+):
+    TEMPLATE_GRANTS.text(
+        f"queue-policy-{sid}",
+        f"          - Sid: {sid}\n            Effect: Deny\n",
+        f"          - Sid: {sid}\n            Effect: Allow\n",
+        f"the queue policy's Deny {sid} is an Allow, which binds no principal of the account: {description}",
+        tests=QUEUE_POLICY_TESTS,
+    )
