@@ -11,7 +11,14 @@ import pytest
 
 from payment_saga import charging
 from payment_saga.charging import ChargeTry
-from payment_saga.errors import ClaimLost, PaymentOutcomeUnknown, PaymentProcessing
+from payment_saga.claims import ReleaseReason
+from payment_saga.errors import (
+    ClaimLost,
+    PaymentDeclined,
+    PaymentOutcomeUnknown,
+    PaymentProcessing,
+    SettledBeforeChargeAnswer,
+)
 from payment_saga.orders import Order
 from payment_saga.payments import IDEMPOTENCY_WINDOW_SECONDS, Charge, StripeProvider, idempotency_key
 
@@ -135,3 +142,84 @@ def test_a_webhook_that_completes_the_claim_during_the_last_try_ends_it_charged_
     (landed,) = emulator.charges_for(CARD.order_id)
     assert charged.charge_id == landed.charge_id
     assert journal.events == ["charge_completed_meanwhile"]
+
+
+class AnswerLost:
+    """A provider whose create lands (or not) and whose answer is lost after ``meanwhile`` ran: what a
+    webhook (or any writer) did while the request was in flight."""
+
+    def __init__(self, real: StripeProvider, meanwhile: Any) -> None:
+        self.real = real
+        self.meanwhile = meanwhile
+
+    def charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge:
+        self.meanwhile(order)
+        raise PaymentOutcomeUnknown("the answer was lost")
+
+    def follow(self, order: Order, *, attempt: int, idempotency_key: str, payment_intent_id: str) -> Charge:
+        return self.real.follow(
+            order, attempt=attempt, idempotency_key=idempotency_key, payment_intent_id=payment_intent_id
+        )
+
+
+def test_a_processing_webhook_during_the_try_answers_processing_not_unknown(
+    store: ClaimsStore, provider: StripeProvider
+) -> None:
+    store.claim(DEBIT, token=A)
+    recorded = AnswerLost(
+        provider,
+        lambda order: store.await_settlement(
+            order.order_id, token=A, attempt=1, payment_intent_id="pi_Debit"
+        ),
+    )
+    journal = Journal()
+    with pytest.raises(PaymentProcessing) as processing:
+        charging.charge(step(DEBIT, retry_count=5), store=store, provider=lambda: recorded, journal=journal)
+    assert processing.value.payment_intent_id == "pi_Debit"
+    assert journal.events == ["charge_processing"]
+
+
+def test_a_decline_settled_by_the_webhook_during_the_try_ends_settled_without_a_page(
+    store: ClaimsStore, provider: StripeProvider
+) -> None:
+    store.claim(DEBIT, token=A)
+
+    def webhook_declines(order: Order) -> None:
+        store.release(
+            order.order_id,
+            token=A,
+            reason=ReleaseReason.DECLINED,
+            payment_attempt=order.payment_attempt,
+            webhook_event="evt_failed",
+            payment_intent_id="pi_Failed",
+        )
+
+    with pytest.raises(SettledBeforeChargeAnswer):
+        charging.charge(
+            step(DEBIT, retry_count=5),
+            store=store,
+            provider=lambda: AnswerLost(provider, webhook_declines),
+            journal=Journal(),
+        )
+
+
+def test_a_recorded_debit_that_failed_is_declined_and_one_stripe_cannot_be_asked_about_stays_unknown(
+    store: ClaimsStore, provider: StripeProvider, emulator: ProviderEmulator
+) -> None:
+    store.claim(DEBIT, token=A)
+    emulator.force_outcome("processing", order_id=DEBIT.order_id)
+    with pytest.raises(PaymentProcessing) as processing:
+        provider.charge(DEBIT, attempt=1, idempotency_key=idempotency_key(DEBIT.order_id, 1))
+    intent = processing.value.payment_intent_id
+    store.await_settlement(DEBIT.order_id, token=A, attempt=1, payment_intent_id=intent)
+
+    emulator.inject("fail_before_apply", endpoint="retrieve")
+    with pytest.raises(PaymentOutcomeUnknown):
+        charging.charge(step(DEBIT, retry_count=1), store=store, provider=lambda: provider, journal=Journal())
+
+    emulator.set_status(intent, "requires_payment_method")  # the bank refused the debit
+    journal = Journal()
+    with pytest.raises(PaymentDeclined):
+        charging.charge(step(DEBIT, retry_count=2), store=store, provider=lambda: provider, journal=journal)
+    assert journal.events == ["charge_declined"]
+    assert len(emulator.payment_intents(DEBIT.order_id)) == 1  # followed, never created again

@@ -100,3 +100,33 @@ def test_only_claims_awaiting_a_settlement_are_asked_about(
     before = emulator.request_count("retrieve")
     assert [d.order_id for d in check(store, provider)] == ["ORDER-WAITING"]
     assert emulator.request_count("retrieve") - before == 1  # one read per awaiting claim
+
+
+def test_a_claim_awaiting_a_payment_intent_stripe_does_not_have_is_reported_and_left_as_it_is(
+    store: ClaimsStore, provider: StripeProvider
+) -> None:
+    store.claim(Order("ORDER-ODD", 15000, "EUR", "cus_123", "pm_card_visa"), token=A)
+    store.await_settlement("ORDER-ODD", token=A, attempt=1, payment_intent_id="pi_NotAtStripe")
+    (decision,) = check(store, provider)
+    assert (decision.outcome, decision.order_id, decision.applied) == (
+        WebhookOutcome.NOT_FOUND,
+        "ORDER-ODD",
+        False,
+    )
+    claim = store.get("ORDER-ODD")
+    assert claim is not None
+    assert (claim.status, claim.settlement_intent_id) == (ClaimStatus.CLAIMED, "pi_NotAtStripe")
+
+
+def test_a_check_out_of_time_asks_stripe_about_nothing_more(
+    store: ClaimsStore, provider: StripeProvider, emulator: ProviderEmulator
+) -> None:
+    debit_awaiting(store, provider, emulator, "ORDER-WAITING")
+    before = emulator.request_count("retrieve")
+    found = list(
+        check_awaiting_settlements(
+            store, provider, livemode=False, check_id="settlement-check/1", keep_going=lambda: False
+        )
+    )
+    assert found == []
+    assert emulator.request_count("retrieve") == before

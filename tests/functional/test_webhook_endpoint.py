@@ -443,3 +443,36 @@ def test_another_stripe_accounts_payment_intent_carrying_our_order_settles_nothi
     claim = endpoint.store.get(ORDER.order_id)
     assert claim is not None
     assert (claim.status, claim.charge_id) == (ClaimStatus.CLAIMED, None)
+
+
+def test_a_second_charge_and_a_charge_for_another_amount_are_alarmed_and_write_nothing(
+    endpoint: Endpoint, provider: StripeProvider, emulator: ProviderEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stripe shows, for the order's attempt, a second succeeded PaymentIntent (applied under another
+    key) and one for another amount: each read from Stripe, each logged at ERROR for a person."""
+    payload = charged(provider, emulator, endpoint.store, ORDER)
+    secret = endpoint.secretsmanager.get_secret_value(SecretId=endpoint.secret_arn)["SecretString"]
+    assert endpoint.post(payload, secret=secret)["statusCode"] == 200
+    endpoint.consume()  # the claim is completed with the attempt's charge
+    second = provider.charge(ORDER, attempt=1, idempotency_key="another-key")
+    other_amount = Order(ORDER.order_id, 100, ORDER.currency, ORDER.customer_id, ORDER.payment_method)
+    wrong = provider.charge(other_amount, attempt=1, idempotency_key="yet-another-key")
+    for n, intent in enumerate((second.charge_id, wrong.charge_id)):
+        endpoint.sqs.send_message(
+            QueueUrl=endpoint.queue_url,
+            MessageBody=json.dumps(
+                {"eventId": f"evt_x{n}", "type": "payment_intent.succeeded", "paymentIntentId": intent,
+                 "livemode": False, "created": 1}
+            ),
+        )  # fmt: skip
+    assert endpoint.consume() == {"batchItemFailures": []}
+    errors = {r.message for r in caplog.records if r.levelname == "ERROR"}
+    assert {"duplicate_charge", "webhook_mismatch"} <= errors
+    claim = endpoint.store.get(ORDER.order_id)
+    assert claim is not None
+    assert claim.charge_id == intent_of_first(emulator, ORDER)  # the order's own charge, unchanged
+
+
+def intent_of_first(emulator: ProviderEmulator, order: Order) -> str:
+    """The order's first charge (the ledger is oldest first)."""
+    return emulator.charges_for(order.order_id)[0].charge_id
