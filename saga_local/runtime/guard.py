@@ -61,6 +61,20 @@ class UnguardedClaimsStore(ClaimsStore):
         now = int(self._clock())
         return Claim(order_id, ClaimStatus.CLAIMED, token, attempt, "", "", now + margin_seconds, now)
 
+    @override
+    def get(self, order_id: str) -> Claim | None:
+        # Charge Payment reads its claim first: with the guard off no claim was written, so it reads an
+        # open one that records nothing (and is always still held, below).
+        row = super().get(order_id)
+        if row is not None:
+            return row
+        now = int(self._clock())
+        return Claim(order_id, ClaimStatus.CLAIMED, "", 1, "", "", now + self.lease_seconds, now)
+
+    @override
+    def still_held(self, claim: Claim, *, token: str, attempt: int, margin_seconds: int) -> bool:
+        return True
+
 
 def disable_claim_guard() -> None:
     """Have the handlers' store factory build :class:`UnguardedClaimsStore` (call before importing one)."""
