@@ -73,6 +73,18 @@ def schedules(specs: dict[str, FunctionSpec]) -> list[Schedule]:
     return found
 
 
+def schedule_names(schedules: list[Schedule]) -> list[str]:
+    """A name for each schedule, as people read them: its function's logical id for the function's first
+    (the sweeper's sweep), ``LogicalId/EventName`` for any other (its hourly settlement check)."""
+    seen: set[str] = set()
+    names = []
+    for schedule in schedules:
+        first = schedule.logical_id not in seen
+        seen.add(schedule.logical_id)
+        names.append(schedule.logical_id if first else f"{schedule.logical_id}/{schedule.event_name}")
+    return names
+
+
 @dataclass
 class ScheduleSource:
     """Invokes ``function_name`` every ``interval`` seconds with the schedule's Input, until stopped."""

@@ -37,6 +37,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path, payment_api: tuple[str, str] | None) -> int:
+    from saga_local.aws.schedule_source import schedule_names
     from saga_local.aws.stack import REGION
     from saga_local.commands.activity import Activity
     from saga_local.private_files import write_private_text
@@ -75,9 +76,11 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path, payment_api: tu
             "clockMovable": stack.clock_movable,
         }
         scheduled = stack.schedule_sources(compress=compress)
-        for source in scheduled:
-            source.interval = args.sweep_every or source.interval
-        state["schedules"] = {s.schedule.logical_id: s.interval for s in scheduled}
+        names = schedule_names([source.schedule for source in scheduled])
+        for name, source in zip(names, scheduled, strict=True):
+            if name == source.schedule.logical_id:  # --sweep-every sets the sweep's, not the hourly check's
+                source.interval = args.sweep_every or source.interval
+        state["schedules"] = {name: source.interval for name, source in zip(names, scheduled, strict=True)}
         write_private_text(targets.STATE_FILE, json.dumps(state, indent=2))
         banner = up_banner(
             stack.endpoint,
@@ -87,8 +90,8 @@ def _serve_up(args: argparse.Namespace, out: Out, log_dir: Path, payment_api: tu
             sam_env,
             test_mode=payment_api is not None,
         )
-        for source in scheduled:
-            label = f"{source.schedule.logical_id} schedule"
+        for name, source in zip(names, scheduled, strict=True):
+            label = f"{name} schedule"
             banner.insert(
                 banner.index(""),
                 f"  {label:28} every {source.interval:g} s ({source.schedule.expression} in template.yaml,"

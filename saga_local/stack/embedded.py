@@ -50,7 +50,7 @@ from moto.server import ThreadedMotoServer
 
 from saga_local.aws.function_url import FunctionUrlServer
 from saga_local.aws.moto_adapter import SFN_CONFIG, EngineHooks, check_moto_version, patched_moto
-from saga_local.aws.schedule_source import ScheduleSource, schedules
+from saga_local.aws.schedule_source import ScheduleSource, schedule_names, schedules
 from saga_local.aws.stack import LOCAL_API_KEY, REGION, Stack, provision
 from saga_local.runtime.faults import FaultPlan
 from saga_local.runtime.runtimes import InProcessRuntime, WorkerRuntime
@@ -335,11 +335,12 @@ class EmbeddedStack:
         self.provider.advance_clock(seconds)
         delivered = _shorten_sqs_delays(seconds)
         ran: dict[str, Any] = {}
-        for source in self.scheduled:
+        names = schedule_names([source.schedule for source in self.scheduled])
+        for name, source in zip(names, self.scheduled, strict=True):
             try:
-                ran[source.schedule.logical_id] = source.tick()
+                ran[name] = source.tick()
             except Exception as exc:  # noqa: BLE001 - said in the answer; the schedule goes on
-                ran[source.schedule.logical_id] = {"error": str(exc)}
+                ran[name] = {"error": str(exc)}
         return self._clock_answer(delivered=delivered, ran=ran)
 
     def _clock_answer(self, *, delivered: int, ran: dict[str, Any]) -> dict[str, Any]:

@@ -180,7 +180,8 @@ def test_up_prints_commands_that_work_with_aws_cli_v1_and_v2_and_sam(running: Ru
     assert f"aws --endpoint-url {endpoint} stepfunctions list-executions" in running.banner
     assert f"export AWS_ENDPOINT_URL={endpoint}   # read by AWS CLI v2 (2.13+)" in running.banner
     assert "SweeperFunction schedule     every 50 s (rate(5 minutes) in template.yaml" in running.banner
-    assert running.state["schedules"] == {"SweeperFunction": 50}
+    # The hourly settlement check runs the same function, compressed alike (rate(1 hour): 600 s).
+    assert running.state["schedules"] == {"SweeperFunction": 50, "SweeperFunction/SettlementCheck": 600}
     sam_line = next(line for line in running.banner.splitlines() if "sam local invoke" in line)
     assert f"--env-vars {running.state['samEnvVars']}" in sam_line
     assert "--docker-network host" in sam_line
