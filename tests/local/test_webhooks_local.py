@@ -155,10 +155,12 @@ def test_an_endpoint_down_for_a_while_gets_the_retried_delivery_later(hooked: Em
 
 
 def docs_trigger_line() -> str:
-    """The ``curl`` line docs/webhooks.md gives for the admin trigger, as a person pastes it."""
+    """The lines of docs/webhooks.md's admin trigger block that read ``.saga/stack.json`` and send the
+    ``curl``, as a person pastes them (its ``saga`` lines, which need a running ``saga up``, are run
+    as written by ``tests/local/test_doc_rehearsals.py``)."""
     text = (ROOT / "docs" / "webhooks.md").read_text(encoding="utf-8")
-    (block,) = re.findall(r"```bash\n(curl [^`]*/_emulator/trigger[^`]*)```", text)
-    return block
+    (block,) = re.findall(r"```bash\n([^`]*/_emulator/trigger[^`]*)```", text)
+    return "\n".join(line for line in block.splitlines() if not line.startswith("saga "))
 
 
 def test_the_admin_trigger_curl_line_of_the_docs_sends_an_event_the_receiver_accepts(
@@ -169,7 +171,7 @@ def test_the_admin_trigger_curl_line_of_the_docs_sends_an_event_the_receiver_acc
     state = {"provider": hooked.provider.url, "providerAdminToken": hooked.provider.admin_token}
     (tmp_path / ".saga" / "stack.json").write_text(json.dumps(state), encoding="utf-8")
     with hooked.driver.polling():
-        hooked.driver.wait(hooked.driver.start(order("ORDER-003"), name="triggered"))
+        hooked.driver.wait(hooked.driver.start(order("ORDER-WEBHOOK"), name="triggered"))
         assert hooked.provider.webhooks.wait_idle(30)
         ran = subprocess.run(  # noqa: S603 - the docs' own line, against this test's emulator
             ["/bin/bash", "-c", docs_trigger_line()],
@@ -182,11 +184,11 @@ def test_the_admin_trigger_curl_line_of_the_docs_sends_an_event_the_receiver_acc
         event = json.loads(ran.stdout)
         assert hooked.provider.webhooks.wait_idle(30)
 
-    attempts = [a for a in hooked.provider.webhooks.attempts("ORDER-003") if a.event_id == event["id"]]
+    attempts = [a for a in hooked.provider.webhooks.attempts("ORDER-WEBHOOK") if a.event_id == event["id"]]
     assert event["type"] == "payment_intent.succeeded"
     assert [a.status for a in attempts] == [200, 200]  # the first delivery, and the triggered one
-    assert claim_status(hooked, "ORDER-003") == "COMPLETED"
-    assert len(hooked.provider.charges_for("ORDER-003")) == 1
+    assert claim_status(hooked, "ORDER-WEBHOOK") == "COMPLETED"
+    assert len(hooked.provider.charges_for("ORDER-WEBHOOK")) == 1
 
 
 def test_orders_whose_events_a_disabled_endpoint_never_got_are_closed_by_the_sweeper(
