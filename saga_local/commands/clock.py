@@ -84,6 +84,12 @@ def _result(result: Any) -> str:
     if isinstance(counts, dict):
         done = [f"{n} {outcome}" for outcome, n in sorted(counts.items()) if n]
         return ", ".join(done) if done else "no stale claim"
+    checked = result.get("settlementCheck")
+    if isinstance(checked, dict):  # the sweeper's hourly settlement check
+        done = [f"{n} {outcome}" for outcome, n in sorted(checked.items()) if n]
+        failed = int(result.get("failed") or 0)
+        done += [f"{failed} left for the next check"] if failed else []
+        return ", ".join(done) if done else "no debit awaiting settlement"
     return json.dumps(result, sort_keys=True)
 
 
