@@ -450,24 +450,3 @@ def test_trace_and_events_say_when_a_webhook_closed_the_claim_after_the_executio
     printed = capsys.readouterr().out.splitlines()
     (charged,) = [line for line in printed if "OrderCharged" in line and "ORDER-003" in line]
     assert "(webhook)" in charged
-
-
-def test_a_clock_advance_says_in_words_what_each_of_the_sweepers_schedules_did() -> None:
-    from saga_local.commands.clock import render
-
-    answer = {
-        "now": "2026-12-02T13:37:02Z",
-        "offsetSeconds": 1020,
-        "delivered": 0,
-        "ran": {
-            "SweeperFunction": {"finished": True, "counts": {"completed": 1, "released": 0}},
-            "SweeperFunction/SettlementCheck": {"settlementCheck": {"completed": 2, "left": 1}, "failed": 1},
-        },
-    }
-    text = render(answer, 1020)
-    assert "SweeperFunction ran on the new time: 1 completed" in text
-    assert (
-        "SweeperFunction/SettlementCheck ran on the new time: 2 completed, 1 left, 1 left for the next check"
-        in text
-    )
-    assert "{" not in text  # words, not JSON
