@@ -12,6 +12,8 @@ was attempted, which errors were retried or caught and where a Catch sent them. 
   script in ``static/``, inlined; nothing fetched) with the graph, the path taken highlighted, each
   state coloured by outcome, beside the event table; the graph zooms and pans in its own box and
   selecting a state shows only its events;
+* :mod:`.mermaid`: the definition as a Mermaid flowchart (the README's graph, drawn by
+  ``make docs-figures``);
 * :mod:`.report`: ``saga simulate --html`` and ``saga chaos --html``, a run's report as one page
   (from the plain dicts ``--json`` prints) linking the trace page of every execution that did not
   succeed.
