@@ -371,3 +371,38 @@ def test_a_state_added_to_or_removed_from_the_definition_makes_the_readme_graph_
 
     assert not figures.matches("state-machine", documented, redrawn)
     assert _drawn_states(redrawn) == list(states)
+
+
+# -- docs/design.md's counts and defaults, read off the template and the code --------------------
+
+UNMEASURED = figures.Figures(cost={}, outputs={}, webhook={}, bench={})
+
+
+def _code_blocks_drifted() -> list[str]:
+    """'file: block' for every block read off the repository that differs from what it renders now."""
+    found = []
+    for name in figures.DOCUMENTS:
+        for block, body in figures.blocks((ROOT / name).read_text(encoding="utf-8")).items():
+            rendered = figures.render(block, UNMEASURED, body) if block in figures.CODE_BLOCKS else body
+            if not figures.matches(block, body, rendered):
+                found.append(f"{name}: figures:{block}")
+    return found
+
+
+def test_every_figure_read_off_the_code_is_what_the_code_says_now() -> None:
+    design = figures.blocks((ROOT / "docs" / "design.md").read_text(encoding="utf-8"))
+
+    assert set(design) == set(figures.CODE_BLOCKS) - {"state-machine"}
+    assert _code_blocks_drifted() == [], "run `make docs-figures` and commit the result"
+
+
+def test_a_default_changed_in_the_template_makes_design_md_drift(monkeypatch: pytest.MonkeyPatch) -> None:
+    template = copy.deepcopy(load_template())
+    template["Parameters"]["ClaimLeaseSeconds"]["Default"] = 1200
+    template["Resources"]["OrdersQueue"]["Properties"]["MessageRetentionPeriod"] = 7 * 86_400
+    monkeypatch.setattr(code_figures, "_template", lambda: template)
+
+    assert sorted(_code_blocks_drifted()) == [
+        f"docs/design.md: figures:{block}"
+        for block in ("claim-lease", "list-cap", "list-window", "orders-queue-days", "redrive-days")
+    ]
