@@ -280,5 +280,5 @@ clean-all: clean ## clean, and remove the venvs (.venv, .venv-sam, .venv-uv, .ve
 # template.yaml and the benchmarks' runs `make bench` recorded ($(BENCH_RECORDED)/*.json) into their
 # marked blocks. tests/local/test_docs_figures.py fails when one drifts.
 .PHONY: docs-figures
-docs-figures: install ## Rewrite the figures of README.md and docs/ from saga cost --json, template.yaml and make bench's records
+docs-figures: install ## Rewrite the figures of README.md and docs/ from saga cost --json, template.yaml, the ASL, the code and make bench's records
 	$(BIN)/python -m saga_local.harness.figures

@@ -9,7 +9,9 @@ block, ``<!-- figures:NAME -->...<!-- /figures:NAME -->``, whose text this modul
 against the sweeper) here, and cold start, throughput, memory and moto_speed's claim write in
 :mod:`saga_local.harness.bench_figures`. Those are CPU and wall time, different on every run and
 machine, so the docs quote one recorded run with the time, cores and load it ran on, rather than a
-fresh measurement.
+fresh measurement. Some figures need no run at all: the README's graph of the state machine and
+the counts and defaults docs/design.md quotes are read off the repository itself
+(:mod:`saga_local.harness.code_figures`).
 ``make docs-figures`` rewrites the blocks; ``--check`` (and tests/local/test_docs_figures.py) fails
 when one has drifted.
 
@@ -28,7 +30,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from saga_local.harness import bench_figures
+from saga_local.harness import bench_figures, code_figures
 from saga_local.harness.cost import MILLION, load_prices
 from saga_local.harness.cost_measure import DEFAULT_XRAY_SAMPLED
 from saga_local.template import ROOT, load_template
@@ -40,7 +42,13 @@ if TYPE_CHECKING:
 #: Relative difference allowed between a number in the docs and the one measured now.
 TOLERANCE = 0.03
 #: The files whose blocks this module writes.
-DOCUMENTS = ("README.md", "docs/outcome-events.md", "docs/performance.md", "docs/webhooks.md")
+DOCUMENTS = (
+    "README.md",
+    "docs/design.md",
+    "docs/outcome-events.md",
+    "docs/performance.md",
+    "docs/webhooks.md",
+)
 _BLOCK = re.compile(r"<!-- figures:(?P<name>[a-z-]+) -->(?P<body>.*?)<!-- /figures:(?P=name) -->", re.DOTALL)
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 _WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
@@ -333,13 +341,24 @@ def _from_records(renderer: Callable[[dict[str, dict[str, Any]]], str]) -> Calla
     return rendered
 
 
+def _from_code(renderer: Callable[[], str]) -> Callable[[Figures], str]:
+    def rendered(_figures: Figures) -> str:  # read off the repository, not the run
+        return renderer()
+
+    return rendered
+
+
 RENDERERS.update({name: _from_records(renderer) for name, renderer in bench_figures.RENDERERS.items()})
+RENDERERS.update({name: _from_code(renderer) for name, renderer in code_figures.RENDERERS.items()})
 #: The blocks rendered from the recorded webhook run alone (no ``saga cost`` needed).
 WEBHOOK_BLOCKS = ("webhook-run", "webhook-latency", "webhook-ratio")
 #: The blocks rendered from prices.json and the template alone: no run, so no run's noise either.
 PRICED_BLOCKS = ("webhook-flood",)
-#: Every block rendered from a recorded run: exactly what its file renders, no run's noise allowed.
-RECORDED_BLOCKS = (*WEBHOOK_BLOCKS, *PRICED_BLOCKS, *bench_figures.RENDERERS)
+#: The blocks read off the repository (the definition, the template): no run, so no noise either.
+CODE_BLOCKS = tuple(code_figures.RENDERERS)
+#: Every block rendered from a recorded run or from the repository: exactly what its file renders,
+#: no run's noise allowed.
+RECORDED_BLOCKS = (*WEBHOOK_BLOCKS, *PRICED_BLOCKS, *CODE_BLOCKS, *bench_figures.RENDERERS)
 
 
 def render(name: str, figures: Figures, old: str) -> str:

@@ -9,9 +9,12 @@ was attempted, which errors were retried or caught and where a Catch sent them. 
 * :mod:`.graph`: the definition's states and transitions, and which of them the execution followed;
 * :mod:`.layout`: pure geometry, a layered top-down layout of that graph and a spot for each edge label;
 * :mod:`.svg` and :mod:`.html`: :func:`render_html` writes one self-contained page (the stylesheet and
-  script in ``static/``, inlined; nothing fetched) with the graph, the path taken highlighted, each
-  state coloured by outcome, beside the event table; the graph zooms and pans in its own box and
-  selecting a state shows only its events;
+  script in ``static/``, inlined; nothing fetched) that opens on the path taken (the states entered,
+  each coloured by outcome, at a size read without zooming) beside the event table; the whole graph,
+  the states not entered included, is folded under it and zooms and pans in its own box; selecting
+  a state shows only its events;
+* :mod:`.mermaid`: the definition as a Mermaid flowchart (the README's graph, drawn by
+  ``make docs-figures``);
 * :mod:`.report`: ``saga simulate --html`` and ``saga chaos --html``, a run's report as one page
   (from the plain dicts ``--json`` prints) linking the trace page of every execution that did not
   succeed.

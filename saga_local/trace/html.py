@@ -1,4 +1,5 @@
-"""One self-contained page: the graph with the path taken, the states entered, the event table.
+"""One self-contained page: the path taken (the whole graph folded under it), the states entered,
+the event table.
 
 The stylesheet and the script are ``static/trace.css`` and ``static/trace.js`` beside this module,
 inlined into the page (nothing is fetched). A Content-Security-Policy allows only those two, by
@@ -138,19 +139,50 @@ def _header(description: dict[str, Any], history: list[dict[str, Any]], steps: l
     return parts
 
 
+def path_only(definition: dict[str, Any], entered: set[str]) -> dict[str, Any]:
+    """``definition`` cut down to the states in ``entered``, and the transitions between them."""
+    states: dict[str, Any] = definition.get("States") or {}
+    kept = {name: state for name, state in states.items() if name in entered}
+    start = definition.get("StartAt")
+    if start not in kept:  # a redriven execution may start further down
+        start = next(iter(kept), start)
+    return {**definition, "StartAt": start, "States": kept}
+
+
 def _graph_panel(definition: dict[str, Any], steps: list[Step], status: str) -> list[str]:
-    """The legend and the graph."""
+    """The legend, the path taken at its own size, and the whole graph folded under it.
+
+    The whole definition shrunk to the column's width is too small to read (31 states once drew
+    5 px names at 1,400 px), so the page opens on the states entered and the transitions between
+    them; the states not entered are one click away, in the whole graph, which zooms and pans."""
+    states: dict[str, Any] = definition.get("States") or {}
+    entered = {step.name for step in steps if step.name in states}
+    folded = len(states) - len(entered)
     parts = [
-        '<section id="graph-panel"><h2>Graph<span class="tools">'
-        '<button id="zoom-in" type="button" title="zoom in (+)" aria-label="zoom in">+</button>'
-        '<button id="zoom-out" type="button" title="zoom out (-)" aria-label="zoom out">&#8722;</button>'
-        '<button id="zoom-fit" type="button" title="fit the whole graph (0)">fit</button></span></h2>',
+        '<section id="graph-panel">'
+        f'<h2>Path taken <span class="muted">{len(entered)} of {len(states)} states entered</span></h2>',
         '<div class="legend">',
     ]
     for outcome in ("succeeded", "caught", "failed", "running", "not-entered"):
         shown = "caught / retried" if outcome == "caught" else outcome.replace("-", " ")
         parts.append(f'<i class="outcome-{outcome}"></i>{shown}')
     parts.append("</div>")
+    if entered:
+        # At its own size: a wide path scrolls inside its box rather than shrinking.
+        parts.append('<div id="path-view">')
+        parts.append(
+            svg(path_only(definition, entered), steps, status, graph_id="path-graph", zoomable=False)
+        )
+        parts.append("</div>")
+    not_entered = f"{folded} state{'' if folded == 1 else 's'} not entered"
+    parts.append(
+        f'<details id="whole-graph" data-folded="{folded}"{"" if entered else " open"}>'
+        f'<summary><span class="folded">{not_entered}</span> · the whole graph</summary>'
+        '<div class="tools">'
+        '<button id="zoom-in" type="button" title="zoom in (+)" aria-label="zoom in">+</button>'
+        '<button id="zoom-out" type="button" title="zoom out (-)" aria-label="zoom out">&#8722;</button>'
+        '<button id="zoom-fit" type="button" title="fit the whole graph (0)">fit</button></div>'
+    )
     # The graph pans and zooms inside its own box (static/trace.js), so the page never scrolls sideways.
     parts.append(
         '<div id="graph-view" tabindex="0" aria-label="graph: drag or arrow keys to pan,'
@@ -162,7 +194,7 @@ def _graph_panel(definition: dict[str, Any], steps: list[Step], status: str) -> 
         '<p class="hint muted">drag or arrow keys to pan · + / - or, once the graph is clicked, the wheel'
         " (Ctrl + wheel anywhere) to zoom · 0 fits</p>"
     )
-    parts.append("</section>")
+    parts.append("</details></section>")
     return parts
 
 

@@ -30,8 +30,18 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-def svg(definition: dict[str, Any], steps: list[Step], status: str) -> str:
-    """The whole graph: edges (the path over the rest), their labels, start and end markers, states."""
+def svg(
+    definition: dict[str, Any],
+    steps: list[Step],
+    status: str,
+    *,
+    graph_id: str = "graph",
+    zoomable: bool = True,
+) -> str:
+    """The graph of ``definition``: edges (the path over the rest), their labels, start and end
+    markers, states. ``graph_id`` is the ``<svg>``'s id (two graphs share a page: their arrowheads'
+    ids are prefixed with it); a ``zoomable`` graph's states sit in ``<g id="graph-zoom">``, the
+    group static/trace.js zooms and pans."""
     edges = graph_edges(definition)
     placed = layout(definition, edges)
     taken = taken_edges(edges, steps, definition, status)
@@ -43,23 +53,25 @@ def svg(definition: dict[str, Any], steps: list[Step], status: str) -> str:
 
     width, height = placed.size
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" id="graph" width="{width:.0f}" height="{height:.0f}" '
-        f'viewBox="0 0 {width:.0f} {height:.0f}" role="img" aria-label="state machine graph">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" id="{escape(graph_id)}" class="graph" '
+        f'width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" '
+        'role="img" aria-label="state machine graph">',
         "<defs>",
     ]
     for marker in ("plain", "taken", "taken-catch"):
         parts.append(
-            f'<marker id="arrow-{marker}" class="arrow-{marker}" viewBox="0 0 10 10" refX="9" refY="5" '
-            'markerUnits="userSpaceOnUse" markerWidth="10" markerHeight="10" orient="auto-start-reverse">'
+            f'<marker id="{escape(graph_id)}-arrow-{marker}" class="arrow-{marker}" viewBox="0 0 10 10" '
+            'refX="9" refY="5" markerUnits="userSpaceOnUse" markerWidth="10" markerHeight="10" '
+            'orient="auto-start-reverse">'
             '<path d="M0,0 L10,5 L0,10 z"/></marker>'
         )
     parts.append("</defs>")
     # Zoom and pan (static/trace.js) set this group's transform; the graph's own coordinates never change.
-    parts.append('<g id="graph-zoom" transform="translate(0 0) scale(1)">')
+    parts.append('<g id="graph-zoom" transform="translate(0 0) scale(1)">' if zoomable else "<g>")
     # Untaken edges first so the path is drawn over them.
     for i in sorted(range(len(edges)), key=lambda i: i in taken):
         if edges[i].points:
-            parts.append(_edge(i, edges[i], is_taken=i in taken))
+            parts.append(_edge(i, edges[i], is_taken=i in taken, graph_id=graph_id))
     parts.extend(
         _label(label, edges[label.edge], is_taken=label.edge in taken)
         for label in place_labels(placed, taken)
@@ -72,10 +84,10 @@ def svg(definition: dict[str, Any], steps: list[Step], status: str) -> str:
     return "\n".join(parts)
 
 
-def _edge(i: int, edge: Edge, *, is_taken: bool) -> str:
+def _edge(i: int, edge: Edge, *, is_taken: bool, graph_id: str) -> str:
     classes = ["edge", f"edge-{edge.kind}"] + (["taken"] if is_taken else [])
     marker = ("taken-catch" if edge.kind == "catch" else "taken") if is_taken else "plain"
-    end_marker = "" if edge.kind == "end" else f' marker-end="url(#arrow-{marker})"'
+    end_marker = "" if edge.kind == "end" else f' marker-end="url(#{escape(graph_id)}-arrow-{marker})"'
     source = "" if edge.source == START else edge.source
     target = "" if edge.target == END else edge.target
     return (

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from saga_local.harness import bench_figures, figures
+from saga_local.harness import bench_figures, code_figures, figures
 from saga_local.template import ROOT, load_template
 
 if TYPE_CHECKING:
@@ -316,3 +317,92 @@ def test_the_cost_sentence_names_the_largest_lines_after_step_functions_in_order
         rest.index(figures._REST_NAMES[key]) for key in named[:3]
     )
     assert not any(figures._REST_NAMES[key] in rest for key in named[3:]), "only the largest are named"
+
+
+# -- the README's graph, drawn from the definition ------------------------------------------------
+
+_NODE = re.compile(r'^\s+(?P<id>\w+)[\[\(\{]+"(?P<label>[^"]*)"[\]\)\}]+$')
+
+
+def _readme_graph() -> str:
+    return figures.blocks((ROOT / "README.md").read_text(encoding="utf-8"))["state-machine"]
+
+
+def _drawn_states(graph: str) -> list[str]:
+    """The states a Mermaid block draws: its labelled nodes but the Start and End markers."""
+    found = (_NODE.match(line) for line in graph.splitlines())
+    return [m["label"] for m in found if m and m["id"] not in {"Start", "End"}]
+
+
+def _definition() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(code_figures.definition_path().read_text(encoding="utf-8"))
+    return loaded
+
+
+def test_the_readme_graph_is_the_one_the_definition_draws_now() -> None:
+    documented = _readme_graph()
+    unmeasured = figures.Figures(cost={}, outputs={}, webhook={}, bench={})
+
+    assert figures.matches(
+        "state-machine", documented, figures.render("state-machine", unmeasured, documented)
+    ), "run `make docs-figures` and commit the result"
+
+
+def test_the_readme_graph_draws_every_state_of_the_definition_and_no_other() -> None:
+    definition = _definition()
+    graph = _readme_graph()
+
+    assert _drawn_states(graph) == list(definition["States"])
+    arrows = [line for line in graph.splitlines() if "-->" in line or "-.->" in line]
+    catches = sum(len(state.get("Catch", [])) for state in definition["States"].values())
+    assert sum("-.->" in line for line in arrows) == catches  # every Catch, dashed
+
+
+@pytest.mark.parametrize("change", ["add", "remove"])
+def test_a_state_added_to_or_removed_from_the_definition_makes_the_readme_graph_drift(change: str) -> None:
+    definition = _definition()
+    states = definition["States"]
+    if change == "add":
+        states["Planted State"] = {"Type": "Succeed"}
+    else:
+        states.pop(list(states)[-1])
+    documented = _readme_graph()
+    redrawn = figures._body(code_figures.state_machine_graph(definition), documented)
+
+    assert not figures.matches("state-machine", documented, redrawn)
+    assert _drawn_states(redrawn) == list(states)
+
+
+# -- docs/design.md's counts and defaults, read off the template and the code --------------------
+
+UNMEASURED = figures.Figures(cost={}, outputs={}, webhook={}, bench={})
+
+
+def _code_blocks_drifted() -> list[str]:
+    """'file: block' for every block read off the repository that differs from what it renders now."""
+    found = []
+    for name in figures.DOCUMENTS:
+        for block, body in figures.blocks((ROOT / name).read_text(encoding="utf-8")).items():
+            rendered = figures.render(block, UNMEASURED, body) if block in figures.CODE_BLOCKS else body
+            if not figures.matches(block, body, rendered):
+                found.append(f"{name}: figures:{block}")
+    return found
+
+
+def test_every_figure_read_off_the_code_is_what_the_code_says_now() -> None:
+    design = figures.blocks((ROOT / "docs" / "design.md").read_text(encoding="utf-8"))
+
+    assert set(design) == set(figures.CODE_BLOCKS) - {"state-machine"}
+    assert _code_blocks_drifted() == [], "run `make docs-figures` and commit the result"
+
+
+def test_a_default_changed_in_the_template_makes_design_md_drift(monkeypatch: pytest.MonkeyPatch) -> None:
+    template = copy.deepcopy(load_template())
+    template["Parameters"]["ClaimLeaseSeconds"]["Default"] = 1200
+    template["Resources"]["OrdersQueue"]["Properties"]["MessageRetentionPeriod"] = 7 * 86_400
+    monkeypatch.setattr(code_figures, "_template", lambda: template)
+
+    assert sorted(_code_blocks_drifted()) == [
+        f"docs/design.md: figures:{block}"
+        for block in ("claim-lease", "list-cap", "list-window", "orders-queue-days", "redrive-days")
+    ]

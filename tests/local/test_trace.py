@@ -13,7 +13,7 @@ import json
 import re
 import shutil
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,14 +107,35 @@ def successors(definition: dict[str, Any], name: str) -> set[str]:
     return {n for n in found if n}
 
 
+@dataclass
+class Drawn:
+    """One graph of the page: its nodes by state name, its edges, each node's badges."""
+
+    nodes: dict[str, dict[str, str]] = field(default_factory=dict)
+    edges: list[dict[str, str]] = field(default_factory=list)
+    badges: dict[str, list[str]] = field(default_factory=dict)
+
+    def outcomes(self) -> dict[str, str]:
+        return {name: attrs["data-outcome"] for name, attrs in self.nodes.items()}
+
+    def taken(self) -> set[tuple[str, str, str]]:
+        return {
+            (e["data-source"], e["data-target"], e["data-kind"])
+            for e in self.edges
+            if e["data-taken"] == "true"
+        }
+
+
 class Page(HTMLParser):
-    """What the trace page draws: its nodes, edges, badges, scripts, and anything executable."""
+    """What the trace page draws: its nodes, edges, badges, scripts, and anything executable.
+
+    ``nodes``, ``edges`` and ``badges`` are the whole graph's (``<svg id="graph">``); ``path`` holds
+    those of the path taken (``<svg id="path-graph">``), which the page opens on."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
-        self.nodes: dict[str, dict[str, str]] = {}
-        self.edges: list[dict[str, str]] = []
-        self.badges: dict[str, list[str]] = {}
+        self.graphs: dict[str, Drawn] = {"graph": Drawn(), "path-graph": Drawn()}
+        self._graph = self.graphs["graph"]
         self.tags: list[str] = []
         self.handlers: list[str] = []
         self.body: dict[str, str] = {}
@@ -129,6 +150,8 @@ class Page(HTMLParser):
         values = {k: v or "" for k, v in attrs}
         self.tags.append(tag)
         self.handlers.extend(k for k in values if k.startswith("on"))
+        if tag == "svg":
+            self._graph = self.graphs.setdefault(values.get("id", ""), Drawn())
         if tag == "body":
             self.body = values
         elif tag == "tr" and "data-event-id" in values:
@@ -136,11 +159,11 @@ class Page(HTMLParser):
         elif tag == "details" and "step" in values.get("class", "").split():
             self.steps.append(values)
         elif tag == "path" and "edge" in values.get("class", "").split():
-            self.edges.append(values)
+            self._graph.edges.append(values)
         if tag == "g":
             if "data-state" in values:
                 self._node, self._depth = values["data-state"], 0
-                self.nodes[self._node] = values
+                self._graph.nodes[self._node] = values
             elif self._node is not None:
                 self._depth += 1
                 self._in_badge = "badge" in values.get("class", "").split()
@@ -156,17 +179,29 @@ class Page(HTMLParser):
     def handle_data(self, data: str) -> None:
         self.text.append(data)
         if self._in_badge and self._node is not None and data.strip():
-            self.badges.setdefault(self._node, []).append(data.strip())
+            self._graph.badges.setdefault(self._node, []).append(data.strip())
+
+    @property
+    def nodes(self) -> dict[str, dict[str, str]]:
+        return self.graphs["graph"].nodes
+
+    @property
+    def edges(self) -> list[dict[str, str]]:
+        return self.graphs["graph"].edges
+
+    @property
+    def badges(self) -> dict[str, list[str]]:
+        return self.graphs["graph"].badges
+
+    @property
+    def path(self) -> Drawn:
+        return self.graphs["path-graph"]
 
     def outcomes(self) -> dict[str, str]:
-        return {name: attrs["data-outcome"] for name, attrs in self.nodes.items()}
+        return self.graphs["graph"].outcomes()
 
     def taken(self) -> set[tuple[str, str, str]]:
-        return {
-            (e["data-source"], e["data-target"], e["data-kind"])
-            for e in self.edges
-            if e["data-taken"] == "true"
-        }
+        return self.graphs["graph"].taken()
 
 
 def parse(page_html: str) -> Page:
@@ -486,7 +521,8 @@ def rendered_geometry(page_html: str, tmp_path: Path, name: str) -> dict[str, An
 def test_labels_fit_their_boxes_and_keep_off_nodes_labels_and_the_path(saga: Saga, tmp_path: Path) -> None:
     """In the duplicate and decline traces, bold Choice labels spilled out of their boxes and
     a Catch label sat on the highlighted edge. Geometry read from what Chromium laid out, for whatever
-    graph the definition draws: every label, every node, every highlighted edge."""
+    graph the definition draws (the whole graph unfolded, and the path taken): every label, every
+    node, every highlighted edge."""
     first = run(saga, order("ORDER-LAYOUT"), "layout-charged")
     traces = {
         "charged": first,
@@ -506,7 +542,10 @@ def test_labels_fit_their_boxes_and_keep_off_nodes_labels_and_the_path(saga: Sag
             label["text"] for label in geometry["labels"] if label["weight"] in {"600", "700", "bold"}
         )
         problems[name] = layout_problems(geometry)
-    assert problems == {name: [] for name in traces}
+        # The path taken, drawn apart at its own size, is held to the same rules.
+        problems[f"{name} (path taken)"] = layout_problems(geometry["path"])
+    assert problems == {key: [] for key in problems}
+    assert len(problems) == 2 * len(traces)
     assert bold, "no label on the path (bold): the spill check never saw one"
 
 
@@ -529,8 +568,9 @@ def scale_of(transform: str) -> float:
 def test_at_900_px_the_page_fits_a_state_filters_the_events_and_the_graph_zooms(
     saga: Saga, tmp_path: Path
 ) -> None:
-    """On a laptop's half screen: no sideways scroll; picking a state shows only its events and
-    "show all events" brings them back; the buttons, the wheel and the keys move the graph."""
+    """On a laptop's half screen: no sideways scroll, the path taken or the whole graph unfolded;
+    picking a state shows only its events and "show all events" brings them back; the buttons, the
+    wheel and the keys move the whole graph."""
     # As long as an execution name can be (80): the header's name and ARN must wrap, not widen the page.
     name = "ORDER-NARROW-000001_attempt-0_requeued-7391e7edaa954f6fbc1748e2f7a7275d-01234567"
     assert len(name) == 80
@@ -543,6 +583,9 @@ def test_at_900_px_the_page_fits_a_state_filters_the_events_and_the_graph_zooms(
     assert "data-pwned" not in dom.body
     probe: dict[str, Any] = json.loads(dom.body["data-probe"])
 
+    assert probe["foldedAtFirst"]
+    assert probe["pathWidths"]["page"] <= probe["pathWidths"]["viewport"] == 900
+    assert probe["pathWidths"]["graphRight"] <= 900
     for widths in (probe["widths"], probe["widthsZoomed"]):
         assert widths["viewport"] == 900
         assert widths["page"] <= widths["viewport"], "the page scrolls sideways"

@@ -1,12 +1,16 @@
 // Test harness, injected into a copy of a trace page after its own script (tests/local/test_trace.py):
-// uses the page as a reader would (select each state entered, show all events again, zoom with the
-// buttons, the wheel and the keyboard) and writes what it saw to <body data-probe>, as JSON.
+// uses the page as a reader would (unfold the whole graph, select each state entered, show all events
+// again, zoom with the buttons, the wheel and the keyboard) and writes what it saw to
+// <body data-probe>, as JSON.
 (function () {
   "use strict";
   var body = document.body;
   var view = document.getElementById("graph-view");
   var group = document.getElementById("graph-zoom");
   var out = {selections: [], zoom: {}};
+  out.foldedAtFirst = !document.getElementById("whole-graph").open;
+  out.pathWidths = widths(document.getElementById("path-view"));
+  document.getElementById("whole-graph").open = true;  // the reader unfolds the whole graph
   function visibleRows() {
     var shown = [];
     document.querySelectorAll("#events tbody tr").forEach(function (row) {
@@ -15,8 +19,8 @@
     });
     return shown;
   }
-  function widths() {
-    var graph = view.getBoundingClientRect();
+  function widths(box) {
+    var graph = (box || view).getBoundingClientRect();
     var table = document.getElementById("events").getBoundingClientRect();
     return {
       viewport: document.documentElement.clientWidth,

@@ -1,13 +1,15 @@
 // saga trace's page (saga_local/trace/html.py inlines it; the page's CSP allows it by its hash).
-// Selecting a state (click or Enter on a node, or click an event row) highlights its node, opens its
-// step and shows only its event rows; "show all events" (or Escape) brings every row back. The state
-// the execution ended in starts highlighted, with every event shown (nothing is hidden before the
-// reader asks). The graph zooms and pans inside its own box: the buttons, the wheel (on the focused
-// graph, or with Ctrl), dragging, and the keyboard (+ and - zoom, arrows pan, 0 fits).
+// The page draws the state machine twice: the path taken (#path-graph), and the whole graph folded
+// under it (#graph). Selecting a state (click or Enter on a node of either, or click an event row)
+// highlights its node in both, opens its step and shows only its event rows; "show all events" (or
+// Escape) brings every row back. The state the execution ended in starts highlighted, with every
+// event shown (nothing is hidden before the reader asks). The whole graph zooms and pans inside its
+// own box: the buttons, the wheel (on the focused graph, or with Ctrl), dragging, and the keyboard
+// (+ and - zoom, arrows pan, 0 fits).
 (function () {
   "use strict";
   var body = document.body;
-  var nodes = Array.prototype.slice.call(document.querySelectorAll("#graph .node[data-state]"));
+  var nodes = Array.prototype.slice.call(document.querySelectorAll("svg.graph .node[data-state]"));
   var rows = Array.prototype.slice.call(document.querySelectorAll("#events tbody tr"));
   var steps = Array.prototype.slice.call(document.querySelectorAll("details.step"));
   var label = document.getElementById("selection");
