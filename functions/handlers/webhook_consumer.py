@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
-from handlers.runtime import claims_store, count, env, log_event, logger, metrics, provider, tracer
-from payment_saga.webhooks import WebhookOutcome, answer_doorbell, parse_doorbell
+from handlers.runtime import claims_store, count, env, logger, metrics, provider, tracer
+from payment_saga.webhooks import WebhookOutcome, answer_doorbell, log_line, parse_doorbell
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
@@ -43,40 +43,11 @@ if TYPE_CHECKING:
 
 processor = BatchProcessor(event_type=EventType.SQS)
 
-#: Outcomes a person must look at, logged at ERROR under these names (each counted for its alarm).
-_ALARMED = {
-    WebhookOutcome.DUPLICATE_CHARGE: "duplicate_charge",
-    WebhookOutcome.CHARGE_ON_RELEASED: "charge_on_released_claim",
-    WebhookOutcome.MISMATCH: "webhook_mismatch",
-    WebhookOutcome.WRONG_MODE: "webhook_wrong_mode",
-}
-
 
 def record_decision(decision: WebhookDecision, event_type: str) -> None:
     """One log event and one metric per event; an ERROR and an alarm's metric for money taken wrongly."""
-    fields: dict[str, Any] = {
-        "orderId": decision.order_id,
-        "attempt": decision.attempt,
-        "eventId": decision.event_id,
-        "eventType": event_type,
-        "paymentIntentId": decision.payment_intent_id,
-        "reason": decision.reason,
-        "applied": decision.applied,
-    }
-    name = _ALARMED.get(decision.outcome)
-    if decision.outcome is WebhookOutcome.NOT_FOUND:
-        logger.warning("webhook_not_found", extra={"event": "webhook_not_found", **fields})
-        count("WebhookApplied", Outcome=decision.outcome.value)
-        return
-    if name is None:
-        log_event(f"webhook_{decision.outcome.value}", **fields)
-        count("WebhookApplied", Outcome=decision.outcome.value)
-        return
-    # As the sweeper logs them: chargeId is the charge the claim records, the others are to refund.
-    fields["chargeId"] = decision.claim_charge_id
-    if decision.outcome is WebhookOutcome.DUPLICATE_CHARGE:
-        fields["duplicateChargeIds"] = [decision.payment_intent_id]
-    logger.error(name, extra={"event": name, **fields})
+    line = log_line(decision, event_type)
+    getattr(logger, line.level)(line.event, extra={"event": line.event, **line.fields})
     count("WebhookApplied", Outcome=decision.outcome.value)
     if decision.outcome is WebhookOutcome.DUPLICATE_CHARGE:
         count("DuplicateCharge")

@@ -571,6 +571,50 @@ def _wrong_mode(event_id: str, event_live: bool, stack_live: bool) -> str:
     )
 
 
+# -- what the consumer says ----------------------------------------------------------------------
+
+#: Outcomes a person must look at, logged at ERROR under these names (each counted for its alarm).
+ALARMED = {
+    WebhookOutcome.DUPLICATE_CHARGE: "duplicate_charge",
+    WebhookOutcome.CHARGE_ON_RELEASED: "charge_on_released_claim",
+    WebhookOutcome.MISMATCH: "webhook_mismatch",
+    WebhookOutcome.WRONG_MODE: "webhook_wrong_mode",
+}
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One structured log line: its level (a ``logging`` method's name), its event and its fields."""
+
+    level: str
+    event: str
+    fields: dict[str, Any]
+
+
+def log_line(decision: WebhookDecision, event_type: str) -> LogLine:
+    """The line that says what one event did, with ``orderId``: ``webhook_<outcome>`` at INFO, a
+    PaymentIntent Stripe does not have here at WARNING, and an outcome a person must look at at ERROR
+    under its :data:`ALARMED` name, with the charge the claim records (``chargeId``) and, for a second
+    charge, the one to refund (``duplicateChargeIds``), as the sweeper logs them."""
+    fields: dict[str, Any] = {
+        "orderId": decision.order_id,
+        "attempt": decision.attempt,
+        "eventId": decision.event_id,
+        "eventType": event_type,
+        "paymentIntentId": decision.payment_intent_id,
+        "reason": decision.reason,
+        "applied": decision.applied,
+    }
+    name = ALARMED.get(decision.outcome)
+    if name is None:
+        level = "warning" if decision.outcome is WebhookOutcome.NOT_FOUND else "info"
+        return LogLine(level, f"webhook_{decision.outcome.value}", fields)
+    fields["chargeId"] = decision.claim_charge_id
+    if decision.outcome is WebhookOutcome.DUPLICATE_CHARGE:
+        fields["duplicateChargeIds"] = [decision.payment_intent_id]
+    return LogLine("error", name, fields)
+
+
 # -- the signature -------------------------------------------------------------------------------
 
 #: Stripe's own default tolerance (``stripe.Webhook.DEFAULT_TOLERANCE``): a signed request older than

@@ -61,7 +61,7 @@ from saga_local.queue_reading import receive_each_once
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-#: Attributes the start function puts on a rejected message (handlers/start_execution.py).
+#: Attributes the start function puts on a rejected message (payment_saga/starting.py).
 REJECTION_ATTRIBUTES = frozenset({"rejectionReason", "sourceMessageId"})
 #: The dead-letter queue policy's statement that admits only the start function (template.yaml).
 DEAD_LETTER_SENDERS_SID = "OnlyTheStartFunctionDeadLetters"

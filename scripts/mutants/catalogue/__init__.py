@@ -11,7 +11,7 @@ from catalogue.claims import CLAIMS
 from catalogue.currencies import CURRENCIES
 from catalogue.handlers import CHARGE, CLAIM, CONSUMER, DOORBELL, PROOF, RELEASE
 from catalogue.orders import ORDERS
-from catalogue.outbox import OUTCOMES, RECONCILE, RELAY_HANDLER, RETENTION, RUNTIME, SWEEPER_HANDLER
+from catalogue.outbox import OUTCOMES, RECONCILE, RELAYING, RETENTION, RUNTIME, SWEEPER_HANDLER
 from catalogue.payments import API_KEYS, PAYMENTS
 from catalogue.template import TEMPLATE_GRANTS
 
@@ -29,7 +29,7 @@ CATALOGUES = (
     TEMPLATE_GRANTS,
     RECONCILE,
     OUTCOMES,
-    RELAY_HANDLER,
+    RELAYING,
     RETENTION,
     RUNTIME,
     SWEEPER_HANDLER,

@@ -75,20 +75,19 @@ OUTCOMES.text(
     "a write that leaves the status as it was (a resent complete) publishes and re-queues again",
 )
 
-RELAY_HANDLER = Catalogue("functions/handlers/outcome_relay.py", RELAY)
-RELAY_HANDLER.text(
+#: The relay's batch: in stream order, stopping at the first failure.
+RELAYING = Catalogue("functions/payment_saga/relaying.py", ("tests/unit/test_relaying.py", *RELAY))
+RELAYING.text(
     "relay-reports-only-the-failed-record",
     "for later in records[index:]",
     "for later in records[index : index + 1]",
-    "a failed record is reported alone: Lambda retries from it, but the records after it were never"
-    " handled (Lambda's rule: every record after the lowest reported one is retried anyway)",
-    equivalent="Lambda retries from the lowest sequence number reported, so the records after it are"
-    " retried whether or not they are listed; the local stream source follows that rule",
+    "a failed record is reported alone: Lambda retries from it anyway (its rule: every record after"
+    " the lowest reported one is retried), but the relay's answer no longer says what it left untouched",
 )
-RELAY_HANDLER.text(
+RELAYING.text(
     "relay-goes-on-after-a-failure",
-    '            count("OutcomeRelayStalled")\n            return {',
-    '            count("OutcomeRelayStalled")\n            continue\n            return {',
+    "            stalled(record, len(records) - index)\n            return [",
+    "            stalled(record, len(records) - index)\n            continue\n            return [",
     "the relay goes on past a failed record: a later outcome of the order is published before it",
 )
 
