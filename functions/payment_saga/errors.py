@@ -28,8 +28,9 @@ class ClaimBusy(SagaError):
     """Another payment attempt of this order holds an open claim; this one is put back on the queue.
 
     Raised by Claim Order; the state machine sends the order back to the orders queue with a delay
-    (state "Requeue Order") and ends in "Claim Busy". By the time it comes back the open attempt has
-    ended (completed: then this one is a duplicate; released: then it gets its own attempt).
+    (state "Requeue Order") and ends in "Sent Back to Queue" with this error, which does not page.
+    By the time it comes back the open attempt has ended (completed: then this one is a duplicate;
+    released: then it gets its own attempt).
     """
 
 

@@ -42,8 +42,9 @@ def execution_input(order: Order, message_id: str, requeues: int, *, max_requeue
     """The execution input: deterministic (sorted keys, no clock, no receive count).
 
     ``requeue`` is how many times the state machine itself already sent this order back to the queue
-    (Claim Busy, a failed Claim step), read from the message, and whether it may do so once more:
-    ``next`` is the count its SendMessage writes (a string: SQS Number attributes are strings).
+    (behind another open payment attempt, after a failed Claim step), read from the message, and
+    whether it may do so once more: ``next`` is the count its SendMessage writes (a string: SQS Number
+    attributes are strings; the state machine reads it from the execution input).
     """
     allowed = requeues < max_requeues
     requeue = {"count": requeues, "next": str(requeues + 1), "allowed": allowed}

@@ -23,7 +23,8 @@ moto version pinned in pyproject.toml:
 * the execution's context object -> gains ``Execution.RedriveCount`` (0), which AWS has carried
   since executions could be redriven and the Charge step reads; moto 5.2.5 omits it.
 * Retry and Catch's error matching, a Choice rule on an absent field, a Task's input over the payload
-  quota, a Task's answer after its timeout -> AWS's documented rules (:mod:`saga_local.aws.moto_strict`).
+  quota, a Task's answer after its timeout, a workflow variable read in a JSONPath state -> AWS's
+  documented rules (:mod:`saga_local.aws.moto_strict`).
 * Step Functions' RedriveExecution -> :func:`redrive_execution`, which moto 5.2.5 lacks: the
   execution continues from its unsuccessful state with that state's input, under the same ARN,
   its history kept, ``Execution.RedriveCount`` one more and every retrier's count back to 0.
@@ -82,6 +83,7 @@ from moto.stepfunctions.parser.api import (
 )
 from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.common.string.string_expression import StringVariableSample
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.component.state.choice.comparison.comparison_variable import (
     ComparisonVariable,
@@ -510,6 +512,11 @@ def patched_moto(runtime: LambdaRuntime, *, retry_time_scale: float = 0.0) -> It
         (ErrorEqualsDecl, "_eval_body", moto_strict.error_equals(ErrorEqualsDecl._eval_body)),
         (ComparisonVariable, "_eval_body", moto_strict.absent_variable_fails(ComparisonVariable._eval_body)),
         (StateTask, "_eval_parameters", moto_strict.parameters_within_quota(StateTask._eval_parameters)),
+        (
+            StringVariableSample,
+            "_eval_body",
+            moto_strict.jsonpath_variable_sample(StringVariableSample._eval_body),
+        ),
         (
             StateTaskService,
             "_after_eval_execution",

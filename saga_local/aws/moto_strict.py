@@ -18,10 +18,16 @@ sentence it encodes:
 * a Task's success after its ``TimeoutSeconds`` (:func:`no_late_success`): not recorded. moto left
   the timed-out call running and recorded its late ``TaskSucceeded`` after the ``TaskTimedOut``; on
   AWS the abandoned call's answer is discarded.
+* a workflow variable read in a JSONPath state (:func:`jsonpath_variable_sample`): ``$name`` or
+  ``$name.field`` in a ``.$`` field or a Fail state's ``ErrorPath``/``CausePath`` is the value
+  ``Assign`` gave it ("To reference a variable, prepend the name with a dollar sign"). moto samples
+  it through a JSONata evaluator that it does not ship, so every such read failed with
+  ``States.Runtime``.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any
 
@@ -143,3 +149,21 @@ def no_late_success(original: Any) -> Any:
             original(self, env, *args, **kwargs)
 
     return after_eval_execution
+
+
+def jsonpath_variable_sample(original: Any) -> Any:
+    """``StringVariableSample._eval_body`` in a JSONPath state: the variable from the execution's store,
+    then each ``.field`` of it. A JSONata state (or any other form) keeps moto's own evaluation."""
+
+    @functools.wraps(original)
+    def eval_body(self: Any, env: Any) -> None:
+        name, *fields = self.expression[1:].split(".")
+        if self.query_language_mode.name != "JSONPath" or not name.isidentifier():
+            original(self, env)
+            return
+        value = env.variable_store.get(name)  # NoSuchVariable: a States.Runtime failure, as on AWS
+        for key in fields:
+            value = value[key]
+        env.stack.append(copy.deepcopy(value))
+
+    return eval_body

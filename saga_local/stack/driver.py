@@ -71,13 +71,11 @@ class ExecutionResult:
 
     @property
     def outcome(self) -> str:
-        """``CHARGED``, ``DUPLICATE``, ``REQUEUED``, ``AWAITING_SETTLEMENT``, or the Fail state's error
-        (``PaymentDeclined``...)."""
+        """``CHARGED``, ``DUPLICATE``, ``AWAITING_SETTLEMENT``, or the Fail state's error
+        (``PaymentDeclined``, ``ClaimBusy``...)."""
         if self.status == "SUCCEEDED" and self.output:
             if "duplicate" in self.output:  # Claim Order's DuplicateOrder, caught into Duplicate Suppressed
                 return "DUPLICATE"
-            if "busy" in self.output:  # another payment attempt was open: put back on the queue
-                return "REQUEUED"
             if "settlement" in self.output:  # a payment that settles later: the claim is kept for it
                 return "AWAITING_SETTLEMENT"
             return str(self.output.get("status"))

@@ -7,7 +7,8 @@ one curve both the page draws and the label placement avoids. The steps of :func
 1. cycles are broken by reversing DFS back edges (:func:`_break_cycles`);
 2. layers are longest paths from the start (:func:`_assign_layers`);
 3. edges that span layers get dummy nodes (:func:`_add_dummies`);
-4. barycentre sweeps order each layer, keeping the order with the fewest crossings (:func:`_order_layers`);
+4. barycentre sweeps order each layer, keeping the order with the fewest crossings (:func:`_order_layers`),
+   then single nodes move along their layer while that removes a crossing (:func:`_sift`);
 5. x positions are pulled towards connected nodes while keeping each layer's order and spacing
    (:func:`_place_x`);
 6. edges leave from ports spread along a node's bottom and arrive along its top (:func:`_route`).
@@ -239,7 +240,32 @@ def _order_layers(layers: list[list[str]], up: Links, down: Links) -> list[list[
         score = crossings(layers, down)
         if score < best_crossings:
             best, best_crossings = [list(row) for row in layers], score
-    return best
+    return _sift(best, down, best_crossings)
+
+
+def _sift(layers: list[list[str]], down: Links, score: int) -> list[list[str]]:
+    """Move single nodes along their layer while a move removes crossings.
+
+    Barycentres leave knots where a long edge from high up passes a node whose own edges pull the
+    other way (the Claim step's catches, say, which skip the charge on their way down).
+    """
+    improved = score > 0
+    while improved:
+        improved = False
+        for row in layers:
+            for node in list(row):
+                home = row.index(node)
+                row.remove(node)
+                tried = []
+                for position in range(len(row) + 1):
+                    row.insert(position, node)
+                    tried.append((crossings(layers, down), abs(position - home), position))
+                    row.remove(node)
+                moved, _, position = min(tried)
+                row.insert(position if moved < score else home, node)
+                if moved < score:
+                    score, improved = moved, True
+    return layers
 
 
 def barycentre_sort(row: list[str], links: Links, reference: list[str]) -> list[str]:

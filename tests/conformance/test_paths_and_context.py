@@ -61,7 +61,7 @@ def test_is_present_tells_a_missing_field_from_a_present_one(
 ) -> None:
     """Choice, data-test expression "IsPresent": it matches when the field the Variable names is in
     the input, "IsPresent": false when it is not; no error either way (the saga's "Requeue Allowed?"
-    and "Resend Allowed?" count a first re-queue this way)."""
+    counts a first re-queue this way)."""
     choice = {"Type": "Choice", "Choices": [is_present(False, "Absent"), is_present(True, "Present")]}
     run = engine.run(machine("Test", Test=choice, Absent=SUCCEED, Present=SUCCEED), state_input)
 

@@ -283,6 +283,21 @@ def test_a_choice_rule_samples_its_variable_then_tests_it_and_takes_an_absent_on
     assert "string_sampler" in sample
 
 
+def test_a_variable_read_is_a_string_variable_sample_that_pushes_its_value_on_the_stack() -> None:
+    # The adapter answers a JSONPath state's "$name.field" from the variable store itself: moto must
+    # still parse such a read into StringVariableSample, evaluate it through the JSONata evaluator it
+    # leaves unset, and take the value from the top of the stack.
+    from moto.stepfunctions.parser.asl.component.common.string.string_expression import StringVariableSample
+    from moto.stepfunctions.parser.asl.eval.variable_store import VariableStore
+    from moto.stepfunctions.parser.asl.jsonata import jsonata
+
+    sample = inspect.getsource(StringVariableSample._eval_body)
+    assert "eval_jsonata_expression(" in sample
+    assert "env.stack.append(result)" in sample
+    assert "_eval_jsonata = None\n" in inspect.getsource(jsonata.eval_jsonata_expression)
+    assert "raise NoSuchVariable(" in inspect.getsource(VariableStore.get)
+
+
 def test_a_redrive_can_run_a_second_worker_on_an_execution_and_its_history() -> None:
     # redrive_execution builds a second ExecutionWorker from the first one's parts, starts the
     # program at another state on an environment sharing the first one's event manager, and lets

@@ -7,8 +7,9 @@ supported is what the definition uses -- Task (``lambda:invoke``, ``Parameters``
 the re-queues' ``sqs:sendMessage`` -- succeed at once, their resolved ``Parameters`` handed to the
 model's ``integration`` callback, ``States.Format`` included),
 Choice (``StringEquals``, ``BooleanEquals``, ``NumericEquals``, ``IsPresent``, ``And``, ``Or``,
-``Not``), Pass, Succeed and Fail -- and anything else raises :class:`Unsupported` instead of being
-guessed at.
+``Not``), Pass, Succeed and Fail (``Error`` and ``Cause``, or ``ErrorPath`` and ``CausePath``), and
+workflow variables (``Assign`` in a Catch or a Choice rule, read as ``$name.field``) -- and anything
+else raises :class:`Unsupported` instead of being guessed at.
 
 An execution is plain data (:class:`Execution`), so the explorer can copy, hash and restore it. Only a
 Task is a step of the model (one Lambda invocation); the Choice, Pass and Fail states after it run at
@@ -67,6 +68,10 @@ class Execution:
     retry_count: int = 0
     #: Per retrier of the current state: how many retries it granted.
     retriers: list[int] = field(default_factory=list)
+    #: The workflow variables ``Assign`` set so far.
+    variables: dict[str, Any] = field(default_factory=dict)
+    #: What the execution was started with (``$$.Execution.Input``).
+    execution_input: dict[str, Any] = field(default_factory=dict)
 
     def key(self) -> tuple[Any, ...]:
         """Everything that decides what the execution does next (for the explorer's state hash).
@@ -86,6 +91,7 @@ class Execution:
             tuple(self.retriers),
             self.started_at,
             json.dumps(self.data, sort_keys=True, separators=(",", ":")),
+            json.dumps(self.variables, sort_keys=True, separators=(",", ":")),
         )
 
 
@@ -108,10 +114,16 @@ class StateMachine:
         for name, state in self.states.items():
             if state["Type"] not in {"Task", "Choice", "Pass", "Succeed", "Fail"}:
                 raise Unsupported(f"state {name!r}: type {state['Type']}")
+            if "Assign" in state:
+                raise Unsupported(f"state {name!r}: Assign on the state (only in a Catch or a Choice rule)")
 
     def start(self, arn: str, execution_input: dict[str, Any], now: int) -> Execution:
         execution = Execution(
-            arn=arn, state=self.start_at, data=copy.deepcopy(execution_input), started_at=now
+            arn=arn,
+            state=self.start_at,
+            data=copy.deepcopy(execution_input),
+            started_at=now,
+            execution_input=copy.deepcopy(execution_input),
         )
         self._settle(execution)
         return execution
@@ -129,7 +141,7 @@ class StateMachine:
             raise Unsupported(f"state {execution.state!r}: resource {resource}")
         document = _select(execution.data, state.get("InputPath", "$"))
         payload: dict[str, Any] = _parameters(
-            state["Parameters"]["Payload"], document, self._context(execution)
+            state["Parameters"]["Payload"], document, self._context(execution), execution.variables
         )
         return payload
 
@@ -146,12 +158,16 @@ class StateMachine:
                 execution.status, execution.end, execution.error = FAILED, execution.state, outcome.error
                 return
             error_output = {"Error": outcome.error, "Cause": outcome.cause}
+            # A Catch's Assign reads the error output as ``$``.
+            self._assign(execution, catcher, error_output)
             execution.data = _put(execution.data, catcher.get("ResultPath", "$"), error_output)
             self._enter(execution, catcher["Next"])
             return
         result: Any = {"Payload": outcome, "StatusCode": 200}
         if "ResultSelector" in state:
-            result = _parameters(state["ResultSelector"], result, self._context(execution))
+            result = _parameters(
+                state["ResultSelector"], result, self._context(execution), execution.variables
+            )
         execution.data = _put(execution.data, state.get("ResultPath", "$"), result)
         execution.data = _select(execution.data, state.get("OutputPath", "$"))
         self._next(execution, state)
@@ -179,6 +195,7 @@ class StateMachine:
                 "Id": execution.arn,
                 "Name": execution.arn.rsplit(":", 1)[-1],
                 "RedriveCount": execution.redrive_count,
+                "Input": execution.execution_input,
             },
             "State": {"Name": execution.state, "RetryCount": execution.retry_count, "EnteredTime": entered},
         }
@@ -222,13 +239,20 @@ class StateMachine:
                     raise Unsupported(f"state {execution.state!r}: a non-Lambda Task whose result is kept")
                 if self.integration is not None:
                     document = _select(execution.data, state.get("InputPath", "$"))
-                    parameters = _parameters(state.get("Parameters", {}), document, self._context(execution))
+                    parameters = _parameters(
+                        state.get("Parameters", {}), document, self._context(execution), execution.variables
+                    )
                     self.integration(execution, execution.state, str(state["Resource"]), parameters)
                 self._next(execution, state)
                 continue
             if kind == "Fail":
                 execution.status, execution.end = FAILED, execution.state
-                execution.error = state.get("Error")
+                error = state.get("Error")
+                if "ErrorPath" in state:
+                    error = _reference(
+                        state["ErrorPath"], execution.data, self._context(execution), execution.variables
+                    )
+                execution.error = error
                 return
             if kind == "Succeed":
                 execution.status, execution.end = SUCCEEDED, execution.state
@@ -238,18 +262,26 @@ class StateMachine:
                 continue
             execution.state = self._choose(execution, state)
 
+    def _assign(self, execution: Execution, where: dict[str, Any], document: Any) -> None:
+        """``Assign`` (of a Catch or a Choice rule): every value is resolved, then all are set at once."""
+        if "Assign" in where:
+            assigned = _parameters(where["Assign"], document, self._context(execution), execution.variables)
+            execution.variables = {**execution.variables, **assigned}
+
     def _pass(self, execution: Execution, state: dict[str, Any]) -> None:
         if "Parameters" in state:
-            result = _parameters(state["Parameters"], execution.data, self._context(execution))
+            result = _parameters(
+                state["Parameters"], execution.data, self._context(execution), execution.variables
+            )
         else:
             result = state.get("Result", execution.data)
         execution.data = _put(execution.data, state.get("ResultPath", "$"), result)
         self._next(execution, state)
 
-    @staticmethod
-    def _choose(execution: Execution, state: dict[str, Any]) -> str:
+    def _choose(self, execution: Execution, state: dict[str, Any]) -> str:
         for rule in state.get("Choices", []):
             if _rule(rule, execution.data):
+                self._assign(execution, rule, execution.data)
                 return str(rule["Next"])
         if "Default" not in state:
             raise Unsupported(f"state {execution.state!r}: no choice matched and there is no Default")
@@ -312,30 +344,39 @@ def _put(document: Any, path: str | None, value: Any) -> Any:
     return result
 
 
-def _parameters(template: Any, document: Any, context: dict[str, Any]) -> Any:
-    """Resolve a ``Parameters`` / ``ResultSelector`` template (``key.$`` fields are paths)."""
+def _parameters(template: Any, document: Any, context: dict[str, Any], variables: dict[str, Any]) -> Any:
+    """Resolve a ``Parameters`` / ``ResultSelector`` / ``Assign`` template (``key.$`` fields are paths)."""
     if isinstance(template, list):
-        return [_parameters(item, document, context) for item in template]
+        return [_parameters(item, document, context, variables) for item in template]
     if not isinstance(template, dict):
         return template
     resolved: dict[str, Any] = {}
     for key, value in template.items():
         if not key.endswith(".$"):
-            resolved[key] = _parameters(value, document, context)
+            resolved[key] = _parameters(value, document, context, variables)
             continue
         if not isinstance(value, str):
             raise Unsupported(f"non-path value for {key!r}: {value!r}")
         if value.startswith("States."):
-            resolved[key[:-2]] = _intrinsic(value, document, context)
+            resolved[key[:-2]] = _intrinsic(value, document, context, variables)
             continue
-        resolved[key[:-2]] = copy.deepcopy(_reference(value, document, context))
+        resolved[key[:-2]] = copy.deepcopy(_reference(value, document, context, variables))
     return resolved
 
 
-def _reference(value: str, document: Any, context: dict[str, Any]) -> Any:
-    """A path into the document (``$.a``) or the context object (``$$.Execution.Name``)."""
-    source = context if value.startswith("$$.") else document
-    found = _path(source, value[1:] if value.startswith("$$") else value)
+def _reference(value: str, document: Any, context: dict[str, Any], variables: dict[str, Any]) -> Any:
+    """A path into the document (``$.a``), the context object (``$$.Execution.Name``) or a workflow
+    variable (``$name.a``)."""
+    if value.startswith("$$."):
+        source, path = context, value[1:]
+    elif value == "$" or value.startswith("$."):
+        source, path = document, value
+    else:
+        name, dot, rest = value[1:].partition(".")
+        if name not in variables:
+            raise Unsupported(f"variable {name!r} was never assigned (States.Runtime)")
+        source, path = variables[name], "$" + dot + rest
+    found = _path(source, path)
     if found is _MISSING:
         raise Unsupported(f"path {value!r} is absent (States.Runtime)")
     return found
@@ -344,14 +385,14 @@ def _reference(value: str, document: Any, context: dict[str, Any]) -> Any:
 _FORMAT = re.compile(r"^States\.Format\('((?:[^'\\]|\\.)*)'((?:\s*,\s*\$[^,)]*)*)\)$")
 
 
-def _intrinsic(value: str, document: Any, context: dict[str, Any]) -> Any:
+def _intrinsic(value: str, document: Any, context: dict[str, Any], variables: dict[str, Any]) -> Any:
     """``States.Format('{}/x/{}', $.a, $$.b)`` with path arguments: what the definition uses."""
     match = _FORMAT.match(value)
     if match is None:
         raise Unsupported(f"intrinsic function {value!r}")
     template = match.group(1)
     arguments = [
-        _reference(argument.strip(), document, context)
+        _reference(argument.strip(), document, context, variables)
         for argument in match.group(2).split(",")
         if argument.strip()
     ]

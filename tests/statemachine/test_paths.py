@@ -118,7 +118,7 @@ def test_release_exhausted_fails_and_leaves_the_claim_to_its_lease(saga: Saga) -
     )
 
     assert result.error == "ReleaseFailed"
-    assert result.path[-3:] == ["Release Claim", "Which Step Failed?", "Release Failed"]
+    assert result.path[-3:] == ["Release Claim", "Why Released?", "Release Failed"]
     assert saga.driver.claim("ORDER-D")["status"] == "CLAIMED"  # type: ignore[index]
     assert saga.charges("ORDER-D") == 0
 

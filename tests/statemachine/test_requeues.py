@@ -112,11 +112,12 @@ def test_an_order_whose_claim_and_release_are_throttled_is_sent_back_once_and_ch
     first, second = deliveries(saga, "ORDER-RQ-1")
     assert first.result.error == "ClaimRetriedLater", first.result
     assert first.result.path[-4:] == [
-        "Which Step Failed?",
-        "Resend Allowed?",
-        "Send Order Again",
-        "Claim Retried Later",
+        "Why Released?",
+        "Requeue Allowed?",
+        "Requeue Order",
+        "Sent Back to Queue",
     ]
+    assert sent_back_after(saga, first.result.arn) == 300, "back in 5 minutes"
     assert first.requeue == {"count": 0, "next": "1", "allowed": True}
     assert second.requeue == {"count": 1, "next": "2", "allowed": True}, "sent back once, counted"
     assert second.result.outcome == "CHARGED", second.result
@@ -136,9 +137,9 @@ def test_a_requeued_order_whose_claim_fails_is_sent_again_and_charged_once(saga:
 
     first, requeued, resent = deliveries(saga, "ORDER-RQ-2")
     assert first.result.error == "ClaimFailed", first.result
-    assert "Send Order Again" not in first.result.path, "the tombstone is the relay's to re-queue"
+    assert "Requeue Order" not in first.result.path, "the tombstone is the relay's to re-queue"
     assert requeued.result.error == "ClaimRetriedLater", requeued.result
-    assert requeued.result.path[-3:] == ["Resend Allowed?", "Send Order Again", "Claim Retried Later"]
+    assert requeued.result.path[-3:] == ["Requeue Allowed?", "Requeue Order", "Sent Back to Queue"]
     assert resent.requeue == {"count": 1, "next": "2", "allowed": True}
     assert resent.result.outcome == "CHARGED", resent.result
     assert saga.charges("ORDER-RQ-2") == 1
@@ -171,7 +172,7 @@ def test_a_claim_failing_while_the_order_is_completed_is_not_sent_again(saga: Sa
     charged, duplicate = deliveries(saga, "ORDER-RQ-4")
     assert charged.result.outcome == "CHARGED"
     assert duplicate.result.error == "ClaimFailed", duplicate.result
-    assert "Send Order Again" not in duplicate.result.path
+    assert "Requeue Order" not in duplicate.result.path
     assert saga.charges("ORDER-RQ-4") == 1
     assert kinds(saga, "ORDER-RQ-4") == ["OrderCharged"]
 
@@ -202,7 +203,7 @@ def test_a_failed_claim_at_the_bound_is_not_sent_again_and_needs_attention(saga:
 
     (only,) = deliveries(saga, "ORDER-RQ-6")
     assert only.result.error == "ResendsExhausted", only.result
-    assert only.result.path[-3:] == ["Resend Allowed?", "Publish Needs Attention", "Resends Exhausted"]
+    assert only.result.path[-3:] == ["Requeue Allowed?", "Publish Needs Attention", "Resends Exhausted"]
     (attention,) = log(saga).events("ORDER-RQ-6")
     assert attention.detail_type == "OrderNeedsAttention"
     assert attention.event_id == f"ORDER-RQ-6/needs-attention/{only.result.name}"
@@ -223,17 +224,23 @@ def test_claim_busy_puts_the_order_back_with_its_count(saga: Saga) -> None:
 
     retry = saga.driver.wait(saga.driver.start(order("ORDER-RQ-7", paymentAttempt="retry-1"), name="retry"))
 
-    assert retry.outcome == "REQUEUED", retry
-    assert retry.path == [
-        "Claim Order",
-        "Requeue Allowed?",
-        "Count First Requeue",
-        "Requeue Order",
-        "Claim Busy",
-    ]
-    message = delayed_message(saga)  # back in 15 minutes
+    # Started by hand (no re-queue count in its input): counted as never re-queued.
+    assert (retry.status, retry.error) == ("FAILED", "ClaimBusy"), retry
+    assert retry.path == ["Claim Order", "Requeue Allowed?", "Requeue Order", "Sent Back to Queue"]
+    assert sent_back_after(saga, retry.arn) == 900, "back in 15 minutes"
+    message = delayed_message(saga)
     assert message["MessageAttributes"]["sagaRequeues"] == {"DataType": "Number", "StringValue": "1"}
     assert json.loads(message["Body"])["paymentAttempt"] == "retry-1"
+
+
+def sent_back_after(saga: Saga, execution_arn: str) -> int:
+    """The ``DelaySeconds`` of the execution's one re-queue, as it asked SQS for it."""
+    (scheduled,) = [
+        json.loads(event["taskScheduledEventDetails"]["parameters"])
+        for event in saga.driver.sfn.get_execution_history(executionArn=execution_arn)["events"]
+        if event["type"] == "TaskScheduled" and event["taskScheduledEventDetails"]["resourceType"] == "sqs"
+    ]
+    return int(scheduled["DelaySeconds"])
 
 
 def delayed_message(saga: Saga) -> dict[str, Any]:

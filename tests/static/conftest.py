@@ -55,6 +55,34 @@ class StateMachine:
     def tasks(self) -> list[tuple[str, dict[str, Any]]]:
         return [(name, state) for name, state in self.states() if state["Type"] == "Task"]
 
+    def fail_errors(self) -> set[str]:
+        """Every error an execution can fail with in a Fail state: its ``Error``, or for an
+        ``ErrorPath`` of a variable (``$sendBack.error``) every value an ``Assign`` gives it."""
+        errors: set[str] = set()
+        for _, state in self.states():
+            if state["Type"] != "Fail":
+                continue
+            if "Error" in state:
+                errors.add(state["Error"])
+                continue
+            name, _, field = str(state["ErrorPath"]).removeprefix("$").partition(".")
+            assigned = [assign[name] for assign in assignments(self.definition) if name in assign]
+            assert assigned, f"{state['ErrorPath']} is assigned nowhere"
+            errors.update(str(value[field] if field else value) for value in assigned)
+        return errors
+
+
+def assignments(node: Any) -> Iterator[dict[str, Any]]:
+    """Every ``Assign`` object in a definition (states, Catchers, Choice rules)."""
+    if isinstance(node, dict):
+        if isinstance(node.get("Assign"), dict):
+            yield node["Assign"]
+        for value in node.values():
+            yield from assignments(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from assignments(value)
+
 
 @dataclass(frozen=True)
 class Template:

@@ -39,6 +39,10 @@ LAMBDA_INVOKE = ":states:::lambda:invoke"
 #: Title Case words: a capitalised word or an acronym; short linking words may stay lower case.
 _WORD = re.compile(r"[A-Z][a-z0-9]*|[A-Z0-9]{2,}")
 _MINOR_WORDS = {"a", "an", "and", "as", "at", "by", "for", "in", "of", "on", "or", "the", "to"}
+#: The most states the graph may have: the three steps, their named endings, and no state that only a
+#: corner case of the machinery needs (docs/design.md: "The state machine: only the states the
+#: promise needs").
+MAX_STATES = 26
 
 
 def matches(error_equals: list[str], error: str) -> bool:
@@ -278,6 +282,22 @@ def test_the_charge_step_tells_its_handler_whether_an_earlier_request_may_have_l
 
 
 # -- the graph people read in the console --------------------------------------------------------
+
+
+def test_the_graph_has_at_most_its_budget_of_states(saga: StateMachine) -> None:
+    """Each state is one more box in the console graph a person reads to follow an order; one re-queue
+    path and no state for hand-started executions keep the whole graph readable."""
+    names = [name for name, _ in saga.states()]
+    assert len(names) <= MAX_STATES, f"{len(names)} states: {names}"
+
+
+def test_one_task_sends_orders_back_to_the_queue(saga: StateMachine) -> None:
+    """Both re-queues (behind an open payment attempt, after a failed Claim step) take one path; the
+    delay and the ending ride in variables its ways in assign."""
+    senders = [
+        name for name, state in saga.tasks() if str(state["Resource"]).endswith(":states:::sqs:sendMessage")
+    ]
+    assert senders == ["Requeue Order"]
 
 
 def test_every_transition_names_an_existing_state(saga: StateMachine) -> None:

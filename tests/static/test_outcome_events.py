@@ -219,11 +219,11 @@ def only_with_requeue(states: dict[str, Any], target: str) -> bool:
         | {rule.get("Next") for rule in state.get("Choices", [])}
         | {catcher["Next"] for catcher in state.get("Catch", [])}
     ]
+    absent = {"Not": {"Variable": "$.requeue", "IsPresent": True}}
     return bool(ways_in) and all(
         state["Type"] == "Choice"
         and state["Default"] == target
-        and state["Choices"][0]
-        == {"Variable": "$.requeue", "IsPresent": False, "Next": state["Choices"][0]["Next"]}
+        and {key: state["Choices"][0][key] for key in ("Not",) if key in state["Choices"][0]} == absent
         and all(rule["Next"] != target for rule in state["Choices"])
         for _, state in ways_in
     )

@@ -16,6 +16,7 @@ HOLES = "tests/statemachine/test_holes.py"
 SETTLING = "tests/statemachine/test_settlement.py"
 SETTLED_FIRST = "tests/statemachine/test_settled_first.py"
 SETTLED_BEFORE_RETRY = "tests/statemachine/test_settled_before_charge_answer.py"
+REQUEUES = "tests/statemachine/test_requeues.py"
 
 ASL = Catalogue(ASL_PATH, (STATIC, PATHS, CRASHES))
 m = ASL
@@ -193,7 +194,7 @@ m.asl(
 )
 m.asl(
     "asl-kept-claim-reported-failed",
-    set_path(("States", "Why Released?", "Choices", 0, "Next"), "Claim Failed"),
+    set_path(("States", "Why Released?", "Choices", 5, "Next"), "Claim Failed"),
     "a claim kept after a failed takeover ends as Claim Failed (send it again), not in reconciliation",
     tests=(HOLES, PATHS),
 )
@@ -204,8 +205,42 @@ m.asl(
     tests=(HOLES, PATHS),
 )
 m.asl(
+    "asl-resend-reported-failed",
+    set_path(("States", "Why Released?", "Choices", 4, "Next"), "Claim Failed"),
+    "a failed Claim step whose fence changed no status ends as Claim Failed, and nothing sends the "
+    "order again",
+    tests=(REQUEUES,),
+)
+m.asl(
+    "asl-failed-claim-and-release-not-resent",
+    set_path(("States", "Why Released?", "Choices", 0, "Next"), "Release Failed"),
+    "a failed Claim step whose release failed too ends as Release Failed: no claim to sweep, and "
+    "nothing sends the order again",
+    tests=(REQUEUES,),
+)
+m.asl(
+    "asl-busy-back-too-soon",
+    set_path(("States", CLAIM, "Catch", 1, "Assign", "sendBack", "delaySeconds"), 300),
+    "a payment attempt that finds another one open comes back in 5 minutes, while that attempt may "
+    "still run: it is busy again and reaches the re-queue bound sooner",
+    tests=(REQUEUES,),
+)
+m.asl(
+    "asl-busy-pages",
+    set_path(("States", CLAIM, "Catch", 1, "Assign", "sendBack", "error"), "ClaimRetriedLater"),
+    "a customer's retry behind an open payment attempt ends as a failed Claim step, which pages",
+    tests=(REQUEUES, HOLES),
+)
+m.asl(
+    "asl-hand-started-not-requeued",
+    drop_path(("States", "Requeue Allowed?", "Choices", 0)),
+    "an execution started without a re-queue count is taken for one at the bound: its order is not "
+    "sent back but handed to a person",
+    tests=(REQUEUES, HOLES),
+)
+m.asl(
     "asl-why-released-swapped",
-    set_path(("States", "Why Released?", "Choices", 1, "Next"), "Charge Not Attempted"),
+    set_path(("States", "Why Released?", "Choices", 2, "Next"), "Charge Not Attempted"),
     "a released decline is reported as Charge Not Attempted",
     tests=(PATHS,),
 )
