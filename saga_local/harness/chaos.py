@@ -122,6 +122,7 @@ from saga_local.harness.chaos_sweep import (
 )
 from saga_local.harness.chaos_troubles import LambdaThrottle, Outage, Redeliverer
 from saga_local.harness.chaos_webhooks import (
+    EndpointDown,
     arm,
     awaited_settlement,
     closed_by,
@@ -210,7 +211,7 @@ def run_chaos(
     # The bank has answered every debit: the hourly settlement check closes those whose webhook was
     # lost. After the sweep's ticks, so that the faults aimed at them still meet them.
     backstop = settlement_backstop(stack, order_ids) if config.webhooks else None
-    expiry = _redrive_after_key_expiry(stack, config, backstop)
+    expiry = _redrive_after_key_expiry(stack, config, backstop, [throttle, down])
     forged = _forge(stack, order_ids, config)
     # From here on the redriven debits are orders of the run like the others.
     orders = orders + (expiry_orders(config) if expiry is not None else [])
@@ -282,13 +283,20 @@ def _fired(
 
 
 def _redrive_after_key_expiry(
-    stack: EmbeddedStack, config: ChaosConfig, backstop: Backstop | None
+    stack: EmbeddedStack,
+    config: ChaosConfig,
+    backstop: Backstop | None,
+    windows: list[LambdaThrottle | EndpointDown | None],
 ) -> KeyExpiry | None:
     """The redrives after Stripe forgot the key (``chaos_settlements``), once the run's orders are
     swept: the emulator's clock moves on a day, which the sweeps' proofs never see. Their settlement
-    checks count in ``backstop``."""
+    checks count in ``backstop``. Lambda's throttle and the webhook endpoint's down window are over
+    by then (a day has passed): one still under way when a short run ended is waited out."""
     if not (config.webhooks and config.expired_key_redrives) or backstop is None:
         return None
+    for window in windows:
+        if window is not None:
+            window.wait_out()
     expiry, checked = redrive_after_key_expiry(stack, config, random.Random(config.seed + 7))
     backstop.add(checked)
     return expiry

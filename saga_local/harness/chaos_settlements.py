@@ -49,7 +49,7 @@ PAST_KEY_EXPIRY_SECONDS = IDEMPOTENCY_TTL_SECONDS + 3600
 #: The Charge Payment function: its retry is where the execution is stopped.
 CHARGE_FUNCTION = "ChargePaymentFunction"
 #: How long to wait for a webhook the run delivered to be applied to its claim.
-APPLIED_WITHIN_SECONDS = 30.0
+APPLIED_WITHIN_SECONDS = 60.0
 
 
 @dataclass

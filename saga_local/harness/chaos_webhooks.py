@@ -110,6 +110,11 @@ class EndpointDown:
         if self._thread.is_alive():
             self._thread.join()
 
+    def wait_out(self) -> None:
+        """Until a window under way has run out (one that never began is over already)."""
+        if self.began is not None:
+            time.sleep(max(0.0, self._clock + self.began + self.seconds - time.monotonic()))
+
     def _run(self) -> None:
         while len(self.provider.webhooks.events()) < self.after_events:
             if self._stop.wait(0.2):
