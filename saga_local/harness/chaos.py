@@ -45,8 +45,16 @@ drawn at random, reproducibly from ``--seed``:
   delayed or lost at its own rate, the endpoint down for :attr:`ChaosConfig.webhook_down_seconds`,
   and :attr:`ChaosConfig.debit_rate` of the orders that do not decline paid by a debit whose charge
   answers ``processing`` and which the bank settles :attr:`ChaosConfig.settle_seconds` later,
-  succeeded or (:attr:`ChaosConfig.debit_fail_rate`) failed; every sweep's clock is then past the
-  settlement window too, so that a debit whose settlement webhook was lost is the sweeper's;
+  succeeded or (:attr:`ChaosConfig.debit_fail_rate`) failed; the sweeps leave a debit awaiting its
+  bank alone (its claim's lease runs to its settle-by date), and once the sweep is done the
+  sweeper's hourly settlement check runs until it has closed those whose settlement webhook was
+  lost (:mod:`saga_local.harness.chaos_settlements`), each by the first check that ran to its end;
+* after the sweep, with webhooks on, :attr:`ChaosConfig.expired_key_redrives` orders of their own
+  paid by bank debit are redriven after Stripe forgot their idempotency key: the create applied and
+  its answer lost, the execution stopped in Charge Payment, the ``processing`` webhook recording the
+  PaymentIntent on the claim, the emulator's clock moved on 25 hours, the execution redriven; then
+  their bank answers, their webhook comes for half of them, and the settlement check closes the
+  others. From then on they count as orders of the run;
 * the provider's search lags :attr:`ChaosConfig.search_lag_seconds` (two hours by default), longer
   than the sweeper's grace (one hour): the search sees none of the run's PaymentIntents, so every
   release rests on the list (``GET /v1/payment_intents``) and every completion the sweeper makes
@@ -67,13 +75,16 @@ that fired, the outage and the search lag, the outcome
 events (one line per type) counted against the orders
 (:func:`saga_local.harness.outcomes.tally`: after deduplication by ``eventId`` every order has
 exactly one final outcome event, or declines of earlier payment attempts before it, and it agrees
-with the provider's ledger), what closed each order (its execution, a webhook, the sweeper), the
-webhooks' disorder and the debits, and the verdict.
+with the provider's ledger), what closed each order (its execution, a webhook, the settlement
+check, the sweeper), the webhooks' disorder and the debits, the settlement checks, the redrives
+after the key expired, and the verdict.
 The exit status is 0 only if the promise held: no order charged twice, none lost, no declined
 attempt sent again, every needs-reconciliation resolved, invariants 6 (release only on proof) and
 7 (the completed charge is the ledger's) unbroken, the outcome events exact
 (``OrderPaymentProcessing`` is never an end), no order a delivered webhook resolved left open or
-paged, and no payment that was only settling paged.
+paged, no payment that was only settling paged, no debit its bank had answered left open by a
+settlement check that ran to its end, no redrive after the key expired sending a second payment,
+and no order completed or announced charged with no charge at the provider.
 
 The stack is the embedded one, in-process (``retry_time_scale=0``: the ASL's Retry waits are
 recorded, not slept), with a short visibility timeout so redriven messages come back in seconds.
@@ -90,7 +101,19 @@ from typing import TYPE_CHECKING, Any
 from saga_local.harness import simulate
 from saga_local.harness.chaos_forgeries import Planted, moved, plant
 from saga_local.harness.chaos_plan import ChaosConfig, FaultSchedule, plan_faults
-from saga_local.harness.chaos_report import ChaosReport, broken_invariants, count_outcome_events
+from saga_local.harness.chaos_report import (
+    ChaosReport,
+    broken_invariants,
+    charged_without_money,
+    count_outcome_events,
+)
+from saga_local.harness.chaos_settlements import (
+    Backstop,
+    KeyExpiry,
+    expiry_orders,
+    redrive_after_key_expiry,
+    settlement_backstop,
+)
 from saga_local.harness.chaos_sweep import (
     SWEEPER_FUNCTION,
     SweeperTicks,
@@ -99,6 +122,7 @@ from saga_local.harness.chaos_sweep import (
 )
 from saga_local.harness.chaos_troubles import LambdaThrottle, Outage, Redeliverer
 from saga_local.harness.chaos_webhooks import (
+    EndpointDown,
     arm,
     awaited_settlement,
     closed_by,
@@ -179,24 +203,24 @@ def run_chaos(
     left_open = _left_open(stack, claims_before) if config.webhooks else []
 
     sweep_began = time.monotonic()
-    # Past the settlement window too: a debit whose settlement webhook was lost is the sweeper's.
-    ticks = SweeperTicks(stack, troubles=schedule.sweep_troubles, past_settlement=config.webhooks)
+    # An hour and a quarter on, not three weeks: a debit awaiting its bank keeps its claim's lease to
+    # its settle-by date, and the sweep leaves it to the settlement check.
+    ticks = SweeperTicks(stack, troubles=schedule.sweep_troubles)
     swept, sweeper_requests = sweep_and_play_out_later(stack, ticks)
     sweep_seconds = time.monotonic() - sweep_began
+    # The bank has answered every debit: the hourly settlement check closes those whose webhook was
+    # lost. After the sweep's ticks, so that the faults aimed at them still meet them.
+    backstop = settlement_backstop(stack, order_ids) if config.webhooks else None
+    expiry = _redrive_after_key_expiry(stack, config, backstop, [throttle, down])
     forged = _forge(stack, order_ids, config)
+    # From here on the redriven debits are orders of the run like the others.
+    orders = orders + (expiry_orders(config) if expiry is not None else [])
+    order_ids = [order["orderId"] for order in orders]
     after = simulate.measure(stack, orders, deliveries=ran.deliveries, wall_seconds=ran.wall_seconds)
-    violations_after = broken_invariants(order_ids, stack.driver.claims(), stack.provider.charges())
+    claims_after = stack.driver.claims()
+    violations_after = broken_invariants(order_ids, claims_after, stack.provider.charges())
 
-    by_kind = Counter(stack.faults.fired_by_kind())
-    by_function: Counter[str] = Counter()
-    for fault in stack.faults.faults:  # the plan's, the throttle's, and any a caller planted
-        by_function[fault.function] += fault.fired
-    for trouble, n in ticks.troubles_fired.items():
-        by_kind[f"sweeper {trouble}"] += n
-        by_function[SWEEPER_FUNCTION] += n
-    for provider_fault in provider_faults:
-        by_kind[f"provider {provider_fault.kind}"] += provider_fault.fired
-        by_function["provider"] += provider_fault.fired
+    by_kind, by_function = _fired(stack, ticks, provider_faults)
     requests = getattr(stack.runtime, "charge_requests", None)
     return ChaosReport(
         config=config,
@@ -231,8 +255,51 @@ def run_chaos(
         forgeries_planted=forged.by_kind if forged is not None else {},
         # Closed claims only: nothing after the forgeries (the sweep included) may move them.
         forgeries_believed=moved(stack, forged) if forged is not None else [],
+        charged_without_money=charged_without_money(
+            order_ids, claims_after, stack.provider.charges(), outcomes
+        ),
+        backstop=backstop,
+        key_expiry=expiry,
         **_webhook_verdict(stack, order_ids, outcomes, swept, left_open),
     )
+
+
+def _fired(
+    stack: EmbeddedStack, ticks: SweeperTicks, provider_faults: list[ProviderFault]
+) -> tuple[Counter[str], Counter[str]]:
+    """The faults that fired, by kind and by function (the sweeper's troubles and the provider's
+    faults included)."""
+    by_kind = Counter(stack.faults.fired_by_kind())
+    by_function: Counter[str] = Counter()
+    for fault in stack.faults.faults:  # the plan's, the throttle's, and any a caller planted
+        by_function[fault.function] += fault.fired
+    for trouble, n in ticks.troubles_fired.items():
+        by_kind[f"sweeper {trouble}"] += n
+        by_function[SWEEPER_FUNCTION] += n
+    for provider_fault in provider_faults:
+        by_kind[f"provider {provider_fault.kind}"] += provider_fault.fired
+        by_function["provider"] += provider_fault.fired
+    return by_kind, by_function
+
+
+def _redrive_after_key_expiry(
+    stack: EmbeddedStack,
+    config: ChaosConfig,
+    backstop: Backstop | None,
+    windows: list[LambdaThrottle | EndpointDown | None],
+) -> KeyExpiry | None:
+    """The redrives after Stripe forgot the key (``chaos_settlements``), once the run's orders are
+    swept: the emulator's clock moves on a day, which the sweeps' proofs never see. Their settlement
+    checks count in ``backstop``. Lambda's throttle and the webhook endpoint's down window are over
+    by then (a day has passed): one still under way when a short run ended is waited out."""
+    if not (config.webhooks and config.expired_key_redrives) or backstop is None:
+        return None
+    for window in windows:
+        if window is not None:
+            window.wait_out()
+    expiry, checked = redrive_after_key_expiry(stack, config, random.Random(config.seed + 7))
+    backstop.add(checked)
+    return expiry
 
 
 def _forge(stack: EmbeddedStack, order_ids: list[str], config: ChaosConfig) -> Planted | None:
@@ -296,8 +363,9 @@ def _webhook_verdict(
         for r in overdue
         if r not in unasked
     ]
+    claims = stack.driver.claims()
     return {
-        "closed_by": closed_by(events, outcomes.final_by_order) if outcomes is not None else {},
+        "closed_by": closed_by(events, outcomes.final_by_order, claims) if outcomes is not None else {},
         "awaited_settlement": awaited_settlement(events),
         "webhook_left_open": left_open + after_webhook,
         "settling_paged": while_settling + needless,

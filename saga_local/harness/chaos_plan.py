@@ -101,6 +101,10 @@ class ChaosConfig:
     #: for a declined order's failed PaymentIntent, another account's PaymentIntent naming our order,
     #: a whole event for another amount): none may move a claim or money (``chaos_forgeries``).
     forgeries: int = 5
+    #: Orders of their own paid by bank debit, each stopped in Charge Payment after its create, its
+    #: PaymentIntent recorded by the processing webhook, and redriven after Stripe forgot the
+    #: idempotency key (24 hours): none may be charged twice (``chaos_settlements``).
+    expired_key_redrives: int = 4
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from saga_local.harness.chaos_plan import ChaosConfig
+    from saga_local.harness.chaos_settlements import Backstop, KeyExpiry
     from saga_local.harness.chaos_sweep import Resolved
     from saga_local.harness.chaos_webhooks import WebhookSummary
     from saga_local.stack.embedded import EmbeddedStack
@@ -46,6 +47,27 @@ def broken_invariants(
                 f" ledger {[c.charge_id for c in entries]}"
             )
     return problems
+
+
+def charged_without_money(
+    order_ids: Iterable[str],
+    claims: dict[str, dict[str, Any]],
+    charges: Iterable[LedgerEntry],
+    outcomes: OutcomeTally | None,
+) -> list[str]:
+    """Orders the saga says are charged with no money taken for them: a claim COMPLETED, or a final
+    ``OrderCharged``, with no charge at the provider (one line each)."""
+    charged = {charge.order_id for charge in charges if charge.order_id is not None}
+    finals = outcomes.final_by_order if outcomes is not None else {}
+    found = []
+    for order_id in order_ids:
+        if order_id in charged:
+            continue
+        if (claims.get(order_id) or {}).get("status") == "COMPLETED":
+            found.append(f"{order_id}: claim COMPLETED, no charge at the provider")
+        elif finals.get(order_id) == "OrderCharged":
+            found.append(f"{order_id}: OrderCharged published, no charge at the provider")
+    return found
 
 
 @dataclass
@@ -88,7 +110,7 @@ class ChaosReport:
     #: Orders by what closed them (their last final outcome event's ``resolvedBy``).
     closed_by: dict[str, int] = field(default_factory=dict)
     #: Orders that waited in Awaiting Settlement, and those still waiting before the sweep (their
-    #: settlement webhook lost: the sweeper closes them past the settlement window).
+    #: settlement webhook lost or late: the hourly settlement check closes them after it).
     awaited_settlement: int = 0
     awaiting_before_sweep: int = 0
     #: Orders a delivered webhook had resolved whose claim was still open before the sweep, and
@@ -104,6 +126,12 @@ class ChaosReport:
     #: they moved (one line each: a forgery believed).
     forgeries_planted: dict[str, int] = field(default_factory=dict)
     forgeries_believed: list[str] = field(default_factory=list)
+    #: Orders charged with no money taken (:func:`charged_without_money`), one line each.
+    charged_without_money: list[str] = field(default_factory=list)
+    #: The hourly settlement checks (None: the run had webhooks off), and the redrives after Stripe
+    #: forgot the idempotency key (None: none run).
+    backstop: Backstop | None = None
+    key_expiry: KeyExpiry | None = None
 
     @property
     def requeued_endings(self) -> dict[str, int]:
@@ -134,6 +162,11 @@ class ChaosReport:
             "no order a webhook resolved left in Needs Reconciliation": not self.webhook_left_open,
             "no settling payment paged (Awaiting Settlement is a state)": not self.settling_paged,
             "no forged webhook moved a claim or money": not self.forgeries_believed,
+            "no order charged without money taken": not self.charged_without_money,
+            "no redrive after the idempotency key expired sent a second payment": self.key_expiry is None
+            or not self.key_expiry.second_payments,
+            "every awaiting debit closed within one settlement check of settling": self.backstop is None
+            or not self.backstop.late,
         }
 
     @property
@@ -176,6 +209,9 @@ class ChaosReport:
             "overdueUnasked": self.overdue_unasked,
             "forgeriesPlanted": self.forgeries_planted,
             "forgeriesBelieved": self.forgeries_believed,
+            "chargedWithoutMoney": self.charged_without_money,
+            "settlementChecks": None if self.backstop is None else self.backstop.to_dict(),
+            "keyExpiry": None if self.key_expiry is None else self.key_expiry.to_dict(),
             "checks": self.checks,
             "promiseKept": self.promise_kept,
         }
@@ -222,6 +258,9 @@ def render(report: ChaosReport) -> str:
     problems = report.violations_before + report.violations_after
     problems += report.declined_sent_again
     problems += report.webhook_left_open + report.settling_paged + report.forgeries_believed
+    problems += report.charged_without_money
+    problems += report.key_expiry.second_payments if report.key_expiry is not None else []
+    problems += report.backstop.late if report.backstop is not None else []
     if report.outcomes is not None:
         problems += [f"{o}: no final outcome event" for o in report.outcomes.missing[:20]]
         problems += report.outcomes.problems[:20]
@@ -261,7 +300,11 @@ def _render_webhooks(report: ChaosReport) -> list[str]:
         *report.webhooks.lines(),
         f"awaiting settlement  {report.awaited_settlement} orders waited (not an alarm);"
         f" {report.awaiting_before_sweep} still waiting before the sweep, their settlement webhook"
-        " lost: the sweeper closes them past the settlement window",
+        " lost or late: the hourly settlement check closes them",
+        *([report.backstop.line()] if report.backstop is not None else []),
+        *([report.key_expiry.line()] if report.key_expiry is not None else []),
+        f"charged, no money    {len(report.charged_without_money)} orders completed or announced charged"
+        " with no charge at the provider",
         f"settlement overdue   {len(report.overdue_unasked)} counted while the provider could not answer"
         " the sweeper (its search or list down in that tick), closed by a later tick"
         + "".join(f"\n  {line}" for line in report.overdue_unasked),
@@ -281,7 +324,7 @@ def _render_outcomes(report: ChaosReport) -> list[str]:
     ]
     lines.extend(f"  {n:6d}  {kind}" for kind, n in sorted(outcomes.by_type.items()))
     lines.append(
-        f"final outcome events per order ({report.before.orders} orders: exactly one each, after"
+        f"final outcome events per order ({report.after.orders} orders: exactly one each, after"
         " declines of earlier payment attempts)"
     )
     lines.extend(f"  {n:6d}  {kind}" for kind, n in sorted(outcomes.by_final.items()))

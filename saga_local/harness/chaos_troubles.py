@@ -201,6 +201,12 @@ class LambdaThrottle:
         if self._thread.is_alive():
             self._thread.join()
 
+    def wait_out(self) -> None:
+        """Until a window under way has run out (one that never began is over already)."""
+        with self._lock:
+            until = max((fault.until or 0.0 for fault in self.faults), default=0.0)
+        time.sleep(max(0.0, until - time.monotonic()))
+
     def _run(self) -> None:
         if self._stop.wait(self.start_after):
             return

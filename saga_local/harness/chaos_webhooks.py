@@ -14,7 +14,7 @@ up before the orders flow:
 What the run must show, and :mod:`saga_local.harness.chaos_report` checks: a webhook that proved an
 order's outcome leaves no claim open (:func:`left_open_by_webhook`); no order is paged for a payment
 that was only settling, nor after a webhook had closed it (:func:`paged_needlessly`); a settlement
-whose webhook was lost is closed by the sweeper once the settlement window is past, not paged. The
+whose webhook was lost is closed by the sweeper's hourly settlement check, not paged. The
 disorder is reported as the delivery log shows it (:func:`summarize`), counted from the emulator's
 events and delivery attempts, as Stripe's dashboard would show them.
 """
@@ -47,7 +47,14 @@ SETTLING_EVENTS = frozenset(
 #: A first delivery this much later than its event counts as delayed (events carry whole seconds).
 DELAYED_AFTER_SECONDS = 1.0
 #: How a final outcome event's ``resolvedBy`` reads in the report.
-CLOSERS = {"saga": "their own execution", "webhook": "a webhook", "sweeper": "the sweeper"}
+CLOSERS = {
+    "saga": "their own execution",
+    "webhook": "a webhook",
+    "sweeper": "the sweeper",
+    "settlement check": "the settlement check",
+}
+#: How the sweeper's settlement check names itself where a webhook names its event (``webhookEventId``).
+SETTLEMENT_CHECK_MARK = "settlement-check/"
 
 
 def arm(stack: EmbeddedStack, config: ChaosConfig, debits: dict[str, str]) -> EndpointDown:
@@ -102,6 +109,11 @@ class EndpointDown:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+
+    def wait_out(self) -> None:
+        """Until a window under way has run out (one that never began is over already)."""
+        if self.began is not None:
+            time.sleep(max(0.0, self._clock + self.began + self.seconds - time.monotonic()))
 
     def _run(self) -> None:
         while len(self.provider.webhooks.events()) < self.after_events:
@@ -265,8 +277,19 @@ def paged_needlessly(events: Iterable[OutcomeEvent]) -> tuple[list[str], list[st
     return sorted(after_webhook), sorted(while_settling)
 
 
-def closed_by(events: Iterable[OutcomeEvent], final_by_order: dict[str, str]) -> dict[str, int]:
-    """Orders by what closed them: the ``resolvedBy`` of each order's last final outcome event."""
+def closed_by(
+    events: Iterable[OutcomeEvent],
+    final_by_order: dict[str, str],
+    claims: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, int]:
+    """Orders by what closed them: the ``resolvedBy`` of each order's last final outcome event. The
+    settlement check applies Stripe's answer as the consumer applies a webhook's (its events say
+    ``webhook``): its writes are told apart by the claim's ``webhookEventId`` (``claims``)."""
+    checked = {
+        order_id
+        for order_id, claim in (claims or {}).items()
+        if str(claim.get("webhookEventId") or "").startswith(SETTLEMENT_CHECK_MARK)
+    }
     last: dict[str, str] = {}
     for event in in_outcome_order(deduplicated(events)):
         if (
@@ -274,7 +297,8 @@ def closed_by(events: Iterable[OutcomeEvent], final_by_order: dict[str, str]) ->
             and event.order_id in final_by_order
             and event.detail_type == final_by_order[event.order_id]
         ):
-            last[event.order_id] = str(event.detail.get("resolvedBy") or "saga")
+            by = str(event.detail.get("resolvedBy") or "saga")
+            last[event.order_id] = "settlement check" if by == "webhook" and event.order_id in checked else by
     return dict(Counter(CLOSERS.get(by, by) for by in last.values()))
 
 

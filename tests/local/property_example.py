@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -17,11 +19,13 @@ from botocore.awsrequest import AWSResponse, HTTPHeaders
 
 from handlers import runtime as handler_runtime
 from handlers import sweeper
+from payment_saga import charging
 from payment_saga.claims import SECONDS_PER_DAY, ClaimsStore
 from payment_saga.execution_names import requeue_execution_name
 from payment_saga.outcomes import attempt_event_id
 from payment_saga.reconcile import DEFAULT_SEARCH_GRACE_SECONDS
 from payment_saga.sweep_lock import LEASE_MARGIN_SECONDS, SweepLock
+from saga_local.aws.stack import REGION
 from saga_local.harness.chaos_report import broken_invariants
 from saga_local.harness.chaos_sweep import land_what_is_in_flight, play_out_later
 from saga_local.harness.chaos_troubles import PROVIDER_ENDPOINTS
@@ -30,21 +34,36 @@ from saga_local.harness.redelivery import redeliver
 from saga_local.harness.simulate import settle
 from saga_local.runtime.api import Throttled
 from saga_local.runtime.faults import call_error, declined_attempts_sent_again
+from saga_local.stripe_emulator.webhooks import STATUS_EVENTS
+from tests.helpers import signed_webhook_request, webhook_event_source, webhook_signing_secret
 from tests.local.conftest import lease_seconds
 from tests.local.property_schedule import (
     NO_WEBHOOKS,
     SWEEPER_FUNCTION,
+    LastTrySpec,
     RefusedEntrySpec,
     Scenario,
     SweepTroubleSpec,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from saga_local.stack.driver import ExecutionResult
     from saga_local.stack.outcome_log import OutcomeEvent
     from tests.helpers import Saga
+
+#: The state machine's definition: where the harness reads how many tries Charge Payment gets.
+ASL = Path(__file__).resolve().parents[2] / "statemachine" / "payment_saga.asl.json"
+
+
+def last_retry_count() -> int:
+    """``$$.State.RetryCount`` of Charge Payment's last try when every try ends unknown: the
+    ``MaxAttempts`` of its Retry for ``PaymentOutcomeUnknown``."""
+    states = json.loads(ASL.read_text(encoding="utf-8"))["States"]
+    (retrier,) = [r for r in states["Charge Payment"]["Retry"] if "PaymentOutcomeUnknown" in r["ErrorEquals"]]
+    return int(retrier["MaxAttempts"])
+
 
 #: The outcome types only the relay publishes (the start function and the state machine publish the
 #: others): how a refused entry finds the relay's PutEvents.
@@ -78,6 +97,13 @@ def run(saga: Saga, scenario: Scenario, ids: list[str], sweeps: SweepSchedule) -
             times=provider_spec.times,
             seconds=seconds,
         )
+    if scenario.last_try is not None:
+        # The order's first create is applied and Stripe saves a 500 under its key, which it replays
+        # to every retry: each try ends unknown, up to the last (webhook_during_last_try).
+        order_id = ids[scenario.last_try.order]
+        saga.provider.inject("fail_after_apply_replayed", order_id=order_id)
+        if scenario.last_try.debit:
+            saga.provider.force_outcome("processing", order_id=order_id)
     for wave in range(max(len(plan.waves) for plan in scenario.orders)):
         if wave == scenario.poison_before_wave:
             put_unreadable_row(saga, f"POISON-{ids[0]}")
@@ -250,6 +276,187 @@ def refusing_entries(refused: tuple[RefusedEntrySpec, ...]) -> Iterator[list[str
 PUT_EVENTS_CALL = "before-call.eventbridge.PutEvents"
 
 
+@dataclass(frozen=True)
+class LastTryWebhook:
+    """Stripe's webhook the harness delivered during a Charge Payment's last try, and what it did."""
+
+    order_id: str
+    #: The execution whose try it was (its claim token).
+    execution: str
+    event_type: str
+    #: Whether the consumer's write settled the try's own claim (completed it, released it declined,
+    #: or recorded the debit it awaits) under the try's token and attempt: the execution then ends
+    #: as Stripe said, never in Needs Reconciliation.
+    settled: bool
+
+
+@contextlib.contextmanager
+def webhook_during_last_try(
+    saga: Saga, spec: LastTrySpec | None, ids: list[str]
+) -> Iterator[list[LastTryWebhook]]:
+    """Stripe's webhook delivered during the try of :class:`LastTrySpec`'s order whose ``RetryCount``
+    is the last the Retry allows (:func:`run` makes every try before it end unknown). Yields what was
+    delivered (at most one webhook)."""
+    delivered: list[LastTryWebhook] = []
+    if spec is None:
+        yield delivered
+        return
+    order_id = ids[spec.order]
+    last = last_retry_count()
+    real = charging.charge
+    armed: list[str] = []
+
+    def stripe_side(step: charging.ChargeTry) -> None:
+        # Stripe is another party: its delivery runs on a thread of its own, outside the function.
+        def deliver() -> None:
+            with saga.runtime.outside_invocation():
+                delivered.extend(deliver_during(saga, spec, step))
+
+        thread = threading.Thread(target=deliver, name="stripe-webhook-during-last-try")
+        thread.start()
+        thread.join()
+
+    def charge(step: charging.ChargeTry, **kwargs: Any) -> Any:
+        if step.order.order_id != order_id or step.retry_count != last or armed:
+            return real(step, **kwargs)
+        armed.append(step.token)
+        if spec.moment == "before its read":
+            stripe_side(step)
+            return real(step, **kwargs)
+        provider: Callable[[], charging.Provider] = kwargs.pop("provider")
+
+        class InFlight:
+            """The step's provider, with Stripe's webhook delivered as its create is sent."""
+
+            def __init__(self) -> None:
+                self.real = provider()
+
+            def charge(self, order: Any, **charge_kwargs: Any) -> Any:
+                stripe_side(step)
+                return self.real.charge(order, **charge_kwargs)
+
+            def follow(self, order: Any, **follow_kwargs: Any) -> Any:
+                return self.real.follow(order, **follow_kwargs)
+
+        return real(step, provider=InFlight, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(charging, "charge", charge)
+        yield delivered
+
+
+def deliver_during(saga: Saga, spec: LastTrySpec, step: charging.ChargeTry) -> list[LastTryWebhook]:
+    """Stripe's webhook for the try's PaymentIntent as it stands (a debit's bank answering first if
+    ``spec.bank`` says so), delivered to the receiver and consumed; then the claim, read."""
+    order_id = step.order.order_id
+    mine = [
+        i
+        for i in saga.provider.payment_intents(order_id)
+        if i["metadata"].get("attempt") == str(step.attempt)
+    ]
+    if not mine:
+        return []  # the create never landed: Stripe has nothing to say
+    intent = mine[-1]
+    if spec.debit and spec.bank != "processing" and intent["status"] == "processing":
+        settled = "succeeded" if spec.bank == "succeeded" else "requires_payment_method"
+        intent = saga.provider.set_status(intent["id"], settled)
+    event_type = STATUS_EVENTS[intent["status"]]
+    deliver_stripe_event(saga, event_type, intent)
+    claim = saga.driver.claim(order_id) or {}
+    status = claim.get("status")
+    settled_here = (
+        claim.get("claimToken") == step.token
+        and str(claim.get("attempt")) == str(step.attempt)
+        and (
+            status == "COMPLETED"
+            or (status == "RELEASED" and claim.get("releaseReason") == "DECLINED")
+            or (status == "CLAIMED" and bool(claim.get("settlementIntentId")))
+        )
+    )
+    return [LastTryWebhook(order_id, step.token, event_type, settled_here)]
+
+
+#: How long the harness waits for the consumer to take a webhook it delivered off the queue.
+CONSUME_SECONDS = 30.0
+
+
+def deliver_stripe_event(saga: Saga, event_type: str, intent: dict[str, Any]) -> None:
+    """``event_type`` about ``intent``, signed as Stripe signs it, answered 200 by the receiver, and
+    consumed (the webhook queue emptied by the consumer, with its role)."""
+    event = {
+        "id": f"evt_last_try_{intent['id']}_{intent['status']}",
+        "object": "event",
+        "type": event_type,
+        "created": int(time.time()),
+        "livemode": False,
+        "data": {"object": intent},
+    }
+    request = signed_webhook_request(json.dumps(event), webhook_signing_secret(saga.stack))
+    answer = saga.runtime.invoke(saga.stack.function_name("WebhookReceiverFunction"), request)
+    assert json.loads(answer.payload)["statusCode"] == 200, answer.payload
+    source = webhook_event_source(saga)
+    sqs = boto3.client("sqs", region_name=REGION)
+    url = saga.stack.resolver.refs["WebhookQueue"]
+    deadline = time.monotonic() + CONSUME_SECONDS
+    while time.monotonic() < deadline:
+        source.poll_once()
+        attributes = sqs.get_queue_attributes(
+            QueueUrl=url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        if not int(attributes["ApproximateNumberOfMessages"]) + int(
+            attributes["ApproximateNumberOfMessagesNotVisible"]
+        ):
+            return
+        time.sleep(0.01)
+
+
+#: Hourly settlement checks the harness runs at most, one after the other, to close what a bank settled.
+SETTLEMENT_CHECKS = 5
+
+
+def bank_settles(saga: Saga, ids: list[str], spec: LastTrySpec | None) -> int:
+    """The bank answers every debit of the example still settling (succeeded), no webhook comes, and
+    the sweeper's hourly settlement check (SweeperFunction with ``"check": "settlements"``, through
+    the runtime) closes each, as many checks as it takes. Returns the checks run."""
+    if spec is None or not spec.debit:
+        return 0
+    for order_id in ids:
+        for intent in saga.provider.payment_intents(order_id):
+            if intent["status"] == "processing":
+                saga.provider.set_status(intent["id"], "succeeded")
+    name = saga.stack.function_name(SWEEPER_FUNCTION)
+    event = {"source": "payment-saga.sweeper", "check": "settlements", "scheduledTime": "(property test)"}
+    for checks in range(SETTLEMENT_CHECKS):
+        if not any(_awaiting(saga.driver.claim(order_id)) for order_id in ids):
+            return checks
+        with contextlib.suppress(Throttled):
+            saga.runtime.invoke(name, json.dumps(event).encode())
+        settle(saga, timeout=120)
+    return SETTLEMENT_CHECKS
+
+
+def _awaiting(claim: dict[str, Any] | None) -> bool:
+    return bool(claim and claim.get("status") == "CLAIMED" and claim.get("settlementIntentId"))
+
+
+def paged_after_its_webhook(
+    delivered: list[LastTryWebhook], executions: dict[str, dict[str, ExecutionResult]]
+) -> list[str]:
+    """An execution whose last try met Stripe's webhook settling its claim, ended in Needs
+    Reconciliation anyway: a page for an order Stripe had already answered."""
+    problems = []
+    for webhook in delivered:
+        result = executions.get(webhook.order_id, {}).get(webhook.execution)
+        if webhook.settled and result is not None and result.outcome == "NeedsReconciliation":
+            problems.append(
+                f"invariant 2 (paged after its webhook): {webhook.order_id}: {webhook.event_type} settled"
+                f" the claim during Charge Payment's last try of {result.name}, which ended in Needs"
+                " Reconciliation"
+            )
+    return problems
+
+
 def run_wave(saga: Saga, scenario: Scenario, ids: list[str], wave: int) -> None:
     """Send every delivery of this wave, then wait until every execution of it has ended."""
     arns: list[str] = []
@@ -273,8 +480,11 @@ def run_wave(saga: Saga, scenario: Scenario, ids: list[str], wave: int) -> None:
         saga.driver.wait(arn, timeout=120)
 
 
-def judge(saga: Saga, ids: list[str], *, swept: bool) -> Outcome:
-    """Classify every order and list every broken invariant."""
+def judge(
+    saga: Saga, ids: list[str], *, swept: bool, delivered: list[LastTryWebhook] | None = None
+) -> Outcome:
+    """Classify every order and list every broken invariant (``delivered``: the webhooks delivered
+    during a last try, whose executions must not have paged)."""
     outcome = Outcome()
     claims = {order_id: saga.driver.claim(order_id) or {} for order_id in ids}
     ledger = [c for c in saga.provider.charges() if c.order_id in claims]
@@ -289,6 +499,7 @@ def judge(saga: Saga, ids: list[str], *, swept: bool) -> Outcome:
         if problem:
             outcome.violations.append(f"invariant {problem.format(order_id=order_id)}")
         outcome.violations.extend(own_claim_left_open(order_id, claim, executions[order_id]))
+    outcome.violations.extend(paged_after_its_webhook(delivered or [], executions))
     if swept:
         # Once time has played out, every order has said how it ended, and every release was sent again.
         assert saga.driver.outcome_log is not None, "the local stack archives the outcome bus"
@@ -348,9 +559,9 @@ def classify(
     if status == "RELEASED" and charges == 0 and claim.get("releaseReason") == "DECLINED":
         return "declined", None
     if status == "CLAIMED":
-        return "needs-reconciliation", (
-            "2 (still claimed): {order_id} still CLAIMED after the sweep" if swept else None
-        )
+        # A claim that records the debit it awaits is kept for the bank's answer (Awaiting Settlement).
+        waits = "awaiting-settlement" if claim.get("settlementIntentId") else "needs-reconciliation"
+        return waits, ("2 (still claimed): {order_id} still CLAIMED after the sweep" if swept else None)
     if (
         charges == 0
         and (status is None or claim.get("releaseReason") == "NOT_CHARGED")
@@ -368,9 +579,12 @@ def classify(
 def own_claim_left_open(
     order_id: str, claim: dict[str, Any], executions: dict[str, ExecutionResult]
 ) -> list[str]:
-    """An execution that SUCCEEDED while its own claim stays open took itself for a duplicate."""
+    """An execution that SUCCEEDED while its own claim stays open took itself for a duplicate, unless
+    the claim records the debit it awaits: Awaiting Settlement keeps it for the bank's answer."""
     holder = executions.get(str(claim.get("claimToken")))
     if claim.get("status") != "CLAIMED" or holder is None or holder.status != "SUCCEEDED":
+        return []
+    if claim.get("settlementIntentId") and holder.outcome == "AWAITING_SETTLEMENT":
         return []
     return [
         f"invariant 2 (own claim open): {order_id}: execution {holder.name} SUCCEEDED ({holder.outcome})"

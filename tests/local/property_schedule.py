@@ -4,6 +4,7 @@ and how a drawn example prints (:class:`Scenario`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,6 +155,49 @@ class WebhookSpec:
         return f"webhooks: delivered ({', '.join(kinds) or 'in order, once'}; seed {self.seed})"
 
 
+#: When Stripe's webhook comes during Charge Payment's last try: before the try reads its claim, or
+#: while its create is in flight (between that read and the one after the unknown answer).
+LAST_TRY_MOMENTS = ("before its read", "in flight")
+#: How the first attempt of a :class:`LastTrySpec`'s order pays: the card's webhook says ``succeeded``
+#: or ``payment_failed``, the debit's ``processing`` (or how its bank settled it).
+LAST_TRY_PAYMENTS = ("card", "declining card", "debit")
+#: How a bank debit stands when its webhook comes: still settling (``processing``), or the bank has
+#: answered already (``succeeded``, ``failed``: the webhook says ``payment_failed``).
+DEBIT_STATES = ("processing", "succeeded", "failed")
+
+
+@dataclass(frozen=True)
+class LastTrySpec:
+    """Stripe's webhook during Charge Payment's last try, for order ``order``'s first create.
+
+    That create is applied and its answer lost, and Stripe replays the 500 it saved under the key to
+    every retry (``fail_after_apply_replayed``), so each try ends unknown until the state machine's
+    Retry for an unknown outcome is spent. During the try it allows last (``$$.State.RetryCount`` at
+    its ``MaxAttempts``), at ``moment``, Stripe's webhook for the PaymentIntent as it then stands is
+    delivered and applied: a card's says ``succeeded``, or ``payment_failed`` if the card declines
+    (``pays``); a bank debit's (its confirm answers ``processing``) says ``processing``, or how the
+    bank settled it if it answered first (``bank``). Stripe's other webhooks of the example are lost (the
+    harness delivers this one itself); a debit left settling is settled by its bank after the waves
+    and closed by the sweeper's hourly settlement check."""
+
+    order: int
+    #: How the order's first attempt pays: one of :data:`LAST_TRY_PAYMENTS`.
+    pays: str
+    bank: str
+    moment: str
+
+    @property
+    def debit(self) -> bool:
+        return self.pays == "debit"
+
+    def __str__(self) -> str:
+        pays = f"a bank debit ({self.bank} when the webhook comes)" if self.debit else self.pays
+        return (
+            f"order #{self.order}'s first create applied, every answer lost; it pays by {pays}; Stripe's"
+            f" webhook delivered during Charge Payment's last try, {self.moment}"
+        )
+
+
 #: No webhook reaches the stack: every delivery lost (the schedules of :data:`KNOWN`, found before
 #: the stack had webhooks, and any example that draws none).
 NO_WEBHOOKS = WebhookDisorder(lose=1.0)
@@ -174,6 +218,8 @@ class Scenario:
     sweep_troubles: tuple[SweepTroubleSpec, ...] = ()
     #: How Stripe's webhooks are delivered (None: never).
     webhooks: WebhookSpec | None = None
+    #: Stripe's webhook delivered during Charge Payment's last try (None: not drawn).
+    last_try: LastTrySpec | None = None
 
     def __repr__(self) -> str:
         lines = ["Scenario:"]
@@ -193,6 +239,8 @@ class Scenario:
         lines.extend(f"  the sweeper runs after wave {w + 1}" for w in self.sweep_after_waves)
         lines.extend(f"  {trouble}" for trouble in self.sweep_troubles)
         lines.append(f"  {self.webhooks}" if self.webhooks is not None else "  webhooks: none delivered")
+        if self.last_try is not None:
+            lines.append(f"  {self.last_try}")
         if not self.faults and not self.provider_faults:
             lines.append("  (no faults)")
         return "\n".join(lines)
@@ -349,8 +397,16 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     troubles = draw(
         st.lists(st.builds(SweepTroubleSpec, st.sampled_from(SWEEP_TROUBLES), st.integers(1, 2)), max_size=1)
     )
+    last_try = draw(st.none() | last_try_specs(orders))
+    if last_try is not None:
+        # The order's first attempt pays as the spec says (a later attempt after a decline, as drawn).
+        plan = orders[last_try.order]
+        first = (last_try.pays == "declining card", *plan.declining[1:])
+        orders = tuple(dataclasses.replace(p, declining=first) if p is plan else p for p in orders)
     flags = [st.booleans()] * 5
-    webhooks = draw(st.none() | st.builds(WebhookSpec, *flags, st.integers(0, 2**16)))
+    # A webhook during the last try is the harness's own delivery: Stripe's others are lost, so that
+    # none of them settles the claim before that try.
+    webhooks = None if last_try else draw(st.none() | st.builds(WebhookSpec, *flags, st.integers(0, 2**16)))
     return Scenario(
         orders,
         tuple(step_faults + start_faults + relay_faults + sweeper_faults),
@@ -360,4 +416,16 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         sweep_after_waves=tuple(sweep_after),
         sweep_troubles=tuple(troubles),
         webhooks=webhooks,
+        last_try=last_try,
     )
+
+
+@st.composite
+def last_try_specs(draw: st.DrawFn, orders: tuple[OrderPlan, ...]) -> LastTrySpec:
+    """A :class:`LastTrySpec` for one of ``orders``, its first attempt paid by any of
+    :data:`LAST_TRY_PAYMENTS` (:func:`scenarios` makes the order's first card decline, or not, to
+    match)."""
+    index = draw(st.integers(0, len(orders) - 1))
+    pays = draw(st.sampled_from(LAST_TRY_PAYMENTS))
+    bank = draw(st.sampled_from(DEBIT_STATES)) if pays == "debit" else "processing"
+    return LastTrySpec(index, pays, bank, draw(st.sampled_from(LAST_TRY_MOMENTS)))

@@ -311,7 +311,8 @@ def test_every_order_has_exactly_one_final_outcome_event_that_agrees_with_the_le
     assert outcomes.missing == []
     assert outcomes.problems == []
     assert outcomes.charged_twice == []
-    assert sum(outcomes.by_final.values()) == SMALL.orders
+    # The run's orders, and the debits redriven after their key expired.
+    assert sum(outcomes.by_final.values()) == SMALL.orders + SMALL.expired_key_redrives
     assert outcomes.by_final["OrderCharged"] == small_run.after.charged
     assert outcomes.by_final["OrderDeclined"] == small_run.after.declined
     assert small_run.checks["each order exactly one final outcome event"]
@@ -476,7 +477,7 @@ def test_webhooks_in_disorder_and_debits_settling_later_keep_the_promise(small_r
     assert small_run.closed_by.get("a webhook", 0) > 0
     assert small_run.closed_by.get("the sweeper", 0) > 0
     assert small_run.closed_by.get("their own execution", 0) > 0
-    assert sum(small_run.closed_by.values()) == SMALL.orders
+    assert sum(small_run.closed_by.values()) == SMALL.orders + SMALL.expired_key_redrives
     outcomes = small_run.outcomes
     assert outcomes is not None
     assert outcomes.by_type["OrderPaymentProcessing"] > 0
@@ -488,8 +489,8 @@ def test_webhooks_in_disorder_and_debits_settling_later_keep_the_promise(small_r
     assert "ok    no settling payment paged (Awaiting Settlement is a state)" in text
 
 
-#: Three orders, all paid by bank debit, every webhook event lost: nothing but the executions and
-#: the sweeper past the settlement window can close them.
+#: Three orders, all paid by bank debit, every webhook event lost: nothing but the executions, the
+#: hourly settlement check and the sweeper past the settlement window can close them.
 LOST_SETTLEMENTS = dataclasses.replace(
     QUIET,
     orders=3,
@@ -501,25 +502,99 @@ LOST_SETTLEMENTS = dataclasses.replace(
     settle_seconds=0.5,
     webhook_lose_rate=1.0,
     webhook_down_seconds=0.0,
+    expired_key_redrives=0,
 )
 
 
-def test_a_debit_whose_settlement_webhook_is_lost_is_closed_by_the_sweeper_past_the_window() -> None:
+def test_a_debit_whose_settlement_webhook_is_lost_is_closed_by_the_next_hourly_settlement_check() -> None:
     with chaos_stack(LOST_SETTLEMENTS) as stack:
         report = run_chaos(stack, LOST_SETTLEMENTS)
 
     assert report.promise_kept, render(report)
     assert report.webhooks is not None
     assert report.webhooks.lost == report.webhooks.events > 0
-    # Each waited in Awaiting Settlement (the execution's own write), unpaged, until the sweeper
-    # asked the provider past the settlement window and closed it as the bank had answered.
-    assert report.awaited_settlement == report.awaiting_before_sweep == 3
+    # Each waited in Awaiting Settlement (the execution's own write), unpaged; once its bank answered,
+    # the first settlement check asked Stripe by its PaymentIntent id and closed it, three weeks
+    # before the sweeper would have found it past its settle-by date.
+    assert report.awaited_settlement == 3
+    assert report.backstop is not None
+    assert (report.backstop.awaiting, report.backstop.closed, report.backstop.late) == (3, 3, [])
+    assert report.backstop.checks == 1
+    assert report.awaiting_before_sweep == 3
     assert report.before.execution_outcomes.get("NeedsReconciliation", 0) == 0
     assert report.settling_paged == []
-    assert report.closed_by == {"the sweeper": 3}
-    assert {r.outcome for r in report.sweep} <= {"completed", "released"}
+    assert report.closed_by == {"the settlement check": 3}
+    assert report.sweep == []
     assert report.after.charged + report.after.declined == 3
     assert report.after.charged == report.webhooks.debits.get("succeeded", 0)
+    assert "ok    every awaiting debit closed within one settlement check of settling" in render(report)
+
+
+def test_debits_redriven_after_the_key_expired_follow_their_payment_and_end_once(
+    small_run: ChaosReport,
+) -> None:
+    """Stopped after the create, the PaymentIntent recorded by its processing webhook, redriven 25 hours
+    later when Stripe no longer knows the key: each follows the PaymentIntent it recorded (Awaiting
+    Settlement), sends no second create, and ends once as its bank answered, by its webhook or, where
+    none came, by the next settlement check."""
+    expiry = small_run.key_expiry
+    assert expiry is not None
+    assert len(expiry.orders) == expiry.recorded == expiry.redriven == SMALL.expired_key_redrives
+    assert expiry.ended == {"AWAITING_SETTLEMENT": SMALL.expired_key_redrives}
+    assert expiry.second_payments == []
+    assert expiry.webhook_came > 0
+    assert expiry.webhook_never_came > 0
+    assert sum(expiry.bank.values()) == SMALL.expired_key_redrives
+    assert small_run.backstop is not None
+    assert small_run.backstop.closed >= expiry.webhook_never_came
+    assert small_run.backstop.late == []
+    outcomes = small_run.outcomes
+    assert outcomes is not None
+    assert all(outcomes.final_by_order.get(o) in ("OrderCharged", "OrderDeclined") for o in expiry.orders)
+    assert small_run.charged_without_money == []
+    assert small_run.after.double_charged_orders == 0
+    text = render(small_run)
+    assert "ok    no redrive after the idempotency key expired sent a second payment" in text
+    assert "ok    no order charged without money taken" in text
+    assert f"key expired, redrive {SMALL.expired_key_redrives} bank debits" in text
+
+
+def test_the_verdict_fails_on_a_second_payment_a_late_settlement_or_a_charge_without_money(
+    small: SmallRun,
+) -> None:
+    report = small.report
+    assert report.key_expiry is not None
+    assert report.backstop is not None
+    second = "ORDER-X: 2 PaymentIntents (pi_1, pi_2)"
+    late = "ORDER-Y: awaits pi_3 (settled at Stripe) after a settlement check ran to its end"
+    free = "ORDER-Z: claim COMPLETED, no charge at the provider"
+    broken = dataclasses.replace(
+        report,
+        key_expiry=dataclasses.replace(report.key_expiry, second_payments=[second]),
+        backstop=dataclasses.replace(report.backstop, late=[late]),
+        charged_without_money=[free],
+    )
+
+    assert not broken.promise_kept
+    text = render(broken)
+    assert "FAIL  no redrive after the idempotency key expired sent a second payment" in text
+    assert "FAIL  every awaiting debit closed within one settlement check of settling" in text
+    assert "FAIL  no order charged without money taken" in text
+    assert all(f"  {line}" in text for line in (second, late, free))
+
+
+def test_an_order_completed_or_announced_charged_with_no_charge_is_charged_without_money() -> None:
+    from saga_local.harness.chaos_report import charged_without_money
+
+    claims = {"A": {"status": "COMPLETED"}, "B": {"status": "COMPLETED"}, "C": {"status": "RELEASED"}}
+    outcome_tally = tally([], ["A", "B", "C"])
+    outcome_tally.final_by_order["C"] = "OrderCharged"
+    ledger = [charge("B", "pi_1", 1)]
+
+    assert charged_without_money(["A", "B", "C"], claims, ledger, outcome_tally) == [
+        "A: claim COMPLETED, no charge at the provider",
+        "C: OrderCharged published, no charge at the provider",
+    ]
 
 
 def test_the_verdict_fails_when_an_order_a_webhook_resolved_is_left_in_needs_reconciliation(
