@@ -41,8 +41,9 @@ order of deliveries is explored), and every message left is delivered at the end
 
 With ``webhooks`` on, a Stripe webhook endpoint is registered: every PaymentIntent change the
 provider makes is an event (``succeeded``, ``payment_failed``, ``processing``, ``requires_action``,
-``canceled``) that the real webhook consumer (``handlers.webhook_consumer``, so the domain's
-``payment_saga.webhooks.handle_event``) is delivered once, several times (``webhook_repeats``), or
+``canceled``) whose doorbell the real webhook consumer (``handlers.webhook_consumer``: it reads the
+PaymentIntent from the emulator with the stack's key, and ``payment_saga.webhooks.answer_doorbell``
+decides on that answer) is delivered once, several times (``webhook_repeats``), or
 never (``webhook_losses``), in any order, between any two other steps; and a bank debit's charge
 answers ``processing`` and settles later, as succeeded or failed, at a step of its own (see
 :mod:`tests.model.webhooks`). The clock never passes a claim's settle-by deadline while its payment
