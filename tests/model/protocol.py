@@ -19,6 +19,8 @@ the state machine's own ``sqs:sendMessage``) through the real start function
 ``lost``           the provider applies the charge and its answer is lost (a 500 after the commit)
 ``refused``        the provider refuses the request before executing it (401: "not attempted")
 ``outage``         every DynamoDB call (or provider call) of one Task fails until its retries run out
+``last_try``       the provider fails every try of Charge Payment but its last, whose create is
+                   applied and its answer lost (with or without the create's webhook inside it)
 ``put_failed``     the relay's k-th call, a ``PutEvents``, fails (500 after the SDK's retries)
 ``entry_refused``  that ``PutEvents`` answers ``FailedEntryCount``: its last entry refused
 ``send_failed``    the relay's k-th call, a ``SendMessage``, fails
@@ -46,13 +48,18 @@ PaymentIntent from the emulator with the stack's key, and ``payment_saga.webhook
 decides on that answer) is delivered once, several times (``webhook_repeats``), or
 never (``webhook_losses``), in any order, between any two other steps; and a bank debit's charge
 answers ``processing`` and settles later, as succeeded or failed, at a step of its own (see
-:mod:`tests.model.webhooks`). The clock never passes a claim's settle-by deadline while its payment
-is still processing: the settlement window is chosen to be longer than the provider's.
+:mod:`tests.model.webhooks`). The events a create makes may also be delivered inside the Charge
+invocation that sent it, after the provider applied the create and before the step reads its
+answer, or learns it lost and reads the claim again (not a fault: a variant of the step, ``webhook
+inside``, alone or with ``lost`` or ``last_try``). The clock never passes a claim's settle-by
+deadline while its payment is still processing: the settlement window is chosen to be longer than
+the provider's.
 
 A declined card is not a fault but a delivery's payment method (so are a bank debit and a card that
 needs authentication). Interleaving is at the grain of one
 Lambda invocation (or one sweep, one clock jump...): a Lambda's calls run back to back, and what can
-happen *inside* an invocation is what the faults say (an answer lost, a write delayed past others).
+happen *inside* an invocation is what the faults say (an answer lost, a write delayed past others),
+and a webhook delivered inside a create (above).
 
 The invariants (docs/design.md, docs/outcome-events.md) are checked after every step; see
 :meth:`World.violations` and :meth:`World.end_violations`.
@@ -77,6 +84,10 @@ from tests.model.state import (
     _METHODS,
     ACCOUNT_ARN,
     CREATE_FAULTS,
+    INSIDE,
+    LAST_TRY,
+    LAST_TRY_INSIDE,
+    LOST_INSIDE,
     START,
     STREAM_ARN,
     SWEEP_FAULTS,
@@ -89,8 +100,9 @@ from tests.model.state import (
     _relay_fault_text,
     _Run,
     _short,
+    is_fault,
 )
-from tests.model.webhooks import SETTLEMENTS, describe, sqs_record
+from tests.model.webhooks import SETTLEMENTS, describe
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -183,12 +195,14 @@ class World(Invariants):
     def variants(
         self, action: tuple[Any, ...], done: StepResult, faults_used: int
     ) -> Iterator[tuple[Any, ...]]:
-        """The faulty versions of a fault-free action, given what it did and the faults used before it."""
-        if (
-            faults_used >= self.scope.max_faults
-            or action[0] not in ("start", "run", "sweep", "relay")
-            or action[-1]
-        ):
+        """The other versions of a fault-free action, given what it did and the faults used before it:
+        its faults, and (no fault) the webhook of each of its creates delivered inside it."""
+        if action[0] not in ("start", "run", "sweep", "relay") or action[-1]:
+            return
+        inside = self.scope.webhooks and self.scope.webhooks_inside and action[0] in ("start", "run")
+        if inside:
+            yield from ((action[0], action[1], ("create", k, INSIDE)) for k in range(1, done.creates + 1))
+        if faults_used >= self.scope.max_faults:
             return
         kinds = self.scope.fault_kinds
         if action[0] == "relay":
@@ -207,7 +221,13 @@ class World(Invariants):
                 if kind in kinds
             )
             return
-        verb, who = action[0], action[1]
+        yield from self._step_faults(action[0], action[1], done, inside=inside)
+
+    def _step_faults(
+        self, verb: str, who: Any, done: StepResult, *, inside: bool
+    ) -> Iterator[tuple[Any, ...]]:
+        """The faulty versions of one step of an execution (``inside``: webhooks delivered inside too)."""
+        kinds = self.scope.fault_kinds
         for where, calls, fault_kinds in (
             ("write", done.writes, WRITE_FAULTS),
             ("create", done.creates, CREATE_FAULTS),
@@ -216,11 +236,17 @@ class World(Invariants):
                 for kind in fault_kinds:
                     if kind in kinds:
                         yield (verb, who, (where, k, kind))
+                    if kind == "lost" and kind in kinds and inside:
+                        yield (verb, who, (where, k, LOST_INSIDE))
         if "outage" in kinds:
             if done.dynamodb_calls:
                 yield (verb, who, ("outage", "dynamodb"))
             if done.creates:
                 yield (verb, who, ("outage", "provider"))
+        if "last_try" in kinds and done.creates:
+            yield (verb, who, ("outage", "provider", LAST_TRY))
+            if inside:
+                yield (verb, who, ("outage", "provider", LAST_TRY_INSIDE))
 
     def apply(self, action: tuple[Any, ...]) -> StepResult:
         result = self._apply(action)
@@ -299,10 +325,10 @@ class World(Invariants):
         run = _Run(owner=execution.arn, payment_attempt=state.messages[index]["paymentAttempt"])
         if fault and fault[0] == "outage":
             run.outage = fault[1]
-        else:
-            run.plan = fault
+        run.plan = fault
         results: list[str] = []
         for _ in range(20):
+            run.last_try = not self.machine.retried(execution, "PaymentOutcomeUnknown")
             payload = self.machine.task_payload(execution)
             outcome = self._invoke(self.handlers[self.machine.task_function(execution)], payload, run)
             results.append(_describe(outcome))
@@ -315,13 +341,14 @@ class World(Invariants):
             )
             if run.outage is None or not again:
                 break
-        if fault is not None:
+        if is_fault(fault):
             state.faults += 1
-        label = f"{state.actors[index]}: {task}{_fault_text(fault)} -> {' / '.join(results)}"
+        inside = "".join(f" {{{text}}}" for text in run.inside)
+        label = f"{state.actors[index]}: {task}{_fault_text(fault)}{inside} -> {' / '.join(results)}"
         if execution.status != asl.RUNNING:
             label += f" => {execution.status} {execution.end or ''}".rstrip()
-            state.findings.extend(self._ended_violations(index, execution, step))
-        fired = fault is None or run.fired or run.outage is not None
+            state.findings.extend(self._ended_violations(index, execution, step, run.claim_read))
+        fired = fault is None or run.fired or (run.outage is not None and len(fault) == 2)
         return StepResult(label, run.writes, run.creates, run.dynamodb_calls, fired)
 
     def _invoke(
@@ -531,18 +558,10 @@ class World(Invariants):
             state.webhook_repeats += 1
         else:
             del state.outbox[index]
-        state.webhook_deliveries += 1
-        record = sqs_record(event, state.webhook_deliveries, state.now)
-        self._decisions = []
-        try:
-            with contextlib.redirect_stdout(_DISCARD):
-                response = self.webhook_handler({"Records": [record]}, _LambdaContext())
-        finally:
-            self._metrics.clear_metrics()
-        decided = ", ".join(f"{d.outcome.value}{' (written)' if d.applied else ''}" for d in self._decisions)
+        decided, failed = self._consume(event)
         again = "" if how == "last" else " (again later)"
-        label = f"webhook {what} delivered{again}: {decided or 'no decision'}"
-        if response.get("batchItemFailures"):
+        label = f"webhook {what} delivered{again}: {decided}"
+        if failed:
             if how == "last":
                 state.outbox.insert(index, event)  # SQS delivers it again
             label += "; the consumer failed it, it is delivered again"

@@ -14,7 +14,8 @@ receiver's own ``doorbell_of_event``; the receiver's signature check is not mode
 delivery reads the PaymentIntent from the emulator with the stack's key and makes the domain's
 decision on Stripe's answer (``payment_saga.webhooks.answer_doorbell``) and its conditional write on
 moto; a delivery the consumer fails (its partial batch response) stays in the outbox, as SQS
-delivers it again.
+delivers it again. The events a create makes may also be delivered inside the Charge invocation that
+sent it, between the provider applying it and the step reading its answer (``World._on_provider``).
 
 The provider's side: no test payment method settles later in the emulator, so the model stands two
 of its succeeding test cards for the methods that do (:data:`FORCED_OUTCOMES`): the emulator's
