@@ -49,8 +49,16 @@ class Invariants(WorldBase):
         found: list[str] = []
         intents = self.intents()
         succeeded = [intent["id"] for intent in intents if intent["status"] == "succeeded"]
+        # A debit still processing is money on its way: two at once (or one beside a charge) are two
+        # payments, whatever the provider settles later.
+        taking = [intent["status"] for intent in intents if intent["status"] in ("succeeded", "processing")]
         if len(succeeded) > 1:
             found.append(f"more than one charge: {len(succeeded)} succeeded PaymentIntents for the order")
+        elif len(taking) > 1:
+            found.append(
+                f"more than one charge: {len(taking)} PaymentIntents for the order take money"
+                f" ({', '.join(sorted(taking))})"
+            )
         found.extend(self._declined_sent_again(intents))
         row = self.row()
         if row is not None:

@@ -51,9 +51,11 @@ answers ``processing`` and settles later, as succeeded or failed, at a step of i
 :mod:`tests.model.webhooks`). The events a create makes may also be delivered inside the Charge
 invocation that sent it, after the provider applied the create and before the step reads its
 answer, or learns it lost and reads the claim again (not a fault: a variant of the step, ``webhook
-inside``, alone or with ``lost`` or ``last_try``). The clock never passes a claim's settle-by
-deadline while its payment is still processing: the settlement window is chosen to be longer than
-the provider's.
+inside``, alone or with ``lost`` or ``last_try``). With ``key_expiry``, the clock may jump once a
+day ahead while the claim is open (the settle-by of a debit in flight is weeks away): every
+idempotency key the provider holds is forgotten, and a redrive then sends a create it no longer
+deduplicates. The clock never passes a claim's settle-by deadline while its payment is still
+processing: the settlement window is chosen to be longer than the provider's.
 
 A declined card is not a fault but a delivery's payment method (so are a bank debit and a card that
 needs authentication). Interleaving is at the grain of one
@@ -76,6 +78,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from saga_local.aws.stack import REGION
+from saga_local.stripe_emulator.idempotency import IDEMPOTENCY_TTL_SECONDS
 from tests.model import asl
 from tests.model.invariants import Invariants
 from tests.model.relay import RELAY_CALL_FAULTS, RELAY_FAULTS, lambda_record, poison_record
@@ -171,9 +174,14 @@ class World(Invariants):
         return bool(self.state.stream) and not self.state.stalled and not self.scope.relay_lags
 
     def _time_actions(self, row: dict[str, Any] | None) -> Iterator[tuple[Any, ...]]:
-        """Moving the clock past the lease or the search grace, and the sweeps that then matter."""
+        """Moving the clock past the lease or the search grace, and the sweeps that then matter; and,
+        once, past the provider's idempotency window."""
         state = self.state
-        if not (self.scope.clock and row and row["status"] == "CLAIMED" and not state.pending):
+        if not (row and row["status"] == "CLAIMED" and not state.pending):
+            return
+        if self.scope.key_expiry and state.now - START <= IDEMPOTENCY_TTL_SECONDS:
+            yield ("clock", "key")
+        if not self.scope.clock:
             return
         if self._settlement_in_flight(row):
             # Its lease is its settle-by deadline: the provider settles the payment before that (the
@@ -394,7 +402,13 @@ class World(Invariants):
         row = self.row()
         assert row is not None
         lease = int(row["leaseExpiresAt"])
-        target = lease + 1 if how == "lease" else max(lease, state.now) + self.grace + 1
+        if how == "key":
+            # A day on: the provider forgets every idempotency key sent so far. A debit in flight
+            # settles within its window, and its claim's settle-by is weeks away: not passed.
+            target = state.now + IDEMPOTENCY_TTL_SECONDS + 1
+            assert not self._settlement_in_flight(row) or target < lease, "the jump passes a settle-by"
+        else:
+            target = lease + 1 if how == "lease" else max(lease, state.now) + self.grace + 1
         state.now = self.clock.now = target
         timed_out = []
         for index, execution in enumerate(state.executions):
@@ -404,7 +418,11 @@ class World(Invariants):
             ):
                 self.machine.time_out(execution)
                 timed_out.append(f"{state.actors[index]} at {execution.state}")
-        what = "past the lease" if how == "lease" else "past the lease and the sweeper's search grace"
+        what = {
+            "lease": "past the lease",
+            "grace": "past the lease and the sweeper's search grace",
+            "key": "past the provider's 24-hour idempotency window: every key sent so far forgotten",
+        }[how]
         label = f"clock +{target - START}s ({what})"
         if timed_out:
             label += f"; timed out: {', '.join(timed_out)}"
@@ -597,7 +615,7 @@ class World(Invariants):
         return (
             row is None
             or row["status"] != "CLAIMED"
-            or not any(action[0] == "clock" for action in self.actions())
+            or not any(action[0] == "clock" and action[1] != "key" for action in self.actions())
         )
 
     def finish(self) -> tuple[list[str], list[str]]:

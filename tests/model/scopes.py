@@ -35,7 +35,10 @@ delivered to the real consumer any number of times, in any order, or lost):
   provider client's cancel (``canceled``), a decline;
 * ``webhook-during-last-try``: a card whose ``succeeded`` event is delivered inside the Charge step's
   last try, between the provider applying the create and the step learning its answer lost (the
-  execution paged for an order the webhook had charged).
+  execution paged for an order the webhook had charged);
+* ``debit-redrive-after-key-expiry``: a debit whose answer is lost, its ``processing`` event
+  recorded, a day passing (the provider forgets the idempotency key) and the timed-out execution
+  redriven (its Charge created a second debit).
 
 Their full versions put the clock (and the sweeper mid-schedule) back, a fault of any kind on the
 debit, a duplicate debit delivery, a retry after the canceled card, more redeliveries, and a decline
@@ -172,6 +175,19 @@ CI_SCOPES: tuple[Scope, ...] = (
         fault_kinds=frozenset({"lost", "last_try"}),
         webhooks=True,
     ),
+    Scope(
+        "debit-redrive-after-key-expiry",
+        (D("d1", "initial", DEBIT),),
+        max_faults=1,
+        redrives=1,
+        requeues=0,
+        clock=False,
+        fault_kinds=frozenset({"lost"}),
+        webhooks=True,
+        webhook_repeats=0,
+        webhook_losses=0,
+        key_expiry=True,
+    ),
 )
 
 #: ``make model``: the same shapes with the clock, the sweeper and every fault kind on, more faults
@@ -278,6 +294,17 @@ FULL_SCOPES: tuple[Scope, ...] = (
         requeues=0,
         fault_kinds=frozenset({"lost", "last_try", "die_after"}),
         webhooks=True,
+    ),
+    Scope(
+        "debit-redrive-after-key-expiry",
+        (D("d1", "initial", DEBIT),),
+        max_faults=1,
+        redrives=1,
+        requeues=0,
+        clock=False,
+        fault_kinds=frozenset({"lost", "last_try", "die_after"}),
+        webhooks=True,
+        key_expiry=True,
     ),
 )
 

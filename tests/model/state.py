@@ -101,6 +101,10 @@ class Scope:
     #: Whether the events a create makes may also be delivered inside the Charge invocation that sent
     #: it: after the provider applied the create, before the step reads its answer (or learns it lost).
     webhooks_inside: bool = True
+    #: Whether the clock may jump past the provider's 24-hour idempotency window once while a claim is
+    #: open (the settle-by of a debit in flight is weeks away): a redrive after it sends a create the
+    #: provider no longer deduplicates.
+    key_expiry: bool = False
 
 
 @dataclass

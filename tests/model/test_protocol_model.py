@@ -313,3 +313,36 @@ def test_the_checker_finds_a_charge_that_pages_for_a_webhook_during_its_last_try
     assert example is not None, [e.invariant for e in report.counterexamples.values()]
     assert "COMPLETED by the webhook" in example.invariant, example.invariant
     assert any("succeeded" in step and "delivered inside" in step for step in example.trace), example.trace
+
+
+def test_the_checker_finds_a_redrive_that_debits_again_after_the_key_expired(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Planted: the charge does not follow the PaymentIntent its claim records (a debit's processing
+    # webhook recorded it). A redrive a day after the lost answer then creates with a key the provider
+    # has forgotten: a second debit.
+    monkeypatch.setattr(charging, "_recorded_intent", lambda claim, step: None)
+    scope = Scope(
+        "planted-charge-bug",
+        (Delivery("d1", "initial", DEBIT),),
+        max_faults=1,
+        redrives=1,
+        requeues=0,
+        clock=False,
+        fault_kinds=frozenset({"lost"}),
+        webhooks=True,
+        webhook_repeats=0,
+        webhook_losses=0,
+        webhooks_inside=False,
+        key_expiry=True,
+    )
+
+    report = Explorer(scope).run()
+
+    found = report.counterexamples.values()
+    example = next((e for e in found if "more than one charge" in e.invariant), None)
+    assert example is not None, [e.invariant for e in report.counterexamples.values()]
+    assert "processing, processing" in example.invariant, example.invariant
+    steps = "\n".join(example.trace)
+    assert "idempotency window" in steps, steps
+    assert "redrive d1" in steps, steps
