@@ -54,7 +54,9 @@ answer, or learns it lost and reads the claim again (not a fault: a variant of t
 inside``, alone or with ``lost`` or ``last_try``). With ``key_expiry``, the clock may jump once a
 day ahead while the claim is open (the settle-by of a debit in flight is weeks away): every
 idempotency key the provider holds is forgotten, and a redrive then sends a create it no longer
-deduplicates. The clock never passes a claim's settle-by deadline while its payment is still
+deduplicates. With ``forged_events``, a made-up ``succeeded`` of the open claim's attempt (a
+PaymentIntent the provider never issued) is planted whole on the webhook queue and delivered, at any
+step. The clock never passes a claim's settle-by deadline while its payment is still
 processing: the settlement window is chosen to be longer than the provider's.
 
 A declined card is not a fault but a delivery's payment method (so are a bank debit and a card that
@@ -105,7 +107,7 @@ from tests.model.state import (
     _short,
     is_fault,
 )
-from tests.model.webhooks import SETTLEMENTS, describe
+from tests.model.webhooks import SETTLEMENTS, describe, forged_succeeded
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -154,6 +156,9 @@ class World(Invariants):
         for index, _ in enumerate(self._processing()):
             for outcome in SETTLEMENTS:
                 yield ("settle", index, outcome)
+        row = self.row()
+        if state.forged < self.scope.forged_events and row is not None and row["status"] == "CLAIMED":
+            yield ("forge",)
 
     def _relay_actions(self) -> Iterator[tuple[Any, ...]]:
         """The relay's retry (or, when it may lag, its step), and the deliveries of queued messages."""
@@ -310,6 +315,8 @@ class World(Invariants):
             return self._hook(action[1], action[2])
         if kind == "settle":
             return self._settle(action[1], action[2])
+        if kind == "forge":
+            return self._forge()
         raise ValueError(action)
 
     def _start(self, actor: str, message: dict[str, Any]) -> StepResult:
@@ -584,6 +591,19 @@ class World(Invariants):
                 state.outbox.insert(index, event)  # SQS delivers it again
             label += "; the consumer failed it, it is delivered again"
         return StepResult(label)
+
+    def _forge(self) -> StepResult:
+        """A forged ``succeeded`` of the open claim's attempt, planted on the webhook queue whole and
+        delivered to the consumer: only Stripe's answer to the consumer's read may move the claim."""
+        state = self.state
+        state.forged += 1
+        row = self.row()
+        assert row is not None
+        amount, currency, _ = str(row["fingerprint"]).split("|", 2)
+        event = forged_succeeded(int(row["attempt"]), int(amount), currency, state.now)
+        decided, failed = self._consume(event, planted=True)
+        label = f"a forged {describe(event)} planted on the webhook queue, delivered: {decided}"
+        return StepResult(label + ("; the consumer failed it (dead-lettered in the end)" if failed else ""))
 
     def _settle(self, index: int, outcome: str) -> StepResult:
         """The provider settles a ``processing`` PaymentIntent (a debit), as the emulator's timer does."""

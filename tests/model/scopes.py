@@ -35,7 +35,8 @@ delivered to the real consumer any number of times, in any order, or lost):
   provider client's cancel (``canceled``), a decline;
 * ``webhook-during-last-try``: a card whose ``succeeded`` event is delivered inside the Charge step's
   last try, between the provider applying the create and the step learning its answer lost (the
-  execution paged for an order the webhook had charged);
+  execution paged for an order the webhook had charged), and a forged ``succeeded`` planted on the
+  webhook queue at any point (the consumer believed a queued body);
 * ``debit-redrive-after-key-expiry``: a debit whose answer is lost, its ``processing`` event
   recorded, a day passing (the provider forgets the idempotency key) and the timed-out execution
   redriven (its Charge created a second debit).
@@ -174,6 +175,7 @@ CI_SCOPES: tuple[Scope, ...] = (
         clock=False,
         fault_kinds=frozenset({"lost", "last_try"}),
         webhooks=True,
+        forged_events=1,
     ),
     Scope(
         "debit-redrive-after-key-expiry",

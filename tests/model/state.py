@@ -101,6 +101,10 @@ class Scope:
     #: Whether the events a create makes may also be delivered inside the Charge invocation that sent
     #: it: after the provider applied the create, before the step reads its answer (or learns it lost).
     webhooks_inside: bool = True
+    #: How many forged ``succeeded`` events the schedule may plant on the webhook queue (an attacker
+    #: with ``sqs:SendMessage``): whole events naming the order's attempt and amount, and a PaymentIntent
+    #: the provider never made.
+    forged_events: int = 0
     #: Whether the clock may jump past the provider's 24-hour idempotency window once while a claim is
     #: open (the settle-by of a debit in flight is weeks away): a redrive after it sends a create the
     #: provider no longer deduplicates.
@@ -170,6 +174,7 @@ class State:
     webhook_deliveries: int = 0
     webhook_repeats: int = 0
     webhook_losses: int = 0
+    forged: int = 0
     #: Invariants broken when an execution ended (read then, reported at every step after).
     findings: list[str] = field(default_factory=list)
 

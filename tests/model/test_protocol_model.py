@@ -7,6 +7,7 @@ shrunk schedule that breaks the invariant, step by step.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
@@ -346,3 +347,41 @@ def test_the_checker_finds_a_redrive_that_debits_again_after_the_key_expired(
     steps = "\n".join(example.trace)
     assert "idempotency window" in steps, steps
     assert "redrive d1" in steps, steps
+
+
+def test_the_checker_finds_a_consumer_that_believes_a_forged_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Planted: the consumer decides on a whole event queued on the webhook queue instead of reading
+    # its PaymentIntent from Stripe. A forged succeeded (anyone with sqs:SendMessage) then completes
+    # the open claim with a PaymentIntent the provider never made.
+    from handlers import webhook_consumer
+
+    real_record_handler = webhook_consumer.record_handler
+
+    def believing(record: Any) -> None:
+        body = json.loads(record.body)
+        if "data" not in body:
+            real_record_handler(record)
+            return
+        store = cast("Any", webhook_consumer).claims_store()
+        decision = webhooks.handle_event(store, webhooks.parse_event(body))
+        webhook_consumer.record_decision(decision, body["type"])
+
+    monkeypatch.setattr(webhook_consumer, "record_handler", believing)
+    scope = Scope(
+        "planted-webhook-bug",
+        (Delivery("d1"),),
+        max_faults=0,
+        requeues=0,
+        clock=False,
+        webhooks=True,
+        webhook_repeats=0,
+        webhook_losses=0,
+        forged_events=1,
+    )
+
+    report = Explorer(scope).run()
+
+    found = report.counterexamples.values()
+    example = next((e for e in found if "provider does not show as succeeded" in e.invariant), None)
+    assert example is not None, [e.invariant for e in found]
+    assert any(step.startswith("a forged succeeded") for step in example.trace), example.trace

@@ -100,6 +100,28 @@ def event_key(event: dict[str, Any]) -> list[Any]:
     ]
 
 
+def forged_succeeded(attempt: int, amount: int, currency: str, now: int) -> dict[str, Any]:
+    """A ``payment_intent.succeeded`` someone made up: the order's id, attempt, amount and currency
+    (none of them secret), a PaymentIntent id the provider never issued, no signature."""
+    return {
+        "id": "evt_forgedByTheModel0",
+        "object": "event",
+        "type": "payment_intent.succeeded",
+        "created": now,
+        "livemode": False,
+        "data": {
+            "object": {
+                "id": "pi_forgedByTheModel0",
+                "object": "payment_intent",
+                "status": "succeeded",
+                "amount": amount,
+                "currency": currency.lower(),
+                "metadata": {"orderId": "ORDER-1", "attempt": str(attempt)},
+            }
+        },
+    }
+
+
 def describe(event: dict[str, Any]) -> str:
     """``processing of pi_... (attempt 1)``, for the trace."""
     intent = event["data"]["object"]
@@ -107,13 +129,15 @@ def describe(event: dict[str, Any]) -> str:
     return f"{event['type'].removeprefix('payment_intent.')} of {intent['id']} (attempt {attempt})"
 
 
-def sqs_record(event: dict[str, Any], number: int, now: int) -> dict[str, Any]:
-    """The webhook queue's SQS record the consumer receives for one delivery of ``event``."""
+def sqs_record(event: dict[str, Any], number: int, now: int, *, planted: bool = False) -> dict[str, Any]:
+    """The webhook queue's SQS record the consumer receives for one delivery of ``event`` (``planted``:
+    the whole event, as a sender other than the receiver would queue it)."""
+    # What the receiver queues of a verified event (its own function and line): the doorbell.
+    body = event if planted else doorbell_of_event(event).to_message()
     return {
         "messageId": f"webhook-{number:06d}",
         "receiptHandle": f"receipt-webhook-{number:06d}",
-        # What the receiver queues of a verified event (its own function and line): the doorbell.
-        "body": json.dumps(doorbell_of_event(event).to_message(), sort_keys=True),
+        "body": json.dumps(body, sort_keys=True),
         "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": str(now * 1000)},
         "messageAttributes": {},
         "md5OfBody": "",

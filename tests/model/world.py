@@ -285,6 +285,7 @@ class WorldBase:
                     state.poisons,
                     state.webhook_repeats,
                     state.webhook_losses,
+                    state.forged,
                 ],
                 "outbox": sorted(json.dumps(event_key(event)) for event in state.outbox),
                 "findings": sorted(state.findings),
@@ -624,12 +625,13 @@ class WorldBase:
         finally:
             self._run = run
 
-    def _consume(self, event: dict[str, Any]) -> tuple[str, bool]:
+    def _consume(self, event: dict[str, Any], *, planted: bool = False) -> tuple[str, bool]:
         """One invocation of the real webhook consumer on one delivery of ``event``, queued as the
-        receiver queues it: (what it decided, whether it failed the message)."""
+        receiver queues it (``planted``: the whole event, as someone else put it on the queue):
+        (what it decided, whether it failed the message)."""
         state = self.state
         state.webhook_deliveries += 1
-        record = sqs_record(event, state.webhook_deliveries, state.now)
+        record = sqs_record(event, state.webhook_deliveries, state.now, planted=planted)
         self._decisions = []
         try:
             with contextlib.redirect_stdout(_DISCARD):
