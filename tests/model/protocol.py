@@ -603,7 +603,15 @@ class World(Invariants):
         event = forged_succeeded(int(row["attempt"]), int(amount), currency, state.now)
         decided, failed = self._consume(event, planted=True)
         label = f"a forged {describe(event)} planted on the webhook queue, delivered: {decided}"
-        return StepResult(label + ("; the consumer failed it (dead-lettered in the end)" if failed else ""))
+        if failed:
+            # Nothing in the model fails the consumer's calls: it fails the message every time, and
+            # the dead-letter queue's alarm pages for a message that names no payment of ours.
+            state.findings.append(
+                "the consumer failed a forged event instead of answering it not found: it is"
+                " dead-lettered, and a person is paged for it"
+            )
+            label += "; the consumer failed it"
+        return StepResult(label)
 
     def _settle(self, index: int, outcome: str) -> StepResult:
         """The provider settles a ``processing`` PaymentIntent (a debit), as the emulator's timer does."""

@@ -636,10 +636,13 @@ class WorldBase:
         try:
             with contextlib.redirect_stdout(_DISCARD):
                 response = self.webhook_handler({"Records": [record]}, _LambdaContext())
+            failed = bool(response.get("batchItemFailures"))
+        except Exception:  # noqa: BLE001 - every record failed: Powertools raises, Lambda retries the batch
+            failed = True
         finally:
             self._metrics.clear_metrics()
         decided = ", ".join(f"{d.outcome.value}{' (written)' if d.applied else ''}" for d in self._decisions)
-        return decided or "no decision", bool(response.get("batchItemFailures"))
+        return decided or "no decision", failed
 
     @contextlib.contextmanager
     def _forcing(self, body: bytes) -> Iterator[None]:
