@@ -286,7 +286,7 @@ FULL_SCOPES: tuple[Scope, ...] = (
         max_faults=1,
         requeues=0,
         clock=False,
-        fault_kinds=frozenset({"lost", "last_try"}),
+        fault_kinds=frozenset({"last_try"}),
         webhooks=True,
     ),
     Scope(
