@@ -172,6 +172,15 @@ class StateMachine:
         execution.data = _select(execution.data, state.get("OutputPath", "$"))
         self._next(execution, state)
 
+    def retried(self, execution: Execution, error: str) -> bool:
+        """Whether the current Task's Retry would retry ``error`` now (its last try when not)."""
+        retriers = self.states[execution.state].get("Retry", [])
+        granted = execution.retriers or [0] * len(retriers)
+        for index, retrier in enumerate(retriers):
+            if _matches(retrier["ErrorEquals"], error):
+                return granted[index] < int(retrier.get("MaxAttempts", 3))
+        return False
+
     def time_out(self, execution: Execution) -> None:
         """The execution outlived its ``TimeoutSeconds``: it stops where it is (a Task may be redriven)."""
         execution.status, execution.error = TIMED_OUT, "States.Timeout"

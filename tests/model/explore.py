@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from tests.model.invariants import KNOWN_FINDINGS
 from tests.model.protocol import World
+from tests.model.state import is_fault
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -164,7 +165,7 @@ class Explorer:
             base = action if action[0] not in ("start", "run", "sweep", "relay") else (*action[:-1], None)
             if base not in list(world.actions()):
                 return None
-            if action != base and world.state.faults >= self.scope.max_faults:
+            if action != base and is_fault(action[-1]) and world.state.faults >= self.scope.max_faults:
                 return None
             result = world.apply(action)
             if not result.fired:

@@ -26,6 +26,19 @@ _SETTLED_FIRST = "ended in 'Needs Reconciliation' because a webhook settled its 
 KNOWN_FINDINGS: dict[str, str] = {}
 
 
+def _settled_by_webhook(claim: dict[str, Any], token: str, attempt: Any) -> list[str]:
+    """What a webhook did to ``attempt``'s claim, as the claim was read: closed it, or recorded on
+    ``token``'s open claim that its PaymentIntent settles later (nothing, if neither)."""
+    if str(claim.get("attempt")) != str(attempt):
+        return []
+    status = claim.get("status")
+    if status in ("COMPLETED", "RELEASED") and claim.get("webhookEventId"):
+        return [f"{status} {claim.get('releaseReason') or ''}".strip()]
+    if status == "CLAIMED" and claim.get("claimToken") == token and claim.get("settlementIntentId"):
+        return ["awaiting settlement"]
+    return []
+
+
 class Invariants(WorldBase):
     """The promise, checked on the world after every step and at the end of a schedule."""
 
@@ -36,8 +49,16 @@ class Invariants(WorldBase):
         found: list[str] = []
         intents = self.intents()
         succeeded = [intent["id"] for intent in intents if intent["status"] == "succeeded"]
+        # A debit still processing is money on its way: two at once (or one beside a charge) are two
+        # payments, whatever the provider settles later.
+        taking = [intent["status"] for intent in intents if intent["status"] in ("succeeded", "processing")]
         if len(succeeded) > 1:
             found.append(f"more than one charge: {len(succeeded)} succeeded PaymentIntents for the order")
+        elif len(taking) > 1:
+            found.append(
+                f"more than one charge: {len(taking)} PaymentIntents for the order take money"
+                f" ({', '.join(sorted(taking))})"
+            )
         found.extend(self._declined_sent_again(intents))
         row = self.row()
         if row is not None:
@@ -129,31 +150,39 @@ class Invariants(WorldBase):
             found.append(f"{actor} ended in 'Order Charged' with a charge the provider does not show")
         return found
 
-    def _ended_violations(self, index: int, execution: asl.Execution, step: str) -> list[str]:
+    def _ended_violations(
+        self, index: int, execution: asl.Execution, step: str, claim_read: dict[str, Any] | None
+    ) -> list[str]:
         """What must hold when an execution ends (in its last ``step``), of what it could know
-        then: an execution whose attempt a webhook had already settled (completed or released) does
-        not end in Needs Reconciliation: the order was resolved, and a person would be asked about
-        it for nothing, with an OrderNeedsReconciliation the order's subscribers act on.
+        then: an execution whose attempt a webhook had already settled (completed or released), or
+        recorded as awaiting settlement on its own claim, does not end in Needs Reconciliation: the
+        order was resolved (or is being settled), and a person would be asked about it for nothing,
+        with an OrderNeedsReconciliation the order's subscribers act on.
 
-        Only when the step saw the claim closed (its ``ClaimLost``): a step that could not read the
+        Only when the step could know: it saw the claim closed (its ``ClaimLost``), or it read the
+        claim after the webhook's write (``claim_read``: the claim as the step last read it; a try
+        whose answer was lost reads it again before it gives up). A step that could not read the
         claim at all (DynamoDB down for its whole retry budget) could not know the webhook had been
         first, and pages rightly; the sweeper then finds the claim closed and resolves nothing."""
         if execution.end != NEEDS_RECONCILIATION:
             return []
-        if (execution.data.get("error") or {}).get("Error") != "ClaimLost":
-            return []
         attempt = (execution.data.get("claim") or {}).get("attempt")
-        settled = [
-            c
-            for c in self.state.closings
-            if c["webhookEventId"] and c["status"] in ("COMPLETED", "RELEASED") and c["attempt"] == attempt
-        ]
+        if (execution.data.get("error") or {}).get("Error") == "ClaimLost":
+            closed = ("COMPLETED", "RELEASED")
+            settled = [
+                f"{c['status']} {c['reason'] or ''}".strip()
+                for c in self.state.closings
+                if c["webhookEventId"] and c["status"] in closed and c["attempt"] == attempt
+            ]
+            seen = "found it closed"
+        else:
+            settled = [] if claim_read is None else _settled_by_webhook(claim_read, execution.arn, attempt)
+            seen = "read the claim after that"
         if not settled:
             return []
-        closed = f"{settled[0]['status']} {settled[0]['reason'] or ''}".strip()
         return [
-            f"{self.state.actors[index]} {_SETTLED_FIRST} {step} step ({closed} by the webhook): the step"
-            " found it closed"
+            f"{self.state.actors[index]} {_SETTLED_FIRST} {step} step ({settled[0]} by the webhook):"
+            f" the step {seen}"
         ]
 
     def end_violations(self) -> list[str]:

@@ -19,6 +19,8 @@ the state machine's own ``sqs:sendMessage``) through the real start function
 ``lost``           the provider applies the charge and its answer is lost (a 500 after the commit)
 ``refused``        the provider refuses the request before executing it (401: "not attempted")
 ``outage``         every DynamoDB call (or provider call) of one Task fails until its retries run out
+``last_try``       the provider fails every try of Charge Payment but its last, whose create is
+                   applied and its answer lost (with or without the create's webhook inside it)
 ``put_failed``     the relay's k-th call, a ``PutEvents``, fails (500 after the SDK's retries)
 ``entry_refused``  that ``PutEvents`` answers ``FailedEntryCount``: its last entry refused
 ``send_failed``    the relay's k-th call, a ``SendMessage``, fails
@@ -41,17 +43,27 @@ order of deliveries is explored), and every message left is delivered at the end
 
 With ``webhooks`` on, a Stripe webhook endpoint is registered: every PaymentIntent change the
 provider makes is an event (``succeeded``, ``payment_failed``, ``processing``, ``requires_action``,
-``canceled``) that the real webhook consumer (``handlers.webhook_consumer``, so the domain's
-``payment_saga.webhooks.handle_event``) is delivered once, several times (``webhook_repeats``), or
+``canceled``) whose doorbell the real webhook consumer (``handlers.webhook_consumer``: it reads the
+PaymentIntent from the emulator with the stack's key, and ``payment_saga.webhooks.answer_doorbell``
+decides on that answer) is delivered once, several times (``webhook_repeats``), or
 never (``webhook_losses``), in any order, between any two other steps; and a bank debit's charge
 answers ``processing`` and settles later, as succeeded or failed, at a step of its own (see
-:mod:`tests.model.webhooks`). The clock never passes a claim's settle-by deadline while its payment
-is still processing: the settlement window is chosen to be longer than the provider's.
+:mod:`tests.model.webhooks`). The events a create makes may also be delivered inside the Charge
+invocation that sent it, after the provider applied the create and before the step reads its
+answer, or learns it lost and reads the claim again (not a fault: a variant of the step, ``webhook
+inside``, alone or with ``lost`` or ``last_try``). With ``key_expiry``, the clock may jump once a
+day ahead while the claim is open (the settle-by of a debit in flight is weeks away): every
+idempotency key the provider holds is forgotten, and a redrive then sends a create it no longer
+deduplicates. With ``forged_events``, a made-up ``succeeded`` of the open claim's attempt (a
+PaymentIntent the provider never issued) is planted whole on the webhook queue and delivered, at any
+step. The clock never passes a claim's settle-by deadline while its payment is still
+processing: the settlement window is chosen to be longer than the provider's.
 
 A declined card is not a fault but a delivery's payment method (so are a bank debit and a card that
 needs authentication). Interleaving is at the grain of one
 Lambda invocation (or one sweep, one clock jump...): a Lambda's calls run back to back, and what can
-happen *inside* an invocation is what the faults say (an answer lost, a write delayed past others).
+happen *inside* an invocation is what the faults say (an answer lost, a write delayed past others),
+and a webhook delivered inside a create (above).
 
 The invariants (docs/design.md, docs/outcome-events.md) are checked after every step; see
 :meth:`World.violations` and :meth:`World.end_violations`.
@@ -68,6 +80,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from saga_local.aws.stack import REGION
+from saga_local.stripe_emulator.idempotency import IDEMPOTENCY_TTL_SECONDS
 from tests.model import asl
 from tests.model.invariants import Invariants
 from tests.model.relay import RELAY_CALL_FAULTS, RELAY_FAULTS, lambda_record, poison_record
@@ -76,6 +89,10 @@ from tests.model.state import (
     _METHODS,
     ACCOUNT_ARN,
     CREATE_FAULTS,
+    INSIDE,
+    LAST_TRY,
+    LAST_TRY_INSIDE,
+    LOST_INSIDE,
     START,
     STREAM_ARN,
     SWEEP_FAULTS,
@@ -88,8 +105,9 @@ from tests.model.state import (
     _relay_fault_text,
     _Run,
     _short,
+    is_fault,
 )
-from tests.model.webhooks import SETTLEMENTS, describe, sqs_record
+from tests.model.webhooks import SETTLEMENTS, describe, forged_succeeded
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -138,6 +156,9 @@ class World(Invariants):
         for index, _ in enumerate(self._processing()):
             for outcome in SETTLEMENTS:
                 yield ("settle", index, outcome)
+        row = self.row()
+        if state.forged < self.scope.forged_events and row is not None and row["status"] == "CLAIMED":
+            yield ("forge",)
 
     def _relay_actions(self) -> Iterator[tuple[Any, ...]]:
         """The relay's retry (or, when it may lag, its step), and the deliveries of queued messages."""
@@ -158,9 +179,14 @@ class World(Invariants):
         return bool(self.state.stream) and not self.state.stalled and not self.scope.relay_lags
 
     def _time_actions(self, row: dict[str, Any] | None) -> Iterator[tuple[Any, ...]]:
-        """Moving the clock past the lease or the search grace, and the sweeps that then matter."""
+        """Moving the clock past the lease or the search grace, and the sweeps that then matter; and,
+        once, past the provider's idempotency window."""
         state = self.state
-        if not (self.scope.clock and row and row["status"] == "CLAIMED" and not state.pending):
+        if not (row and row["status"] == "CLAIMED" and not state.pending):
+            return
+        if self.scope.key_expiry and state.now - START <= IDEMPOTENCY_TTL_SECONDS:
+            yield ("clock", "key")
+        if not self.scope.clock:
             return
         if self._settlement_in_flight(row):
             # Its lease is its settle-by deadline: the provider settles the payment before that (the
@@ -182,12 +208,14 @@ class World(Invariants):
     def variants(
         self, action: tuple[Any, ...], done: StepResult, faults_used: int
     ) -> Iterator[tuple[Any, ...]]:
-        """The faulty versions of a fault-free action, given what it did and the faults used before it."""
-        if (
-            faults_used >= self.scope.max_faults
-            or action[0] not in ("start", "run", "sweep", "relay")
-            or action[-1]
-        ):
+        """The other versions of a fault-free action, given what it did and the faults used before it:
+        its faults, and (no fault) the webhook of each of its creates delivered inside it."""
+        if action[0] not in ("start", "run", "sweep", "relay") or action[-1]:
+            return
+        inside = self.scope.webhooks and self.scope.webhooks_inside and action[0] in ("start", "run")
+        if inside:
+            yield from ((action[0], action[1], ("create", k, INSIDE)) for k in range(1, done.creates + 1))
+        if faults_used >= self.scope.max_faults:
             return
         kinds = self.scope.fault_kinds
         if action[0] == "relay":
@@ -206,7 +234,13 @@ class World(Invariants):
                 if kind in kinds
             )
             return
-        verb, who = action[0], action[1]
+        yield from self._step_faults(action[0], action[1], done, inside=inside)
+
+    def _step_faults(
+        self, verb: str, who: Any, done: StepResult, *, inside: bool
+    ) -> Iterator[tuple[Any, ...]]:
+        """The faulty versions of one step of an execution (``inside``: webhooks delivered inside too)."""
+        kinds = self.scope.fault_kinds
         for where, calls, fault_kinds in (
             ("write", done.writes, WRITE_FAULTS),
             ("create", done.creates, CREATE_FAULTS),
@@ -215,11 +249,17 @@ class World(Invariants):
                 for kind in fault_kinds:
                     if kind in kinds:
                         yield (verb, who, (where, k, kind))
+                    if kind == "lost" and kind in kinds and inside:
+                        yield (verb, who, (where, k, LOST_INSIDE))
         if "outage" in kinds:
             if done.dynamodb_calls:
                 yield (verb, who, ("outage", "dynamodb"))
             if done.creates:
                 yield (verb, who, ("outage", "provider"))
+        if "last_try" in kinds and done.creates:
+            yield (verb, who, ("outage", "provider", LAST_TRY))
+            if inside:
+                yield (verb, who, ("outage", "provider", LAST_TRY_INSIDE))
 
     def apply(self, action: tuple[Any, ...]) -> StepResult:
         result = self._apply(action)
@@ -275,6 +315,8 @@ class World(Invariants):
             return self._hook(action[1], action[2])
         if kind == "settle":
             return self._settle(action[1], action[2])
+        if kind == "forge":
+            return self._forge()
         raise ValueError(action)
 
     def _start(self, actor: str, message: dict[str, Any]) -> StepResult:
@@ -298,10 +340,10 @@ class World(Invariants):
         run = _Run(owner=execution.arn, payment_attempt=state.messages[index]["paymentAttempt"])
         if fault and fault[0] == "outage":
             run.outage = fault[1]
-        else:
-            run.plan = fault
+        run.plan = fault
         results: list[str] = []
         for _ in range(20):
+            run.last_try = not self.machine.retried(execution, "PaymentOutcomeUnknown")
             payload = self.machine.task_payload(execution)
             outcome = self._invoke(self.handlers[self.machine.task_function(execution)], payload, run)
             results.append(_describe(outcome))
@@ -314,13 +356,14 @@ class World(Invariants):
             )
             if run.outage is None or not again:
                 break
-        if fault is not None:
+        if is_fault(fault):
             state.faults += 1
-        label = f"{state.actors[index]}: {task}{_fault_text(fault)} -> {' / '.join(results)}"
+        inside = "".join(f" {{{text}}}" for text in run.inside)
+        label = f"{state.actors[index]}: {task}{_fault_text(fault)}{inside} -> {' / '.join(results)}"
         if execution.status != asl.RUNNING:
             label += f" => {execution.status} {execution.end or ''}".rstrip()
-            state.findings.extend(self._ended_violations(index, execution, step))
-        fired = fault is None or run.fired or run.outage is not None
+            state.findings.extend(self._ended_violations(index, execution, step, run.claim_read))
+        fired = fault is None or run.fired or (run.outage is not None and len(fault) == 2)
         return StepResult(label, run.writes, run.creates, run.dynamodb_calls, fired)
 
     def _invoke(
@@ -366,7 +409,13 @@ class World(Invariants):
         row = self.row()
         assert row is not None
         lease = int(row["leaseExpiresAt"])
-        target = lease + 1 if how == "lease" else max(lease, state.now) + self.grace + 1
+        if how == "key":
+            # A day on: the provider forgets every idempotency key sent so far. A debit in flight
+            # settles within its window, and its claim's settle-by is weeks away: not passed.
+            target = state.now + IDEMPOTENCY_TTL_SECONDS + 1
+            assert not self._settlement_in_flight(row) or target < lease, "the jump passes a settle-by"
+        else:
+            target = lease + 1 if how == "lease" else max(lease, state.now) + self.grace + 1
         state.now = self.clock.now = target
         timed_out = []
         for index, execution in enumerate(state.executions):
@@ -376,7 +425,11 @@ class World(Invariants):
             ):
                 self.machine.time_out(execution)
                 timed_out.append(f"{state.actors[index]} at {execution.state}")
-        what = "past the lease" if how == "lease" else "past the lease and the sweeper's search grace"
+        what = {
+            "lease": "past the lease",
+            "grace": "past the lease and the sweeper's search grace",
+            "key": "past the provider's 24-hour idempotency window: every key sent so far forgotten",
+        }[how]
         label = f"clock +{target - START}s ({what})"
         if timed_out:
             label += f"; timed out: {', '.join(timed_out)}"
@@ -530,21 +583,34 @@ class World(Invariants):
             state.webhook_repeats += 1
         else:
             del state.outbox[index]
-        state.webhook_deliveries += 1
-        record = sqs_record(event, state.webhook_deliveries, state.now)
-        self._decisions = []
-        try:
-            with contextlib.redirect_stdout(_DISCARD):
-                response = self.webhook_handler({"Records": [record]}, _LambdaContext())
-        finally:
-            self._metrics.clear_metrics()
-        decided = ", ".join(f"{d.outcome.value}{' (written)' if d.applied else ''}" for d in self._decisions)
+        decided, failed = self._consume(event)
         again = "" if how == "last" else " (again later)"
-        label = f"webhook {what} delivered{again}: {decided or 'no decision'}"
-        if response.get("batchItemFailures"):
+        label = f"webhook {what} delivered{again}: {decided}"
+        if failed:
             if how == "last":
                 state.outbox.insert(index, event)  # SQS delivers it again
             label += "; the consumer failed it, it is delivered again"
+        return StepResult(label)
+
+    def _forge(self) -> StepResult:
+        """A forged ``succeeded`` of the open claim's attempt, planted on the webhook queue whole and
+        delivered to the consumer: only Stripe's answer to the consumer's read may move the claim."""
+        state = self.state
+        state.forged += 1
+        row = self.row()
+        assert row is not None
+        amount, currency, _ = str(row["fingerprint"]).split("|", 2)
+        event = forged_succeeded(int(row["attempt"]), int(amount), currency, state.now)
+        decided, failed = self._consume(event, planted=True)
+        label = f"a forged {describe(event)} planted on the webhook queue, delivered: {decided}"
+        if failed:
+            # Nothing in the model fails the consumer's calls: it fails the message every time, and
+            # the dead-letter queue's alarm pages for a message that names no payment of ours.
+            state.findings.append(
+                "the consumer failed a forged event instead of answering it not found: it is"
+                " dead-lettered, and a person is paged for it"
+            )
+            label += "; the consumer failed it"
         return StepResult(label)
 
     def _settle(self, index: int, outcome: str) -> StepResult:
@@ -577,7 +643,7 @@ class World(Invariants):
         return (
             row is None
             or row["status"] != "CLAIMED"
-            or not any(action[0] == "clock" for action in self.actions())
+            or not any(action[0] == "clock" and action[1] != "key" for action in self.actions())
         )
 
     def finish(self) -> tuple[list[str], list[str]]:

@@ -24,17 +24,26 @@ With a Stripe webhook endpoint registered (``webhooks``: every PaymentIntent cha
 delivered to the real consumer any number of times, in any order, or lost):
 
 * ``debit-settled-by-webhook``: a bank debit, answered ``processing``, settling later as succeeded or
-  failed, its events racing the execution's Await Settlement (the known finding
-  ``webhook-settles-before-await-settlement``);
+  failed, its events racing the execution's Await Settlement (a webhook that settled the debit
+  before it made the execution page);
 * ``debit-answer-lost``: the same debit with the Charge's answer lost, or a Lambda dying after its
-  write (the finding ``webhook-settles-before-charge-retry``);
+  write, or the step's last try lost, the ``processing`` event delivered inside the try or after it
+  (a Charge retried after the webhook closed the claim paged);
 * ``declined-then-charged-webhooks``: a decline and the charged retry, their ``payment_failed`` and
   ``succeeded`` events racing Release Claim and Mark Complete, redelivered or lost;
 * ``authentication-canceled``: a card that needs authentication: ``requires_action``, then the
-  provider client's cancel (``canceled``), a decline.
+  provider client's cancel (``canceled``), a decline;
+* ``webhook-during-last-try``: a card whose ``succeeded`` event is delivered inside the Charge step's
+  last try, between the provider applying the create and the step learning its answer lost (the
+  execution paged for an order the webhook had charged), and a forged ``succeeded`` planted on the
+  webhook queue at any point (the consumer believed a queued body);
+* ``debit-redrive-after-key-expiry``: a debit whose answer is lost, its ``processing`` event
+  recorded, a day passing (the provider forgets the idempotency key) and the timed-out execution
+  redriven (its Charge created a second debit).
 
 Their full versions put the clock (and the sweeper mid-schedule) back, a fault of any kind on the
-debit, a duplicate debit delivery, a retry after the canceled card, and more redeliveries.
+debit, a duplicate debit delivery, a retry after the canceled card, more redeliveries, and a decline
+and a debit during the last try.
 
 The relay runs in every scope (each closing write's events, each re-queue); its faults
 (``relay.RELAY_FAULTS``) only in the last three, which the full scopes widen with the clock and the
@@ -138,7 +147,7 @@ CI_SCOPES: tuple[Scope, ...] = (
         max_faults=1,
         requeues=0,
         clock=False,
-        fault_kinds=frozenset({"lost", "die_after"}),
+        fault_kinds=frozenset({"lost", "die_after", "last_try"}),
         webhooks=True,
     ),
     Scope(
@@ -157,6 +166,29 @@ CI_SCOPES: tuple[Scope, ...] = (
         requeues=0,
         clock=False,
         webhooks=True,
+    ),
+    Scope(
+        "webhook-during-last-try",
+        (D("d1"),),
+        max_faults=1,
+        requeues=0,
+        clock=False,
+        fault_kinds=frozenset({"lost", "last_try"}),
+        webhooks=True,
+        forged_events=1,
+    ),
+    Scope(
+        "debit-redrive-after-key-expiry",
+        (D("d1", "initial", DEBIT),),
+        max_faults=1,
+        redrives=1,
+        requeues=0,
+        clock=False,
+        fault_kinds=frozenset({"lost"}),
+        webhooks=True,
+        webhook_repeats=0,
+        webhook_losses=0,
+        key_expiry=True,
     ),
 )
 
@@ -239,6 +271,42 @@ FULL_SCOPES: tuple[Scope, ...] = (
         max_faults=0,
         requeues=0,
         webhooks=True,
+    ),
+    Scope(
+        "webhook-during-last-try",
+        (D("d1"),),
+        max_faults=2,
+        requeues=0,
+        fault_kinds=frozenset({"lost", "last_try", "die_after"}),
+        webhooks=True,
+    ),
+    Scope(
+        "declined-during-last-try",
+        (D("d1", "initial", DECLINED_CARD), D("d2", "retry-1")),
+        max_faults=1,
+        requeues=0,
+        clock=False,
+        fault_kinds=frozenset({"last_try"}),
+        webhooks=True,
+    ),
+    Scope(
+        "debit-during-last-try",
+        (D("d1", "initial", DEBIT),),
+        max_faults=1,
+        requeues=0,
+        fault_kinds=frozenset({"lost", "last_try", "die_after"}),
+        webhooks=True,
+    ),
+    Scope(
+        "debit-redrive-after-key-expiry",
+        (D("d1", "initial", DEBIT),),
+        max_faults=1,
+        redrives=1,
+        requeues=0,
+        clock=False,
+        fault_kinds=frozenset({"lost", "last_try", "die_after"}),
+        webhooks=True,
+        key_expiry=True,
     ),
 )
 

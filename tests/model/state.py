@@ -25,9 +25,18 @@ NEEDS_RECONCILIATION = "Needs Reconciliation"
 
 WRITE_FAULTS = ("lost_resend", "lost_raise", "late", "die_after")
 CREATE_FAULTS = ("lost", "late", "refused")
+#: A create's plan that is no fault: the webhook events the create made are delivered to the consumer
+#: inside the invocation, after the provider applied the create and before the step reads its answer.
+INSIDE = "webhook inside"
+#: The same with the create's answer then lost (one fault: ``lost``).
+LOST_INSIDE = "lost, webhook inside"
+#: A provider outage for every try of the Charge step but its last, whose create is applied and its
+#: answer lost (one fault; with the webhook inside or not): the step's last try, whatever came before.
+LAST_TRY = "its answer lost"
+LAST_TRY_INSIDE = "its webhook delivered, then its answer lost"
 SWEEP_FAULTS = ("lost_resend", "late")
 #: The claim protocol's faults (the relay's, ``relay.RELAY_FAULTS``, are named by the scopes that want them).
-ALL_FAULTS = frozenset({*WRITE_FAULTS, *CREATE_FAULTS, "outage"})
+ALL_FAULTS = frozenset({*WRITE_FAULTS, *CREATE_FAULTS, "outage", "last_try"})
 #: The queues and the bus the relay, the start function and the state machine's SQS tasks name.
 ORDERS_QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/orders"
 PARKED_QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/outcome-relay-parked"
@@ -89,6 +98,17 @@ class Scope:
     webhook_repeats: int = 1
     #: How many events the schedule may lose (never delivered: Stripe gave up, or the queue lost it).
     webhook_losses: int = 1
+    #: Whether the events a create makes may also be delivered inside the Charge invocation that sent
+    #: it: after the provider applied the create, before the step reads its answer (or learns it lost).
+    webhooks_inside: bool = True
+    #: How many forged ``succeeded`` events the schedule may plant on the webhook queue (an attacker
+    #: with ``sqs:SendMessage``): whole events naming the order's attempt and amount, and a PaymentIntent
+    #: the provider never made.
+    forged_events: int = 0
+    #: Whether the clock may jump past the provider's 24-hour idempotency window once while a claim is
+    #: open (the settle-by of a debit in flight is weeks away): a redrive after it sends a create the
+    #: provider no longer deduplicates.
+    key_expiry: bool = False
 
 
 @dataclass
@@ -154,6 +174,7 @@ class State:
     webhook_deliveries: int = 0
     webhook_repeats: int = 0
     webhook_losses: int = 0
+    forged: int = 0
     #: Invariants broken when an execution ended (read then, reported at every step after).
     findings: list[str] = field(default_factory=list)
 
@@ -172,6 +193,13 @@ class _Run:
     fired: bool = False
     #: The relay's AWS calls, in order (``PutEvents``, ``SendMessage``).
     calls: list[str] = field(default_factory=list)
+    #: Whether this invocation is its Task's last try (no retry follows a PaymentOutcomeUnknown).
+    last_try: bool = False
+    #: What the webhook deliveries made inside this invocation did (for the trace).
+    inside: list[str] = field(default_factory=list)
+    #: The order's claim as this invocation last read it (plain values; None: never read, or absent):
+    #: what the step could know when it ended.
+    claim_read: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -225,12 +253,23 @@ def _short(arn: str) -> str:
     return arn.rsplit(":", 1)[-1]
 
 
+def is_fault(plan: tuple[Any, ...] | None) -> bool:
+    """Whether an action's plan spends the fault budget (a webhook delivered inside a create does not)."""
+    return plan is not None and not (plan[0] == "create" and plan[2] == INSIDE)
+
+
 def _fault_text(fault: tuple[Any, ...] | None) -> str:
     if fault is None:
         return ""
+    if fault[0] == "outage" and len(fault) > 2:
+        return f" [provider outage for every try but the last, whose create is applied, {fault[2]}]"
     if fault[0] == "outage":
         return f" [{fault[1]} outage for the whole step]"
     what = "DynamoDB write" if fault[0] == "write" else "provider charge request"
+    if fault[2] == INSIDE:
+        return f" [the webhook of {what} #{fault[1]} delivered before its answer]"
+    if fault[2] == LOST_INSIDE:
+        return f" [the webhook of {what} #{fault[1]} delivered, then its answer lost]"
     return f" [{fault[2]} on {what} #{fault[1]}]"
 
 

@@ -9,10 +9,13 @@ its delivery thread replaced by the model's outbox: each event waits in ``State.
 model delivers it, any number of times, in any order, interleaved with every other step, or loses it.
 
 A delivery is one invocation of the real webhook consumer (``handlers.webhook_consumer``) on one SQS
-record whose body is the event as Stripe sent it (what the receiver queues once the signature is
-verified: the receiver itself does no more and is not modelled). So each delivery makes the domain's
-decision (``payment_saga.webhooks.handle_event``) and its conditional write on moto; a delivery the
-consumer fails (its partial batch response) stays in the outbox, as SQS delivers it again.
+record whose body is the doorbell the receiver queues once the signature is verified (made by the
+receiver's own ``doorbell_of_event``; the receiver's signature check is not modelled). So each
+delivery reads the PaymentIntent from the emulator with the stack's key and makes the domain's
+decision on Stripe's answer (``payment_saga.webhooks.answer_doorbell``) and its conditional write on
+moto; a delivery the consumer fails (its partial batch response) stays in the outbox, as SQS
+delivers it again. The events a create makes may also be delivered inside the Charge invocation that
+sent it, between the provider applying it and the step reading its answer (``World._on_provider``).
 
 The provider's side: no test payment method settles later in the emulator, so the model stands two
 of its succeeding test cards for the methods that do (:data:`FORCED_OUTCOMES`): the emulator's
@@ -27,7 +30,7 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
-from payment_saga.webhooks import PAYMENT_INTENT_EVENTS
+from payment_saga.webhooks import PAYMENT_INTENT_EVENTS, doorbell_of_event
 from saga_local.stripe_emulator.webhooks import WebhookSender
 
 if TYPE_CHECKING:
@@ -97,6 +100,28 @@ def event_key(event: dict[str, Any]) -> list[Any]:
     ]
 
 
+def forged_succeeded(attempt: int, amount: int, currency: str, now: int) -> dict[str, Any]:
+    """A ``payment_intent.succeeded`` someone made up: the order's id, attempt, amount and currency
+    (none of them secret), a PaymentIntent id the provider never issued, no signature."""
+    return {
+        "id": "evt_forgedByTheModel0",
+        "object": "event",
+        "type": "payment_intent.succeeded",
+        "created": now,
+        "livemode": False,
+        "data": {
+            "object": {
+                "id": "pi_forgedByTheModel0",
+                "object": "payment_intent",
+                "status": "succeeded",
+                "amount": amount,
+                "currency": currency.lower(),
+                "metadata": {"orderId": "ORDER-1", "attempt": str(attempt)},
+            }
+        },
+    }
+
+
 def describe(event: dict[str, Any]) -> str:
     """``processing of pi_... (attempt 1)``, for the trace."""
     intent = event["data"]["object"]
@@ -104,13 +129,15 @@ def describe(event: dict[str, Any]) -> str:
     return f"{event['type'].removeprefix('payment_intent.')} of {intent['id']} (attempt {attempt})"
 
 
-def sqs_record(event: dict[str, Any], number: int, now: int) -> dict[str, Any]:
-    """The webhook queue's SQS record the consumer receives for one delivery of ``event``."""
+def sqs_record(event: dict[str, Any], number: int, now: int, *, planted: bool = False) -> dict[str, Any]:
+    """The webhook queue's SQS record the consumer receives for one delivery of ``event`` (``planted``:
+    the whole event, as a sender other than the receiver would queue it)."""
+    # What the receiver queues of a verified event (its own function and line): the doorbell.
+    body = event if planted else doorbell_of_event(event).to_message()
     return {
         "messageId": f"webhook-{number:06d}",
         "receiptHandle": f"receipt-webhook-{number:06d}",
-        # As Stripe sent it, the receiver queues it.
-        "body": json.dumps(event, indent=2),
+        "body": json.dumps(body, sort_keys=True),
         "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": str(now * 1000)},
         "messageAttributes": {},
         "md5OfBody": "",

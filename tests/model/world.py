@@ -27,8 +27,12 @@ from tests.model.dynamo import WRITES, ModelTable, canonical
 from tests.model.relay import Mapping, ServiceError, bus_text, closing, lambda_record, served_client
 from tests.model.state import (
     _ACTOR,
+    _DISCARD,
     ACCOUNT_ARN,
     BUS_NAME,
+    INSIDE,
+    LAST_TRY_INSIDE,
+    LOST_INSIDE,
     ORDER_ID,
     ORDERS_QUEUE_URL,
     PARKED_QUEUE_URL,
@@ -41,12 +45,13 @@ from tests.model.state import (
     Snapshot,
     State,
     _Clock,
+    _LambdaContext,
     _rename_ids,
     _Run,
     _symmetries,
 )
 from tests.model.stripe_link import InProcessLink, emulator_restore, emulator_snapshot, emulator_summary
-from tests.model.webhooks import ModelWebhooks, event_key, forced_outcome
+from tests.model.webhooks import ModelWebhooks, describe, event_key, forced_outcome, sqs_record
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -280,6 +285,7 @@ class WorldBase:
                     state.poisons,
                     state.webhook_repeats,
                     state.webhook_losses,
+                    state.forged,
                 ],
                 "outbox": sorted(json.dumps(event_key(event)) for event in state.outbox),
                 "findings": sorted(state.findings),
@@ -526,7 +532,11 @@ class WorldBase:
                 operation,
             )
         if operation not in WRITES:
-            return apply()
+            answer = apply()
+            if operation == "get_item":
+                item = answer.get("Item") or {}
+                run.claim_read = {name: next(iter(value.values())) for name, value in item.items()} or None
+            return answer
         run.writes += 1
         if not run.plan or run.plan[0] != "write" or run.plan[1] != run.writes:
             return apply()
@@ -555,15 +565,24 @@ class WorldBase:
         if run is None:
             return send()
         creates = method == "POST" and target == "/v1/payment_intents"
-        if run.outage == "provider" and creates:
-            return _stripe_error(500, "api_error", "An unknown error occurred (outage, model)")
         if not creates:
             return send()
         run.creates += 1
-        planned = run.plan and run.plan[0] == "create" and run.plan[1] == run.creates
-        kind = run.plan[2] if planned and run.plan else None
-        if kind is not None:
-            run.fired = True
+        plan = run.plan
+        if run.outage == "provider":
+            if not (plan and plan[0] == "outage" and run.last_try):
+                return _stripe_error(500, "api_error", "An unknown error occurred (outage, model)")
+            # The last try of a step the provider failed until now: its create is applied, its answer lost.
+            kind: str | None = "lost"
+            inside = plan[2] == LAST_TRY_INSIDE
+            run.fired = run.fired or not inside
+        else:
+            planned = plan and plan[0] == "create" and plan[1] == run.creates
+            kind = plan[2] if planned and plan else None
+            inside = kind in (INSIDE, LOST_INSIDE)
+            kind = {INSIDE: None, LOST_INSIDE: "lost"}.get(kind, kind) if kind else None
+            if kind is not None and not inside:
+                run.fired = True
         if kind == "refused":
             return _stripe_error(401, "invalid_request_error", "Invalid API Key provided (model)")
         if kind == "late":
@@ -579,10 +598,51 @@ class WorldBase:
         if kind == "lost":
             self.emulator.inject("fail_after_apply", endpoint="create", times=1)
         before = self._intent_ids()
+        sent = len(self.state.outbox)
         with self._forcing(body):
             reply = send()
         self._attribute(before, run.payment_attempt)
+        if inside:
+            self._deliver_inside(run, sent)
         return reply
+
+    def _deliver_inside(self, run: _Run, sent: int) -> None:
+        """The events the provider made while applying a create (the outbox from ``sent`` on), each
+        delivered to the consumer now: inside the Charge invocation, before it reads the answer."""
+        state = self.state
+        made = state.outbox[sent:]
+        del state.outbox[sent:]
+        self._run = None  # the consumer's calls are its own, not the Charge step's
+        try:
+            for event in made:
+                decided, failed = self._consume(event)
+                text = f"webhook {describe(event)} delivered inside: {decided}"
+                if failed:
+                    state.outbox.append(event)  # SQS delivers it again
+                    text += "; the consumer failed it, it is delivered again"
+                run.inside.append(text)
+                run.fired = True
+        finally:
+            self._run = run
+
+    def _consume(self, event: dict[str, Any], *, planted: bool = False) -> tuple[str, bool]:
+        """One invocation of the real webhook consumer on one delivery of ``event``, queued as the
+        receiver queues it (``planted``: the whole event, as someone else put it on the queue):
+        (what it decided, whether it failed the message)."""
+        state = self.state
+        state.webhook_deliveries += 1
+        record = sqs_record(event, state.webhook_deliveries, state.now, planted=planted)
+        self._decisions = []
+        try:
+            with contextlib.redirect_stdout(_DISCARD):
+                response = self.webhook_handler({"Records": [record]}, _LambdaContext())
+            failed = bool(response.get("batchItemFailures"))
+        except Exception:  # noqa: BLE001 - every record failed: Powertools raises, Lambda retries the batch
+            failed = True
+        finally:
+            self._metrics.clear_metrics()
+        decided = ", ".join(f"{d.outcome.value}{' (written)' if d.applied else ''}" for d in self._decisions)
+        return decided or "no decision", failed
 
     @contextlib.contextmanager
     def _forcing(self, body: bytes) -> Iterator[None]:
