@@ -92,8 +92,8 @@ lint: install ## ruff check, ruff format --check, mypy (strict; the code, tests 
 # Parameters.FunctionName strings, which it accepts as strings, and in Task Resource ARNs
 # (arn:$${Partition}:states:::lambda:invoke), which it does not: those are checked with the aws partition
 # filled in. cfn-lint and sam validate do not look inside a DefinitionUri file, hence the validator.
-check-template: install tools ## cfn-lint, asl-validator, sam validate --lint, then sam-build
-	$(BIN)/cfn-lint template.yaml
+check-template: install tools ## cfn-lint, asl-validator, sam validate --lint (template.yaml, operations.yaml), then sam-build
+	$(BIN)/cfn-lint template.yaml operations.yaml
 	@test -n "$(STATE_MACHINES)" || { echo "error: no statemachine/*.asl.json" >&2; exit 1; }
 	@mkdir -p .aws-sam/asl-check
 	@for definition in $(STATE_MACHINES); do \
@@ -102,6 +102,7 @@ check-template: install tools ## cfn-lint, asl-validator, sam validate --lint, t
 		echo "$(ASL_VALIDATOR) --json-path $$definition (Partition=aws)"; $(ASL_VALIDATOR) --json-path "$$checked"; \
 	done
 	$(SAM_ENV) $(SAM) validate --lint --region us-east-1 --template-file template.yaml
+	$(SAM_ENV) $(SAM) validate --lint --region us-east-1 --template-file operations.yaml
 	@$(MAKE) sam-build
 
 sam-build: tools ## sam build (no container) into .aws-sam/build-check, and print each function's size
@@ -116,6 +117,7 @@ sam-build: tools ## sam build (no container) into .aws-sam/build-check, and prin
 		--build-dir $(SAM_BUILD_DIR) --cache-dir $(SAM_CACHE_DIR) --cached --parallel --no-use-container --region us-east-1
 	@echo "Built functions (unpacked size, files):"
 	@for dir in $(SAM_BUILD_DIR)/*/; do \
+		[ -f "$$dir/template.yaml" ] && continue; \
 		printf "  %-24s %6s  %5s files\n" "$$(basename "$$dir")" "$$($(BIN)/python -c "$$APPARENT_SIZE" "$$dir")" "$$(find "$$dir" -type f | wc -l)"; \
 	done
 
@@ -130,7 +132,7 @@ lock: $(UV_VENV)/.installed-$(UV_VERSION) ## Re-lock functions/requirements.txt 
 
 # checkov has its own venv (.venv-checkov: it pins a boto3 older than the project's), installed by the script
 # on its first run (about 40 s) and stamped; a scan then takes about 10 s. Fails on any failed check.
-checkov: ## checkov on template.yaml (own venv, .venv-checkov): every finding fixed or skipped with its reason
+checkov: ## checkov on template.yaml and operations.yaml (own venv, .venv-checkov): every finding fixed or skipped with its reason
 	bash scripts/checkov.sh
 
 # pytest, where collecting no test is a failure (exit 5 would otherwise read as "nothing to do").

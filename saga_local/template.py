@@ -62,15 +62,125 @@ for _short, _long in {
     _CfnLoader.add_constructor(f"!{_short}", _tag(_long))
 
 
-def load_template(path: Path = TEMPLATE_PATH) -> dict[str, Any]:
-    """The template as plain data, tags turned into their long form (``{"Ref": ...}``)."""
-    return parse_template(path.read_text(encoding="utf-8"))
+def load_template(path: Path = TEMPLATE_PATH, *, nested: bool = True) -> dict[str, Any]:
+    """The template as plain data, tags turned into their long form (``{"Ref": ...}``).
+
+    With ``nested`` (the default), what the stack deploys as one: each nested application whose
+    ``Location`` is a local template (the operations, ``operations.yaml``) read in by
+    ``inline_applications``. ``nested=False`` reads the one file."""
+    data = parse_template(path.read_text(encoding="utf-8"))
+    return inline_applications(data, path.parent) if nested else data
 
 
 def parse_template(text: str) -> dict[str, Any]:
     """A template's text as plain data, tags turned into their long form (``{"Ref": ...}``)."""
     data: dict[str, Any] = yaml.load(text, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
     return data
+
+
+def local_applications(template: dict[str, Any]) -> dict[str, str]:
+    """Logical id -> the local template (a path relative to the parent) of each nested application that
+    ``sam build`` and ``sam deploy`` package from this checkout (not one of the Serverless Application
+    Repository's, nor an S3 URL)."""
+    found = {}
+    for logical_id, resource in template["Resources"].items():
+        location = (resource.get("Properties") or {}).get("Location")
+        local = isinstance(location, str) and not location.startswith(("s3://", "https://"))
+        if resource["Type"] == "AWS::Serverless::Application" and local:
+            found[logical_id] = str(location)
+    return found
+
+
+def inline_applications(parent: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``parent`` with each local nested application in place of its resource, as if written there.
+
+    The child's resources and conditions join the parent's; each of its parameters is replaced by what
+    the parent passes (``!Ref StartExecutionFunction``, ``!GetAtt OrdersQueue.QueueName``, ``!Ref
+    AWS::StackName``...), in ``!Ref`` and inside ``!Sub``; the parent's ``!GetAtt App.Outputs.X`` by the
+    child's output ``X``. What the local stack runs and what the static tests check is therefore the
+    whole deployment, and a parameter the parent passes wrong reads wrong here too. A logical id both
+    define is refused: CloudFormation would keep both, this view could not."""
+    merged: dict[str, Any] = json.loads(json.dumps(parent))
+    outputs: dict[str, dict[str, Any]] = {}
+    for logical_id, location in local_applications(parent).items():
+        child = parse_template((folder / location).read_text(encoding="utf-8"))
+        passed = dict(parent["Resources"][logical_id]["Properties"].get("Parameters") or {})
+        for name, spec in (child.get("Parameters") or {}).items():
+            if name not in passed:
+                if "Default" not in spec:
+                    raise ValueError(
+                        f"{location}: parameter {name} is neither passed by {logical_id} nor defaulted"
+                    )
+                passed[name] = spec["Default"]
+        unknown = set(passed) - set(child.get("Parameters") or {})
+        if unknown:
+            raise ValueError(f"{logical_id} passes {sorted(unknown)}, which {location} does not declare")
+        del merged["Resources"][logical_id]
+        for section in ("Conditions", "Resources"):
+            for name, value in (child.get(section) or {}).items():
+                if name in (merged.get(section) or {}):
+                    raise ValueError(f"{location}: {section} {name} is the parent's too")
+                merged.setdefault(section, {})[name] = _with_parameters(value, passed)
+        outputs[logical_id] = {
+            name: _with_parameters(output["Value"], passed)
+            for name, output in (child.get("Outputs") or {}).items()
+        }
+    if outputs:
+        merged = _with_outputs(merged, outputs)
+    return merged
+
+
+def _with_parameters(value: Any, passed: dict[str, Any]) -> Any:
+    """``value`` with every reference to a parameter in ``passed`` replaced by what is passed."""
+    if isinstance(value, list):
+        return [_with_parameters(item, passed) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1:
+        ((key, arg),) = value.items()
+        if key == "Ref" and arg in passed:
+            return json.loads(json.dumps(passed[arg]))
+        if key == "Fn::Sub":
+            return _sub_with_parameters(arg, passed)
+    return {key: _with_parameters(item, passed) for key, item in value.items()}
+
+
+def _sub_with_parameters(arg: Any, passed: dict[str, Any]) -> dict[str, Any]:
+    """A ``!Sub`` whose ``${Parameter}`` read what the parent passes: ``${Resource}`` for a ``!Ref``,
+    ``${Resource.Attribute}`` for a ``!GetAtt``, the text of a literal, a variable of the ``!Sub`` else."""
+    text, variables = (arg, {}) if isinstance(arg, str) else (arg[0], dict(arg[1]))
+    variables = {name: _with_parameters(item, passed) for name, item in variables.items()}
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in variables or name not in passed:
+            return match.group(0)
+        value = passed[name]
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        if isinstance(value, dict) and set(value) == {"Ref"}:
+            return "${" + str(value["Ref"]) + "}"
+        if isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
+            logical, attribute = value["Fn::GetAtt"]
+            return "${" + f"{logical}.{attribute}" + "}"
+        variables[name] = value
+        return match.group(0)
+
+    text = re.sub(r"\$\{([^}!.][^}.]*)\}", replace, text)
+    return {"Fn::Sub": [text, variables] if variables else text}
+
+
+def _with_outputs(value: Any, outputs: dict[str, dict[str, Any]]) -> Any:
+    """``value`` with every ``!GetAtt App.Outputs.X`` of an inlined application replaced by its output."""
+    if isinstance(value, list):
+        return [_with_outputs(item, outputs) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if set(value) == {"Fn::GetAtt"}:
+        logical, attribute = value["Fn::GetAtt"]
+        if logical in outputs and attribute.startswith("Outputs."):
+            return outputs[logical][attribute.removeprefix("Outputs.")]
+    return {key: _with_outputs(item, outputs) for key, item in value.items()}
 
 
 #: What ``!Ref AWS::NoValue`` resolves to: the item or property it stands for is left out.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# checkov on template.yaml (CloudFormation framework): exits non-zero if any check fails.
+# checkov on template.yaml and operations.yaml, its nested application (CloudFormation framework): exits
+# non-zero if any check fails.
 #
 # Every finding is either fixed in the template or skipped in the resource's own Metadata with the
 # reason written next to it (Metadata: checkov: skip: - id: CKV_AWS_... comment: "...");
@@ -29,4 +30,4 @@ fi
 
 cd "${ROOT}"
 export CKV_SKIP_PACKAGE_UPDATE_CHECK=true
-exec "${VENV}/bin/checkov" --framework cloudformation --file template.yaml --compact --quiet --skip-download "$@"
+exec "${VENV}/bin/checkov" --framework cloudformation --file template.yaml --file operations.yaml --compact --quiet --skip-download "$@"

@@ -1,9 +1,11 @@
-"""Write the per-function blocks of ``template.yaml`` from a short spec: a new function is not 60 lines.
+"""Write the per-function blocks of the templates from a short spec: a new function is not 60 lines.
 
-Three blocks of the template are the same for every function but for a name and a few words: the
-checkov skips of the saga's synchronously invoked functions, the functions' log groups, and their
-throttle alarms. ``scripts/template_sections.yaml`` holds what differs; this script renders the
-blocks, in plain CloudFormation, between markers in the template::
+Some blocks are the same for every function of ``template.yaml`` but for a name and a few words: the
+checkov skips of the saga's synchronously invoked functions and the functions' log groups there; in
+``operations.yaml`` (the operations' nested application) the functions' throttle alarms, and the
+function names it takes as parameters, which ``template.yaml`` passes to it.
+``scripts/template_sections.yaml`` holds what differs; this script renders the blocks, in plain
+CloudFormation, between markers in the templates::
 
     # BEGIN GENERATED throttle-alarms (scripts/template_sections.py)
     ...
@@ -29,7 +31,8 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE_PATH = ROOT / "template.yaml"
+TEMPLATE = "template.yaml"
+OPERATIONS = "operations.yaml"
 SPEC_PATH = Path(__file__).with_suffix(".yaml")
 #: Folded text is wrapped to this many columns, indentation included.
 WIDTH = 112
@@ -45,8 +48,11 @@ FUNCTION = re.compile(r"^  (\w+):\n    Type: AWS::Serverless::Function$", re.MUL
 #: same for each of its updates. A log group named with it cannot collide with one a Lambda recreated while
 #: the previous stack of the same name was being deleted.
 CREATE_ID = '!Select [0, !Split ["-", !Select [2, !Split ["/", !Ref AWS::StackId]]]]'
-#: The sections the template must hold (function-checkov-skips once per function that shares the reasons).
-SECTIONS = ("function-checkov-skips", "function-log-groups", "throttle-alarms")
+#: The sections each template must hold (function-checkov-skips once per function that shares the reasons).
+SECTIONS = {
+    TEMPLATE: ("function-checkov-skips", "function-log-groups", "operations-functions"),
+    OPERATIONS: ("function-parameters", "throttle-alarms"),
+}
 ALARM_TOPIC = (
     '[!If [CreateAlarmTopic, !Ref AlarmTopic, !Sub "arn:${AWS::Partition}:sns:${AWS::Region}:'
     '${AWS::AccountId}:${AlarmTopicName}"]]'
@@ -111,7 +117,8 @@ def throttle_alarm(function: str, alarm: dict[str, Any], base: int) -> list[str]
         f"{name}ThrottlesAlarm:",
         "  Type: AWS::CloudWatch::Alarm",
         "  Properties:",
-        f"    AlarmName: !Sub ${{AWS::StackName}}-throttles-{kebab}",
+        # The operations' own AWS::StackName is the nested stack's: the saga's name is SagaStackName.
+        f"    AlarmName: !Sub ${{SagaStackName}}-throttles-{kebab}",
         *folded("AlarmDescription", alarm["description"], 4, base),
         "    Namespace: AWS/Lambda",
         "    MetricName: Throttles",
@@ -146,19 +153,23 @@ def section(name: str, functions: list[str], spec: dict[str, Any], base: int) ->
         return blocks([log_group(function, spec, base) for function in functions])
     if name == "throttle-alarms":
         return blocks([throttle_alarm(function, alarms[function], base) for function in functions])
-    raise SpecError(f"template.yaml: unknown generated section {name!r}")
+    # Each function's name, passed by the saga's Operations application (its !Ref is the name) and
+    # taken by operations.yaml as a parameter of the same name: its alarms read !Ref <Function> there too.
+    if name == "operations-functions":
+        return "".join(f"{function}: !Ref {function}\n" for function in functions)
+    if name == "function-parameters":
+        return "".join(f"{function}:\n  Type: String\n" for function in functions)
+    raise SpecError(f"unknown generated section {name!r}")
 
 
-def render(template: str, spec: dict[str, Any]) -> str:
-    """``template`` with every generated section rewritten from ``spec``."""
-    functions = FUNCTION.findall(template)
+def render(files: dict[str, str], spec: dict[str, Any]) -> dict[str, str]:
+    """``files`` (``template.yaml`` and ``operations.yaml``: name -> text) with every generated section
+    rewritten from ``spec`` and the functions of ``template.yaml``."""
+    functions = FUNCTION.findall(files[TEMPLATE])
     alarms = set(spec["throttle_alarms"])
     if alarms != set(functions):
         missing, unknown = sorted(set(functions) - alarms), sorted(alarms - set(functions))
         raise SpecError(f"throttle_alarms: no entry for {missing}; not a function of the template: {unknown}")
-    found = {match["name"] for match in SECTION.finditer(template)}
-    if found != set(SECTIONS):
-        raise SpecError(f"template.yaml has generated sections {sorted(found)}, expected {sorted(SECTIONS)}")
 
     def replace(match: re.Match[str]) -> str:
         indent = match["indent"]
@@ -167,7 +178,18 @@ def render(template: str, spec: dict[str, Any]) -> str:
         begin, _, _ = match.group(0).partition("\n")
         return f"{begin}\n{body}{indent}# END GENERATED {match['name']}\n"
 
-    return SECTION.sub(replace, template)
+    rendered = {}
+    for name, sections in SECTIONS.items():
+        found = {match["name"] for match in SECTION.finditer(files[name])}
+        if found != set(sections):
+            raise SpecError(f"{name} has generated sections {sorted(found)}, expected {sorted(sections)}")
+        rendered[name] = SECTION.sub(replace, files[name])
+    return rendered
+
+
+def read(root: Path = ROOT) -> dict[str, str]:
+    """The templates the sections live in, as text."""
+    return {name: (root / name).read_text(encoding="utf-8") for name in SECTIONS}
 
 
 def load_spec(path: Path = SPEC_PATH) -> dict[str, Any]:
@@ -179,18 +201,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report a template that differs (exit 1)")
     args = parser.parse_args(argv)
-    current = TEMPLATE_PATH.read_text(encoding="utf-8")
+    current = read()
     wanted = render(current, load_spec())
-    if wanted == current:
-        return 0
+    changed = [name for name in current if wanted[name] != current[name]]
     if args.check:
-        diff = difflib.unified_diff(
-            current.splitlines(keepends=True), wanted.splitlines(keepends=True), "template.yaml", "rendered"
-        )
-        sys.stdout.writelines(diff)
-        return 1
-    TEMPLATE_PATH.write_text(wanted, encoding="utf-8")
-    print("template.yaml: generated sections rewritten")
+        for name in changed:
+            diff = difflib.unified_diff(
+                current[name].splitlines(keepends=True),
+                wanted[name].splitlines(keepends=True),
+                name,
+                "rendered",
+            )
+            sys.stdout.writelines(diff)
+        return 1 if changed else 0
+    for name in changed:
+        (ROOT / name).write_text(wanted[name], encoding="utf-8")
+        print(f"{name}: generated sections rewritten")
     return 0
 
 

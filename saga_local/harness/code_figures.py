@@ -48,8 +48,6 @@ def state_machine_graph(definition: dict[str, Any] | None = None) -> str:
 
 _DAY = 86_400
 _WORDS = {5.0: "five", 10.0: "ten", 15.0: "fifteen", 20.0: "twenty", 30.0: "thirty"}
-#: The resource types docs/design.md counts as operations: what watches the saga, not the saga.
-OPERATIONS_TYPES = ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::Dashboard", "AWS::Logs::MetricFilter")
 
 
 @cache
@@ -126,12 +124,6 @@ def list_cap() -> str:
     )
 
 
-def operations_resources() -> str:
-    """How many of the template's resources are operations (alarms, dashboards, metric filters)."""
-    resources = _template()["Resources"].values()
-    return f"{sum(1 for r in resources if r['Type'] in OPERATIONS_TYPES)} of the template's resources"
-
-
 #: Block name -> what renders it (from the repository alone).
 RENDERERS: dict[str, Callable[[], str]] = {
     "state-machine": state_machine_graph,
@@ -144,5 +136,4 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "clock-margin": clock_margin,
     "list-window": list_window,
     "list-cap": list_cap,
-    "operations-resources": operations_resources,
 }

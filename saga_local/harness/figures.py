@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from saga_local.harness import bench_figures, code_figures
 from saga_local.harness.cost import MILLION, load_prices
 from saga_local.harness.cost_measure import DEFAULT_XRAY_SAMPLED
+from saga_local.harness.template_shape import measure as measure_template
 from saga_local.template import ROOT, load_template
 
 if TYPE_CHECKING:
@@ -315,6 +316,21 @@ def webhook_flood(figures: Figures) -> str:
     )
 
 
+def template_shape(_figures: Figures) -> str:
+    """How template.yaml and its operations' nested application are split: counted from the two files
+    (saga_local/harness/template_shape.py), no run."""
+    shape = measure_template()
+    ((location, nested),) = shape.nested_lines.items()
+    return (
+        f"`template.yaml` is {shape.lines:,} lines, {shape.operations_lines} of them"
+        f" ({shape.operations_share:.0%}) operations (the `Operations` application, the parameters"
+        f" only it reads, the `AlarmTopicArn` output), and the state machine starts at line"
+        f" {shape.state_machine_line}. `{location}` is {nested:,} lines: {shape.alarms} alarms,"
+        f" {shape.metric_filters} metric filters, the dashboard and the alarm topic, reading"
+        f" {shape.passed} values the saga passes in"
+    )
+
+
 #: Block name -> what renders it.
 RENDERERS: dict[str, Callable[[Figures], str]] = {
     "transitions": transitions_sentence,
@@ -331,6 +347,7 @@ RENDERERS: dict[str, Callable[[Figures], str]] = {
     "webhook-latency": webhook_latency_table,
     "webhook-ratio": webhook_ratio,
     "webhook-flood": webhook_flood,
+    "template-shape": template_shape,
 }
 
 
@@ -352,8 +369,8 @@ RENDERERS.update({name: _from_records(renderer) for name, renderer in bench_figu
 RENDERERS.update({name: _from_code(renderer) for name, renderer in code_figures.RENDERERS.items()})
 #: The blocks rendered from the recorded webhook run alone (no ``saga cost`` needed).
 WEBHOOK_BLOCKS = ("webhook-run", "webhook-latency", "webhook-ratio")
-#: The blocks rendered from prices.json and the template alone: no run, so no run's noise either.
-PRICED_BLOCKS = ("webhook-flood",)
+#: The blocks rendered from prices.json and the templates alone: no run, so no run's noise either.
+PRICED_BLOCKS = ("webhook-flood", "template-shape")
 #: The blocks read off the repository (the definition, the template): no run, so no noise either.
 CODE_BLOCKS = tuple(code_figures.RENDERERS)
 #: Every block rendered from a recorded run or from the repository: exactly what its file renders,

@@ -59,7 +59,7 @@ def readme_outputs() -> list[str]:
 
 @dataclass
 class LocalStack:
-    """A running LocalStack: clients for it, and the real `sam deploy` / `sam delete` against it."""
+    """A running LocalStack: clients for it, the real `sam deploy` against it, and a stack's delete."""
 
     endpoint: str
     process: subprocess.Popen[bytes]
@@ -150,6 +150,7 @@ class LocalStack:
             self.artifacts_bucket(region),
             "--capabilities",
             "CAPABILITY_IAM",
+            "CAPABILITY_AUTO_EXPAND",
             "--no-confirm-changeset",
             "--no-fail-on-empty-changeset",
             "--parameter-overrides",
@@ -158,7 +159,15 @@ class LocalStack:
         return self.describe(stack, region)
 
     def delete(self, stack: str, region: str = FIRST_REGION) -> None:
-        self.sam("delete", "--stack-name", stack, "--region", region, "--no-prompts")
+        """What `sam delete` does to the stack: CloudFormation's DeleteStack, to the end. Not `sam delete`
+        itself: before deleting the stack it deletes the uploaded artifacts, and it reads the nested
+        operations template's location back only as an AWS S3 URL (s3://, https://s3...), never as
+        LocalStack's http://127.0.0.1:<port>/..., and stops there with a ValueError."""
+        cloudformation = self.client("cloudformation", region)
+        cloudformation.delete_stack(StackName=stack)
+        cloudformation.get_waiter("stack_delete_complete").wait(
+            StackName=stack, WaiterConfig={"Delay": 2, "MaxAttempts": COMMAND_TIMEOUT_SECONDS // 2}
+        )
 
     def describe(self, stack: str, region: str = FIRST_REGION) -> dict[str, Any]:
         (description,) = self.client("cloudformation", region).describe_stacks(StackName=stack)["Stacks"]

@@ -3,7 +3,8 @@
 Each scenario is one way a first deploy goes wrong in the field: two stacks of the template in one
 account and region (staging and production), the same stack in a second region, and a stack deleted
 while a Lambda still writes its logs, then deployed again under the same name and given back its
-claims table. Each asserts the stack's status and that every output the README lists names a
+claims table. Each asserts the stack's status, that its nested operations stack (operations.yaml)
+was created with every alarm under the saga's name, and that every output the README lists names a
 resource that exists. LocalStack checks no IAM, creates no metric filter or dashboard and no
 table's deletion protection: those are checked by tests/static and listed in docs/deploy.md.
 """
@@ -51,7 +52,27 @@ def assert_deployed(localstack: LocalStack, stack: dict[str, Any], region: str) 
     assert table["StreamSpecification"]["StreamViewType"] == "NEW_AND_OLD_IMAGES"
     topic = localstack.client("sns", region).get_topic_attributes(TopicArn=outputs["AlarmTopicArn"])
     assert f":{region}:" in topic["Attributes"]["TopicArn"]
+    assert_operations_deployed(localstack, stack["StackName"], region)
     return outputs
+
+
+def assert_operations_deployed(localstack: LocalStack, stack: str, region: str) -> None:
+    """The nested operations stack is complete, and every alarm of operations.yaml is there, named
+    after the saga's stack (not the nested stack's own name, which the alarm topic's key would refuse)."""
+    nested = localstack.physical_ids(stack, region)["Operations"]
+    (operations,) = localstack.client("cloudformation", region).describe_stacks(StackName=nested)["Stacks"]
+    assert operations["StackStatus"] == "CREATE_COMPLETE", operations.get("StackStatusReason")
+    wanted = {
+        alarm["Properties"]["AlarmName"]["Fn::Sub"].replace("${AWS::StackName}", stack)
+        for alarm in resources_of_type(load_template(), "AWS::CloudWatch::Alarm").values()
+    }
+    pages = localstack.client("cloudwatch", region).get_paginator("describe_alarms")
+    found = {
+        alarm["AlarmName"]
+        for page in pages.paginate(AlarmNamePrefix=f"{stack}-")
+        for alarm in page["MetricAlarms"]
+    }
+    assert found == wanted, f"missing: {sorted(wanted - found)}; unexpected: {sorted(found - wanted)}"
 
 
 def test_two_stacks_of_the_template_live_side_by_side_in_one_region(localstack: LocalStack) -> None:

@@ -1,4 +1,7 @@
-"""The alarms and the dashboard in ``template.yaml`` watch what the code really emits.
+"""The alarms and the dashboard in ``operations.yaml`` watch what the code really emits.
+
+They are read as deployed: ``template.yaml`` with its nested operations application read in
+(``saga_local.template.load_template``), each parameter replaced by what the saga passes it.
 
 A dashboard or an alarm on a metric name nobody publishes shows a flat line forever and never
 fires: these tests tie every metric they read to its source (the handlers' ``count()`` calls, the

@@ -1,8 +1,9 @@
-"""The per-function blocks of ``template.yaml`` are what ``scripts/template_sections.py`` renders.
+"""The per-function blocks of the templates are what ``scripts/template_sections.py`` renders.
 
-The checkov skips shared by the saga's functions, the functions' log groups and their throttle alarms
-are written from ``scripts/template_sections.yaml``: a hand edit inside a generated section, or a
-function added without its entry in the spec, fails here instead of drifting.
+The checkov skips shared by the saga's functions, the functions' log groups, their throttle alarms and
+the names the operations' nested application takes are written from ``scripts/template_sections.yaml``:
+a hand edit inside a generated section, or a function added without its entry in the spec, fails here
+instead of drifting.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import yaml
 from saga_local.template import load_template
 
 ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE_PATH = ROOT / "template.yaml"
 SCRIPT_PATH = ROOT / "scripts" / "template_sections.py"
 RUN = ".venv/bin/python scripts/template_sections.py"
 
@@ -33,16 +33,20 @@ def sections() -> ModuleType:
     return module
 
 
-def test_the_template_is_what_the_spec_renders(sections: ModuleType) -> None:
-    current = TEMPLATE_PATH.read_text(encoding="utf-8")
-    assert sections.render(current, sections.load_spec()) == current, (
-        f"template.yaml differs from scripts/template_sections.yaml: edit the spec, then run `{RUN}`"
-    )
+def test_the_templates_are_what_the_spec_renders(sections: ModuleType) -> None:
+    current = sections.read()
+    rendered = sections.render(current, sections.load_spec())
+    for name in ("template.yaml", "operations.yaml"):
+        assert rendered[name] == current[name], (
+            f"{name} differs from scripts/template_sections.yaml: edit the spec, then run `{RUN}`"
+        )
 
 
 def test_a_hand_edit_inside_a_generated_section_is_undone(sections: ModuleType) -> None:
-    current = TEMPLATE_PATH.read_text(encoding="utf-8")
-    edited = current.replace("Period: 300", "Period: 60", 1)
+    current = sections.read()
+    edited = dict(
+        current, **{"operations.yaml": current["operations.yaml"].replace("Period: 300", "Period: 60", 1)}
+    )
     assert edited != current
     assert sections.render(edited, sections.load_spec()) == current
 
@@ -51,7 +55,7 @@ def test_a_new_function_gets_its_log_group_and_throttle_alarm_from_one_spec_entr
     sections: ModuleType, tmp_path: Path
 ) -> None:
     """Adding a function: its resource plus a description in the spec; the rest is written for it."""
-    current = TEMPLATE_PATH.read_text(encoding="utf-8")
+    current = sections.read()
     new_function = (
         "  RefundPaymentFunction:\n"
         "    Type: AWS::Serverless::Function\n"
@@ -61,16 +65,20 @@ def test_a_new_function_gets_its_log_group_and_throttle_alarm_from_one_spec_entr
         "    Properties:\n"
         "      Handler: handlers.refund_payment.handler\n\n"
     )
-    template = current.replace("  OutcomeEventBus:\n", new_function + "  OutcomeEventBus:\n", 1)
+    template = current["template.yaml"].replace(
+        "  OutcomeEventBus:\n", new_function + "  OutcomeEventBus:\n", 1
+    )
+    files = dict(current, **{"template.yaml": template})
     spec = sections.load_spec()
 
     with pytest.raises(sections.SpecError, match="RefundPaymentFunction"):
-        sections.render(template, spec)
+        sections.render(files, spec)
 
     spec["throttle_alarms"]["RefundPaymentFunction"] = {"description": "The refund Lambda is throttled."}
-    rendered = tmp_path / "template.yaml"
-    rendered.write_text(sections.render(template, spec), encoding="utf-8")
-    resources = load_template(rendered)["Resources"]
+    for name, text in sections.render(files, spec).items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    # Read as deployed: the alarm in the nested operations, reading the name the saga passes it.
+    resources = load_template(tmp_path / "template.yaml")["Resources"]
 
     skipped = [skip["id"] for skip in resources["RefundPaymentFunction"]["Metadata"]["checkov"]["skip"]]
     assert skipped == [skip["id"] for skip in spec["function_skips"]]
@@ -86,7 +94,7 @@ def test_a_new_function_gets_its_log_group_and_throttle_alarm_from_one_spec_entr
     assert alarm["AlarmDescription"] == "The refund Lambda is throttled."
     # Everything that was there before is still there, unchanged.
     assert {name: r for name, r in resources.items() if "RefundPayment" not in name} == load_template(
-        TEMPLATE_PATH
+        ROOT / "template.yaml"
     )["Resources"]
 
 
