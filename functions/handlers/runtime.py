@@ -25,7 +25,7 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.tracing.base import BaseProvider, BaseSegment
 from botocore.config import Config
 
-from payment_saga.api_keys import KeyModeMismatch, stripe_secret_from_string
+from payment_saga.api_keys import KeyModeMismatch, check_key_mode, stripe_secret_from_string
 from payment_saga.claims import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_SETTLEMENT_WINDOW_DAYS,
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator, Sequence
 
     from mypy_boto3_secretsmanager import SecretsManagerClient
+
+    from payment_saga.sweeping import ProviderOnFirstUse, Said
 
 
 class _UntracedSegment(BaseSegment):
@@ -163,26 +165,24 @@ def claims_store() -> ClaimsStore:
 
 
 @functools.cache
-def provider() -> StripeProvider:
-    """The payment provider: ``PAYMENT_API_KEY`` if set (local runs, tests), else the secret.
+def payment_key() -> str:
+    """The Stripe key: ``PAYMENT_API_KEY`` if set (local runs, tests), else the secret, read once per
+    container (the first call that passes).
 
     The key must be of the stack's mode, ``PAYMENT_API_MODE`` (``test`` unless set, as the webhook
     consumer reads it): a key of the other mode is refused before any request is sent, logged at ERROR
     as ``payment_key_mode_mismatch`` (the two modes, never the key) and counted as
-    ``PaymentKeyModeMismatch``, at every call (a refusal is not cached).
+    ``PaymentKeyModeMismatch``, at every call (a refusal is not cached: the next call reads the
+    secret again). Cheap beside the provider (no Stripe SDK): the sweeper asks it at every sweep, so
+    that a key it cannot use fails the sweep before its first claim, whether a claim needs Stripe or not.
 
     Raises:
         KeyModeMismatch: the key's mode is not the stack's.
     """
-    tracer.patch(modules=("requests",))  # the Stripe SDK's HTTP calls, as X-Ray subsegments
+    key = _api_key()
     stack_mode = env("PAYMENT_API_MODE", "test")
     try:
-        return StripeProvider(
-            _api_key(),
-            api_base=os.environ.get("PAYMENT_API_BASE") or None,
-            timeout_seconds=float(env("PAYMENT_API_TIMEOUT_SECONDS", "10")),
-            mode=stack_mode,
-        )
+        check_key_mode(key, stack_mode)
     except KeyModeMismatch as exc:
         logger.error(
             "payment_key_mode_mismatch",
@@ -195,13 +195,35 @@ def provider() -> StripeProvider:
         )
         count("PaymentKeyModeMismatch")
         raise
+    return key
+
+
+@functools.cache
+def provider() -> StripeProvider:
+    """The payment provider, with :func:`payment_key` (whose refusal it raises: KeyModeMismatch)."""
+    key = payment_key()
+    tracer.patch(modules=("requests",))  # the Stripe SDK's HTTP calls, as X-Ray subsegments
+    return StripeProvider(
+        key,
+        api_base=os.environ.get("PAYMENT_API_BASE") or None,
+        timeout_seconds=float(env("PAYMENT_API_TIMEOUT_SECONDS", "10")),
+        mode=env("PAYMENT_API_MODE", "test"),
+    )
+
+
+def stripe_on_first_use() -> ProviderOnFirstUse:
+    """For the sweeper: the key read and checked now (:func:`payment_key`: a key it cannot use fails here,
+    before any claim, and the Errors alarm says so), the provider built only when a claim asks Stripe."""
+    from payment_saga.sweeping import ProviderOnFirstUse  # here: the sweeper's import, not every function's
+
+    payment_key()
+    return ProviderOnFirstUse(provider)
 
 
 def _api_key() -> str:
     key = os.environ.get("PAYMENT_API_KEY")
     if key:
         return key
-    # Read once per container (provider() is cached).
     return stripe_secret_from_string(secret_string(env("PAYMENT_API_KEY_SECRET_ARN")))
 
 
@@ -223,6 +245,7 @@ def reset() -> None:
     _client.cache_clear()
     _session.cache_clear()
     claims_store.cache_clear()
+    payment_key.cache_clear()
     provider.cache_clear()
 
 
@@ -253,6 +276,14 @@ def measure(name: str, value: float, unit: MetricUnit, **dimensions: str) -> Non
 def log_event(event: str, **fields: Any) -> None:
     """A structured log line named for what happened (``claim_won``, ``charge_applied``...)."""
     logger.info(event, extra={"event": event, **fields})
+
+
+def tell(*said: Said) -> None:
+    """Each ``Said`` (``payment_saga.sweeping``): its log event at its level, and its metrics counted."""
+    for one in said:
+        getattr(logger, one.level)(one.event, extra={"event": one.event, **one.fields})
+        for metric in one.counts:
+            count(metric.name, **dict(metric.dimensions))
 
 
 def dumps(value: Any) -> str:

@@ -3,15 +3,21 @@ nothing, and fails (its Errors metric: SweeperErrorsAlarm), after logging which 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from handlers import runtime as handler_runtime
 from handlers import sweeper
 from payment_saga.api_keys import KeyModeMismatch
 from payment_saga.claims import ClaimsStore, ClaimStatus
+from payment_saga.payments import StripeProvider
+from saga_local.aws.stack import LOCAL_API_KEY
 from saga_local.runtime.api import LambdaContext
 from saga_local.stripe_emulator import ENDPOINTS
 from saga_local.template import ROOT
@@ -43,3 +49,43 @@ def test_the_sweeper_with_a_key_of_the_other_mode_asks_stripe_nothing_and_fails(
     assert (claim.status, claim.claim_token) == (ClaimStatus.CLAIMED, sweeping.A)  # left as it was
     refusals = [r for r in caplog.records if getattr(r, "event", None) == "payment_key_mode_mismatch"]
     assert [(r.levelname, r.keyMode, r.stackMode) for r in refusals] == [("ERROR", "test", "live")]  # type: ignore[attr-defined]
+
+
+def test_a_sweep_with_nothing_stale_still_refuses_a_key_of_the_other_mode(
+    sweeper_env: None,
+    emulator: ProviderEmulator,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # The Stripe client is built only for a claim that needs it, but the key is read and checked at every
+    # sweep: a stack with nothing stale still learns of an unusable key (its Errors alarm), and no heartbeat.
+    monkeypatch.setenv("PAYMENT_API_MODE", "live")
+
+    with pytest.raises(KeyModeMismatch):
+        sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
+
+    assert sum(emulator.request_count(endpoint) for endpoint in ENDPOINTS) == 0
+    assert "SweepCompleted" not in capfd.readouterr().out
+
+
+def test_a_sweep_builds_the_stripe_client_only_for_a_claim_that_needs_it(
+    sweeper_env: None, dynamodb: Any, claims_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[StripeProvider] = []
+
+    def build() -> StripeProvider:
+        built.append(StripeProvider(LOCAL_API_KEY, api_base=os.environ["PAYMENT_API_BASE"]))
+        return built[-1]
+
+    monkeypatch.setattr(handler_runtime, "provider", functools.cache(build))  # reset() clears it
+    context = LambdaContext("payment-saga-SweeperFunction", 256, 300)
+
+    assert sweeper.handler({}, context)["counts"]["pending"] == 0
+    assert sweeper.handler({"check": "settlements"}, context)["settlementCheck"] == {}
+    assert built == []  # nothing stale, nothing awaiting a settlement: no client, no SDK loaded for it
+
+    past = ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000)
+    for order_id in ("ORDER-LAZY-1", "ORDER-LAZY-2"):
+        past.claim(dataclasses.replace(sweeping.ORDER, order_id=order_id), token=sweeping.A)
+    assert sum(sweeper.handler({}, context)["counts"].values()) == 2
+    assert len(built) == 1  # one client for the sweep, whatever the number of claims
