@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import os
+import random
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,7 @@ from payment_saga.claims import (
 from payment_saga.payments import StripeProvider
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
     from mypy_boto3_secretsmanager import SecretsManagerClient
 
@@ -247,6 +248,31 @@ def reset() -> None:
     claims_store.cache_clear()
     payment_key.cache_clear()
     provider.cache_clear()
+
+
+def after_restore(forget: Callable[[], object]) -> None:
+    """Call ``forget`` whenever Lambda resumes this environment from a SnapStart snapshot (the template's
+    ``SnapStart`` parameter); never otherwise.
+
+    Every environment restored from one snapshot starts from the snapshot's memory: one random
+    generator state, and whatever the Init phase built. The functions build no client, read no secret
+    and make nothing unique at import (all of it on the first call, after a restore); these hooks keep
+    that true should init ever do more. Lambda's managed runtime provides ``snapshot_restore_py``;
+    elsewhere (tests, local runs) there is no snapshot to restore and nothing is registered.
+    """
+    try:
+        from snapshot_restore_py import register_after_restore  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    register_after_restore(forget)
+
+
+def _restored() -> None:
+    random.seed()  # from os.urandom: each restored environment its own generator (retry jitter, sampling)
+    reset()  # clients, configuration, the key, the provider: built again, with this environment's credentials
+
+
+after_restore(_restored)
 
 
 def count(name: str, **dimensions: str) -> None:

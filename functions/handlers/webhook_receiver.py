@@ -31,7 +31,17 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from handlers.runtime import client, count, env, log_event, logger, metrics, secret_string, tracer
+from handlers.runtime import (
+    after_restore,
+    client,
+    count,
+    env,
+    log_event,
+    logger,
+    metrics,
+    secret_string,
+    tracer,
+)
 from payment_saga.webhooks import (
     DEFAULT_TOLERANCE_SECONDS,
     PAYMENT_INTENT_EVENTS,
@@ -75,6 +85,9 @@ def reset() -> None:
     """Forget the cached signing secrets (tests; a new container does this by starting)."""
     global _cache
     _cache = ("", (), 0.0)
+
+
+after_restore(reset)  # a SnapStart restore reads the signing secrets again (handlers.runtime.after_restore)
 
 
 def _verified(payload: str, header: str | None) -> bool:
