@@ -174,8 +174,7 @@ def payment_key() -> str:
     consumer reads it): a key of the other mode is refused before any request is sent, logged at ERROR
     as ``payment_key_mode_mismatch`` (the two modes, never the key) and counted as
     ``PaymentKeyModeMismatch``, at every call (a refusal is not cached: the next call reads the
-    secret again). Cheap beside the provider (no Stripe SDK): the sweeper asks it at every sweep, so
-    that a key it cannot use fails the sweep before its first claim, whether a claim needs Stripe or not.
+    secret again).
 
     Raises:
         KeyModeMismatch: the key's mode is not the stack's.
@@ -213,11 +212,10 @@ def provider() -> StripeProvider:
 
 
 def stripe_on_first_use() -> ProviderOnFirstUse:
-    """For the sweeper: the key read and checked now (:func:`payment_key`: a key it cannot use fails here,
-    before any claim, and the Errors alarm says so), the provider built only when a claim asks Stripe."""
+    """For the sweeper: :func:`provider` (the key read and checked, the client built) at the first claim
+    that asks Stripe something, not before (``payment_saga.sweeping``)."""
     from payment_saga.sweeping import ProviderOnFirstUse  # here: the sweeper's import, not every function's
 
-    payment_key()
     return ProviderOnFirstUse(provider)
 
 

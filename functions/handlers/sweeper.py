@@ -3,8 +3,8 @@
 Every 5 minutes (template.yaml), one sweep at a time (``payment_saga.sweep_lock``), and hourly the
 settlement check. Decisions, and why each is safe: ``payment_saga.reconcile``; what they log and count:
 ``payment_saga.sweeping``. Every sweep that ran publishes, by ``FunctionName``, ``SweepCompleted`` (the
-heartbeat: a skipped tick publishes none, nor does a sweep that fails before its first claim, on the
-key, the lock or the index) and ``OldestUnresolvedClaimAge`` (read by the pending alarm).
+heartbeat: none for a skipped tick, nor for a sweep stopped before deciding anything, by the lock, the
+index, or a key it cannot use) and ``OldestUnresolvedClaimAge`` (read by the pending alarm).
 """
 
 from __future__ import annotations

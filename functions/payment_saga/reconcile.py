@@ -144,6 +144,11 @@ class AttemptReader(Protocol):
         ...
 
 
+class ProviderUnavailable(Exception):
+    """The provider could not be had at all (its key unreadable or of the other mode): no claim can be
+    asked about, so the sweep stops at the first one that needs it, every claim left as it was."""
+
+
 class ReconcileOutcome(enum.StrEnum):
     """What the sweeper did (or, in a dry run, would do) with one stale claim."""
 
@@ -412,6 +417,8 @@ def _ask_provider(sweep: _Sweep, seen: Claim) -> ReconcileDecision:
         )
     except ClaimLost as exc:
         return decided(ReconcileOutcome.CHANGED, str(exc))
+    except ProviderUnavailable:
+        raise
     except Exception as exc:  # noqa: BLE001 - one claim's failure must not stop the sweep of the others
         return decided(ReconcileOutcome.FAILED, f"{type(exc).__name__}: {exc}")
 

@@ -24,10 +24,11 @@ count it, since the alarms read those (docs/runbook.md):
   could not ask about is ``settlement_check_failed`` (``SettlementCheckFailed``).
 
 The provider on first use (:class:`ProviderOnFirstUse`): most sweeps find no stale claim and no claim
-awaiting a settlement, and need no Stripe client; building one imports the Stripe SDK (with requests
-and urllib3), a third of the sweeper's cold start (bench/cold_start.py). The key is still read, and its
-mode checked, at the start of every sweep (``handlers.runtime.payment_key``, without the SDK), so that a
-key the sweeper cannot use fails the sweep before its first claim whether or not a claim needs Stripe.
+awaiting a settlement, and need no key and no Stripe client; reading the key (a Secrets Manager client
+and a call) and building the client (the Stripe SDK, with requests and urllib3) was two fifths of the
+sweeper's cold start (bench/cold_start.py). A key the sweeper cannot use still stops the sweep before
+it decides anything, at its first claim that needs Stripe, unheartbeaten (docs/runbook.md); a stack
+with nothing stale reads no key, and Charge Payment or the webhook consumer meets a bad key first.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from payment_saga.backstop import check_awaiting_settlements
 from payment_saga.intents import IntentReader
-from payment_saga.reconcile import AttemptReader, ReconcileOutcome
+from payment_saga.reconcile import AttemptReader, ProviderUnavailable, ReconcileOutcome
 from payment_saga.webhooks import WebhookOutcome
 
 if TYPE_CHECKING:
@@ -222,8 +223,9 @@ class _Reader(AttemptReader, IntentReader, Protocol):
 class ProviderOnFirstUse:
     """The provider ``build`` makes, made at the first question a claim asks of it, then kept.
 
-    A sweep that finds nothing to ask Stripe about builds none (no Stripe SDK imported). A ``build``
-    that fails fails that question, and the next one builds again.
+    A sweep that finds nothing to ask Stripe about builds none: no key read, no Stripe SDK imported. A
+    ``build`` that fails (the key unreadable, or of the other mode) raises :class:`ProviderUnavailable`,
+    which stops the sweep there: no claim can be asked about, and each is left as it was.
     """
 
     def __init__(self, build: Callable[[], _Reader]) -> None:
@@ -232,7 +234,10 @@ class ProviderOnFirstUse:
 
     def _provider(self) -> _Reader:
         if self._built is None:
-            self._built = self._build()
+            try:
+                self._built = self._build()
+            except Exception as exc:
+                raise ProviderUnavailable(f"the payment provider could not be built: {exc}") from exc
         return self._built
 
     def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:

@@ -30,6 +30,13 @@ RELAY = (
 
 RECONCILE = Catalogue("functions/payment_saga/reconcile.py", SWEEPER)
 RECONCILE.text(
+    "reconcile-unusable-key-swallowed",
+    "    except ProviderUnavailable:\n        raise\n",
+    "",
+    "a key the sweeper cannot use fails each claim and the sweep still beats: the heartbeat hides it",
+    tests=("tests/functional/test_sweeper_key_mode.py",),
+)
+RECONCILE.text(
     "reconcile-grace-boundary",
     "if now - quiet_since < grace:",
     "if now - quiet_since <= grace:",
