@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import os
+import random
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.tracing.base import BaseProvider, BaseSegment
 from botocore.config import Config
 
-from payment_saga.api_keys import KeyModeMismatch, stripe_secret_from_string
+from payment_saga.api_keys import KeyModeMismatch, check_key_mode, stripe_secret_from_string
 from payment_saga.claims import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_SETTLEMENT_WINDOW_DAYS,
@@ -35,9 +36,11 @@ from payment_saga.claims import (
 from payment_saga.payments import StripeProvider
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
     from mypy_boto3_secretsmanager import SecretsManagerClient
+
+    from payment_saga.sweeping import ProviderOnFirstUse, Said
 
 
 class _UntracedSegment(BaseSegment):
@@ -163,26 +166,23 @@ def claims_store() -> ClaimsStore:
 
 
 @functools.cache
-def provider() -> StripeProvider:
-    """The payment provider: ``PAYMENT_API_KEY`` if set (local runs, tests), else the secret.
+def payment_key() -> str:
+    """The Stripe key: ``PAYMENT_API_KEY`` if set (local runs, tests), else the secret, read once per
+    container (the first call that passes).
 
     The key must be of the stack's mode, ``PAYMENT_API_MODE`` (``test`` unless set, as the webhook
     consumer reads it): a key of the other mode is refused before any request is sent, logged at ERROR
     as ``payment_key_mode_mismatch`` (the two modes, never the key) and counted as
-    ``PaymentKeyModeMismatch``, at every call (a refusal is not cached).
+    ``PaymentKeyModeMismatch``, at every call (a refusal is not cached: the next call reads the
+    secret again).
 
     Raises:
         KeyModeMismatch: the key's mode is not the stack's.
     """
-    tracer.patch(modules=("requests",))  # the Stripe SDK's HTTP calls, as X-Ray subsegments
+    key = _api_key()
     stack_mode = env("PAYMENT_API_MODE", "test")
     try:
-        return StripeProvider(
-            _api_key(),
-            api_base=os.environ.get("PAYMENT_API_BASE") or None,
-            timeout_seconds=float(env("PAYMENT_API_TIMEOUT_SECONDS", "10")),
-            mode=stack_mode,
-        )
+        check_key_mode(key, stack_mode)
     except KeyModeMismatch as exc:
         logger.error(
             "payment_key_mode_mismatch",
@@ -195,13 +195,34 @@ def provider() -> StripeProvider:
         )
         count("PaymentKeyModeMismatch")
         raise
+    return key
+
+
+@functools.cache
+def provider() -> StripeProvider:
+    """The payment provider, with :func:`payment_key` (whose refusal it raises: KeyModeMismatch)."""
+    key = payment_key()
+    tracer.patch(modules=("requests",))  # the Stripe SDK's HTTP calls, as X-Ray subsegments
+    return StripeProvider(
+        key,
+        api_base=os.environ.get("PAYMENT_API_BASE") or None,
+        timeout_seconds=float(env("PAYMENT_API_TIMEOUT_SECONDS", "10")),
+        mode=env("PAYMENT_API_MODE", "test"),
+    )
+
+
+def stripe_on_first_use() -> ProviderOnFirstUse:
+    """For the sweeper: :func:`provider` (the key read and checked, the client built) at the first claim
+    that asks Stripe something, not before (``payment_saga.sweeping``)."""
+    from payment_saga.sweeping import ProviderOnFirstUse  # here: the sweeper's import, not every function's
+
+    return ProviderOnFirstUse(provider)
 
 
 def _api_key() -> str:
     key = os.environ.get("PAYMENT_API_KEY")
     if key:
         return key
-    # Read once per container (provider() is cached).
     return stripe_secret_from_string(secret_string(env("PAYMENT_API_KEY_SECRET_ARN")))
 
 
@@ -223,7 +244,33 @@ def reset() -> None:
     _client.cache_clear()
     _session.cache_clear()
     claims_store.cache_clear()
+    payment_key.cache_clear()
     provider.cache_clear()
+
+
+def after_restore(forget: Callable[[], object]) -> None:
+    """Call ``forget`` whenever Lambda resumes this environment from a SnapStart snapshot (the template's
+    ``SnapStart`` parameter); never otherwise.
+
+    Every environment restored from one snapshot starts from the snapshot's memory: one random
+    generator state, and whatever the Init phase built. The functions build no client, read no secret
+    and make nothing unique at import (all of it on the first call, after a restore); these hooks keep
+    that true should init ever do more. Lambda's managed runtime provides ``snapshot_restore_py``;
+    elsewhere (tests, local runs) there is no snapshot to restore and nothing is registered.
+    """
+    try:
+        from snapshot_restore_py import register_after_restore  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    register_after_restore(forget)
+
+
+def _restored() -> None:
+    random.seed()  # from os.urandom: each restored environment its own generator (retry jitter, sampling)
+    reset()  # clients, configuration, the key, the provider: built again, with this environment's credentials
+
+
+after_restore(_restored)
 
 
 def count(name: str, **dimensions: str) -> None:
@@ -253,6 +300,14 @@ def measure(name: str, value: float, unit: MetricUnit, **dimensions: str) -> Non
 def log_event(event: str, **fields: Any) -> None:
     """A structured log line named for what happened (``claim_won``, ``charge_applied``...)."""
     logger.info(event, extra={"event": event, **fields})
+
+
+def tell(*said: Said) -> None:
+    """Each ``Said`` (``payment_saga.sweeping``): its log event at its level, and its metrics counted."""
+    for one in said:
+        getattr(logger, one.level)(one.event, extra={"event": one.event, **one.fields})
+        for metric in one.counts:
+            count(metric.name, **dict(metric.dimensions))
 
 
 def dumps(value: Any) -> str:

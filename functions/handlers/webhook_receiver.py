@@ -12,6 +12,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from handlers import runtime
 from handlers.runtime import client, count, env, log_event, logger, metrics, secret_string, tracer
 from payment_saga.receiving import Dropped, Rejected, Request, SigningSecrets, receive
 from payment_saga.webhooks import DEFAULT_TOLERANCE_SECONDS
@@ -31,6 +32,9 @@ _secrets = SigningSecrets(read=lambda arn: secret_string(arn), clock=lambda: tim
 def reset() -> None:
     """Forget the cached signing secrets (tests; a new container does this by starting)."""
     _secrets.forget()
+
+
+runtime.after_restore(reset)  # a SnapStart restore reads the signing secrets again
 
 
 def _verified(payload: str, header: str | None) -> bool:

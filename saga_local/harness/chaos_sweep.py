@@ -230,6 +230,7 @@ class SweeperTicks:
 
             # The default session: the handlers' clients copy its hooks when they are made.
             hooks = boto3._get_default_session().events
+            handler_runtime.payment_key.cache_clear()
             handler_runtime.provider.cache_clear()
             hooks.register(KEY_READ_EVENT, refuse)
             try:
@@ -240,6 +241,7 @@ class SweeperTicks:
                 hooks.unregister(KEY_READ_EVENT, refuse)
                 if refused:
                     self.troubles_fired[kind] += 1
+                handler_runtime.payment_key.cache_clear()
                 handler_runtime.provider.cache_clear()  # the next container has the key again
             return
         yield

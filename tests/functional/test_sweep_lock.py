@@ -7,6 +7,7 @@ like a claim, and that the Lambda skips a tick while another sweep holds the lea
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -147,7 +148,7 @@ def test_a_tick_a_minute_into_a_long_sweep_finds_the_lease_still_held(
         Order("ORDER-001", 1000, "EUR", "cus_1", "pm_card_visa"), token="dead-execution"
     )
     slow = NextTickMidSweep(claims_table, dynamodb)
-    monkeypatch.setattr(sweeper, "provider", lambda: slow)
+    monkeypatch.setattr(handler_runtime, "provider", functools.cache(lambda: slow))  # reset() clears it
 
     with pytest.raises(RuntimeError, match="1 stale claim"):
         sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))

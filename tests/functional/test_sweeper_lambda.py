@@ -3,12 +3,14 @@ and page budgets, and the settings it refuses to guess."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from handlers import runtime as handler_runtime
 from handlers import sweeper
 from payment_saga.claims import ClaimsStore, ClaimStatus
 from payment_saga.errors import PaymentProcessing
@@ -156,7 +158,7 @@ def test_the_sweeper_lambda_alarms_on_a_charge_for_a_released_claim_and_on_dupli
 
         return RacingProvider(StripeProvider(LOCAL_API_KEY, api_base=emulator.url), race)
 
-    monkeypatch.setattr(sweeper, "provider", racing)
+    monkeypatch.setattr(handler_runtime, "provider", functools.cache(racing))  # reset() clears it
 
     result = sweeper.handler({}, LambdaContext("payment-saga-SweeperFunction", 256, 300))
 
@@ -255,7 +257,7 @@ def a_stale_claim_the_provider_cannot_be_asked_about(
 ) -> None:
     """A claim whose lease ran out long ago, and a sweeper whose provider is unreachable."""
     ClaimsStore(claims_table, client=dynamodb, clock=lambda: time.time() - 5000).claim(ORDER, token=A)
-    monkeypatch.setattr(sweeper, "provider", UnreachableProvider)
+    monkeypatch.setattr(handler_runtime, "provider", functools.cache(UnreachableProvider))
 
 
 def test_the_sweeper_lambda_fails_visibly_when_a_claim_could_not_be_reconciled(

@@ -211,6 +211,7 @@ class SweepSchedule:
             # A cold container without the key in its environment reads the secret, as deployed;
             # Secrets Manager keeps refusing (throttled past the SDK's retries).
             patch.delenv("PAYMENT_API_KEY")
+            handler_runtime.payment_key.cache_clear()
             handler_runtime.provider.cache_clear()
             hooks = boto3._get_default_session().events
             hooks.register(SECRET_CALL, _secret_refused)
@@ -218,6 +219,7 @@ class SweepSchedule:
                 yield
             finally:
                 hooks.unregister(SECRET_CALL, _secret_refused)
+                handler_runtime.payment_key.cache_clear()
                 handler_runtime.provider.cache_clear()  # the next container has the key again
             return
         yield

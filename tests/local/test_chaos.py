@@ -18,9 +18,13 @@ import random
 import re
 from typing import TYPE_CHECKING
 
+import boto3
 import pytest
 
+from payment_saga.claims import ClaimsStore
+from payment_saga.orders import Order
 from saga_local import output
+from saga_local.aws.stack import REGION
 from saga_local.cli import main
 from saga_local.harness.chaos import run_chaos
 from saga_local.harness.chaos_plan import ChaosConfig, plan_faults
@@ -268,7 +272,10 @@ def test_faults_planted_in_the_sweeper_fire_in_chaos_sweeps_and_are_counted() ->
     with chaos_stack(QUIET) as stack:
         stack.faults.extend(planted)
         report = run_chaos(stack, QUIET)
-        # A tick whose container cannot read its key's secret fails before its first claim.
+        # A tick whose container cannot read its key's secret fails at its first claim that needs Stripe,
+        # before deciding anything (the sweeper reads the key for such a claim only): one left stale.
+        stale = ClaimsStore(stack.stack.table_name, client=boto3.client("dynamodb", region_name=REGION))
+        stale.claim(Order("ORDER-STALE-KEY", 1500, "BRL", "cus_1", "pm_card_visa"), token="dead-execution")
         ticks = SweeperTicks(stack, troubles={1: "secret unreadable"})
         unreadable, after = ticks.tick(), ticks.tick()
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 HANDLERS_DIR = Path(__file__).resolve().parents[2] / "functions" / "handlers"
 CHARGING = HANDLERS_DIR.parent / "payment_saga" / "charging.py"
+SWEEPING = HANDLERS_DIR.parent / "payment_saga" / "sweeping.py"
 PSEUDO_PARAMETERS = {"AWS::Region", "AWS::AccountId", "AWS::StackName", "AWS::Partition", "AWS::URLSuffix"}
 AWS_NAMESPACES = {"AWS/SQS", "AWS/States", "AWS/Lambda", "AWS/DynamoDB"}
 #: The stack's own namespace: what the handlers publish into (Powertools) and the metric filters too.
@@ -95,6 +96,29 @@ def emitted_metrics() -> set[tuple[str, frozenset[str]]]:
             for name in metrics:
                 assert isinstance(name, ast.Constant), f"charging.py:{node.lineno}: metric is not a literal"
                 found.add((str(name.value), frozenset()))
+    found |= counted_by_the_sweeper()
+    return found
+
+
+def counted_by_the_sweeper() -> set[tuple[str, frozenset[str]]]:
+    """What the sweeper's decisions count: ``Count("Metric")`` or ``Count("Metric", (("Dimension", v),))``
+    in payment_saga/sweeping.py, counted by the handler (``runtime.tell``) as ``count`` would: the total,
+    and the breakdown."""
+    found: set[tuple[str, frozenset[str]]] = set()
+    for node in ast.walk(ast.parse(SWEEPING.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Count"):
+            continue
+        if not isinstance(node.args[0], ast.Constant):
+            continue  # a metric named in a table above it, whose names the handlers also count
+        found.add((str(node.args[0].value), frozenset()))
+        pairs = node.args[1].elts if len(node.args) > 1 and isinstance(node.args[1], ast.Tuple) else []
+        dimensions = frozenset(
+            str(pair.elts[0].value)
+            for pair in pairs
+            if isinstance(pair, ast.Tuple) and isinstance(pair.elts[0], ast.Constant)
+        )
+        if dimensions:
+            found.add((str(node.args[0].value), dimensions))
     return found
 
 

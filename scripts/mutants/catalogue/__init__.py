@@ -11,7 +11,15 @@ from catalogue.claims import CLAIMS
 from catalogue.currencies import CURRENCIES
 from catalogue.handlers import CHARGE, CLAIM, CONSUMER, DOORBELL, PROOF, RELEASE
 from catalogue.orders import ORDERS
-from catalogue.outbox import OUTCOMES, RECONCILE, RELAYING, RETENTION, RUNTIME, SWEEPER_HANDLER
+from catalogue.outbox import (
+    OUTCOMES,
+    RECONCILE,
+    RELAYING,
+    RETENTION,
+    RUNTIME,
+    SWEEPER_HANDLER,
+    SWEEPER_SAYS,
+)
 from catalogue.payments import API_KEYS, PAYMENTS
 from catalogue.template import TEMPLATE_GRANTS
 
@@ -33,6 +41,7 @@ CATALOGUES = (
     RETENTION,
     RUNTIME,
     SWEEPER_HANDLER,
+    SWEEPER_SAYS,
     ORDERS,
     CURRENCIES,
 )

@@ -30,6 +30,13 @@ RELAY = (
 
 RECONCILE = Catalogue("functions/payment_saga/reconcile.py", SWEEPER)
 RECONCILE.text(
+    "reconcile-unusable-key-swallowed",
+    "    except ProviderUnavailable:\n        raise\n",
+    "",
+    "a key the sweeper cannot use fails each claim and the sweep still beats: the heartbeat hides it",
+    tests=("tests/functional/test_sweeper_key_mode.py",),
+)
+RECONCILE.text(
     "reconcile-grace-boundary",
     "if now - quiet_since < grace:",
     "if now - quiet_since <= grace:",
@@ -167,7 +174,7 @@ SWEEPER_HANDLER.text(
 )
 SWEEPER_HANDLER.text(
     "sweeper-failure-not-raised",
-    "    if counts[ReconcileOutcome.FAILED.value]:\n",
+    '    if counts["failed"]:\n',
     "    if False:\n",
     "a claim the sweep could not reconcile shows in no Errors metric: the function looks healthy",
 )
@@ -189,43 +196,47 @@ SWEEPER_HANDLER.text(
     "",
     "the age of the oldest pending claim is never published: the pending alarm has nothing to read",
 )
-SWEEPER_HANDLER.text(
+# What the sweeper tells about each decision (the alarms' metrics), decided in payment_saga/sweeping.py.
+SWEEPER_SAYS = Catalogue(
+    "functions/payment_saga/sweeping.py", ("tests/unit/test_sweeping.py", *SWEEPER_LAMBDA)
+)
+SWEEPER_SAYS.text(
     "sweeper-charge-on-released-silent",
-    '        count("ChargeOnReleasedClaim")\n',
-    "",
+    '(Count("ChargeOnReleasedClaim"),)',
+    "()",
     "a charge found for a released claim (a double charge in the making) raises no alarm",
 )
-SWEEPER_HANDLER.text(
+SWEEPER_SAYS.text(
     "sweeper-duplicate-charges-counted-once",
-    '    for _ in decision.extra_charge_ids:\n        count("DuplicateCharge")\n',
-    '    count("DuplicateCharge")\n',
+    'tuple(Count("DuplicateCharge") for _ in decision.extra_charge_ids)',
+    '(Count("DuplicateCharge"),)',
     "two extra charges for one attempt count as one: a refund is missed",
 )
-SWEEPER_HANDLER.text(
+SWEEPER_SAYS.text(
     "sweeper-duplicates-not-reported",
-    "    if decision.extra_charge_ids:\n        record_duplicate_charges(decision)\n",
-    "",
+    "said = [_duplicates(decision)] if decision.extra_charge_ids else []",
+    "said: list[Said] = []",
     "more than one succeeded PaymentIntent for an attempt is neither logged nor counted",
 )
-SWEEPER_HANDLER.text(
+SWEEPER_SAYS.text(
     "sweeper-pending-not-counted",
-    '        count("ReconciliationPending")\n',
-    "",
+    'counts = [Count("ReconciliationPending")]',
+    "counts: list[Count] = []",
     "a claim left pending is not counted",
 )
-SWEEPER_HANDLER.text(
+SWEEPER_SAYS.text(
     "sweeper-list-cap-not-counted",
-    '        if decision.list_cap_reached:\n            count("ReconciliationListCapped")\n',
+    '    if decision.list_cap_reached:\n        counts.append(Count("ReconciliationListCapped"))\n',
     "",
     "a claim the list cap leaves for a person is not counted: nobody is told to decide it",
 )
-SWEEPER_HANDLER.text(
+SWEEPER_SAYS.text(
     "sweeper-failed-not-counted",
-    '        count("ReconciliationFailed")\n',
-    "",
+    '(Count("ReconciliationFailed"),)',
+    "()",
     "a claim the sweep could not reconcile is not counted (the ReconciliationFailed alarm)",
 )
-SWEEPER_HANDLER.text(
+SWEEPER_SAYS.text(
     "sweeper-decline-logged-without-reason",
     "reason = decision.release_reason.value if decision.release_reason else None",
     "reason = None",
