@@ -4,7 +4,7 @@
 #
 # Every finding is either fixed in the template or skipped in the resource's own Metadata with the
 # reason written next to it (Metadata: checkov: skip: - id: CKV_AWS_... comment: "...");
-# tests/static/test_security.py checks that each skip says why. The skips shared by several functions and
+# tests/static/test_checkov_skips.py checks that each skip says why. The skips shared by several functions and
 # their log groups are written by scripts/template_sections.py from scripts/template_sections.yaml (edit
 # them there). Extra arguments go to checkov.
 #
