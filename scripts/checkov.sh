@@ -2,11 +2,11 @@
 # checkov on template.yaml and operations.yaml, its nested application (CloudFormation framework): exits
 # non-zero if any check fails.
 #
-# Every finding is either fixed in the template or skipped in the resource's own Metadata with the
-# reason written next to it (Metadata: checkov: skip: - id: CKV_AWS_... comment: "...");
-# tests/static/test_security.py checks that each skip says why. The skips shared by several functions and
-# their log groups are written by scripts/template_sections.py from scripts/template_sections.yaml (edit
-# them there). Extra arguments go to checkov.
+# Every finding is either fixed in the template or skipped with the reason written next to it: a check
+# skipped for a reason every Lambda function or every log group shares is in scripts/checkov.yaml
+# (checkov's configuration, skip-check:, each check under its reason); one resource's own skip is in its
+# Metadata (Metadata: checkov: skip: - id: CKV_AWS_... comment: "..."). tests/static/test_checkov_skips.py
+# checks that each skip says why and whom it covers. Extra arguments go to checkov.
 #
 # checkov pins its own boto3/botocore (older than the project's boto3>=1.40), so it lives in its own
 # venv, .venv-checkov, installed once and stamped with its version. Offline apart from that install:
@@ -30,4 +30,4 @@ fi
 
 cd "${ROOT}"
 export CKV_SKIP_PACKAGE_UPDATE_CHECK=true
-exec "${VENV}/bin/checkov" --framework cloudformation --file template.yaml --file operations.yaml --compact --quiet --skip-download "$@"
+exec "${VENV}/bin/checkov" --config-file scripts/checkov.yaml --framework cloudformation --file template.yaml --file operations.yaml --compact --quiet --skip-download "$@"

@@ -1,9 +1,8 @@
 """Write the per-function blocks of the templates from a short spec: a new function is not 60 lines.
 
 Some blocks are the same for every function of ``template.yaml`` but for a name and a few words: the
-checkov skips of the saga's synchronously invoked functions and the functions' log groups there; in
-``operations.yaml`` (the operations' nested application) the functions' throttle alarms, and the
-function names it takes as parameters, which ``template.yaml`` passes to it.
+functions' log groups there; in ``operations.yaml`` (the operations' nested application) the functions'
+throttle alarms, and the function names it takes as parameters, which ``template.yaml`` passes to it.
 ``scripts/template_sections.yaml`` holds what differs; this script renders the blocks, in plain
 CloudFormation, between markers in the templates::
 
@@ -48,9 +47,10 @@ FUNCTION = re.compile(r"^  (\w+):\n    Type: AWS::Serverless::Function$", re.MUL
 #: same for each of its updates. A log group named with it cannot collide with one a Lambda recreated while
 #: the previous stack of the same name was being deleted.
 CREATE_ID = '!Select [0, !Split ["-", !Select [2, !Split ["/", !Ref AWS::StackId]]]]'
-#: The sections each template must hold (function-checkov-skips once per function that shares the reasons).
+#: The sections each template must hold. The checkov skips every function or log group shares are not
+#: written into the template: they are in scripts/checkov.yaml.
 SECTIONS = {
-    TEMPLATE: ("function-checkov-skips", "function-log-groups", "operations-functions"),
+    TEMPLATE: ("function-log-groups", "operations-functions"),
     OPERATIONS: ("function-parameters", "throttle-alarms"),
 }
 ALARM_TOPIC = (
@@ -78,22 +78,10 @@ def comment(text: str, base: int) -> list[str]:
     return ["# " + line for line in textwrap.wrap(text, WIDTH - base - 2, break_on_hyphens=False)]
 
 
-def skips(entries: list[dict[str, str]], indent: int, base: int) -> list[str]:
-    """A resource's ``checkov: skip:`` list, each check with its reason."""
-    pad = " " * indent
-    lines = [f"{pad}checkov:", f"{pad}  skip:"]
-    for entry in entries:
-        lines.append(f"{pad}    - id: {entry['id']}")
-        lines.extend(folded("comment", entry["comment"], indent + 6, base))
-    return lines
-
-
-def log_group(function: str, spec: dict[str, Any], base: int) -> list[str]:
+def log_group(function: str) -> list[str]:
     return [
         f"{function}LogGroup:",
         "  Type: AWS::Logs::LogGroup",
-        "  Metadata:",
-        *skips(spec["log_group_skips"], 4, base),
         "  Properties:",
         "    LogGroupName: !Sub",
         f"      - /aws/lambda/${{AWS::StackName}}-{function}-${{CreateId}}",
@@ -147,10 +135,8 @@ def blocks(resources: list[list[str]]) -> str:
 def section(name: str, functions: list[str], spec: dict[str, Any], base: int) -> str:
     """The text between the markers of section ``name``, to be indented by ``base`` spaces."""
     alarms: dict[str, Any] = spec["throttle_alarms"]
-    if name == "function-checkov-skips":
-        return "\n".join(skips(spec["function_skips"], 0, base)) + "\n"
     if name == "function-log-groups":
-        return blocks([log_group(function, spec, base) for function in functions])
+        return blocks([log_group(function) for function in functions])
     if name == "throttle-alarms":
         return blocks([throttle_alarm(function, alarms[function], base) for function in functions])
     # Each function's name, passed by the saga's Operations application (its !Ref is the name) and

@@ -1,7 +1,7 @@
 """The per-function blocks of the templates are what ``scripts/template_sections.py`` renders.
 
-The checkov skips shared by the saga's functions, the functions' log groups, their throttle alarms and
-the names the operations' nested application takes are written from ``scripts/template_sections.yaml``:
+The functions' log groups, their throttle alarms and the names the operations' nested application takes
+are written from ``scripts/template_sections.yaml``:
 a hand edit inside a generated section, or a function added without its entry in the spec, fails here
 instead of drifting.
 """
@@ -59,9 +59,6 @@ def test_a_new_function_gets_its_log_group_and_throttle_alarm_from_one_spec_entr
     new_function = (
         "  RefundPaymentFunction:\n"
         "    Type: AWS::Serverless::Function\n"
-        "    Metadata:\n"
-        "      # BEGIN GENERATED function-checkov-skips (scripts/template_sections.py)\n"
-        "      # END GENERATED function-checkov-skips\n"
         "    Properties:\n"
         "      Handler: handlers.refund_payment.handler\n\n"
     )
@@ -80,8 +77,6 @@ def test_a_new_function_gets_its_log_group_and_throttle_alarm_from_one_spec_entr
     # Read as deployed: the alarm in the nested operations, reading the name the saga passes it.
     resources = load_template(tmp_path / "template.yaml")["Resources"]
 
-    skipped = [skip["id"] for skip in resources["RefundPaymentFunction"]["Metadata"]["checkov"]["skip"]]
-    assert skipped == [skip["id"] for skip in spec["function_skips"]]
     log_group = resources["RefundPaymentFunctionLogGroup"]["Properties"]
     stack_uuid = {"Fn::Select": [2, {"Fn::Split": ["/", {"Ref": "AWS::StackId"}]}]}
     create_id = {"CreateId": {"Fn::Select": [0, {"Fn::Split": ["-", stack_uuid]}]}}

@@ -19,8 +19,8 @@ from saga_local.harness.template_shape import OPERATIONS_TYPES, entries, measure
 from saga_local.template import inline_applications, load_template, local_applications, parse_template
 
 ROOT = Path(__file__).resolve().parents[2]
-#: It was 3,061 lines with the operations in it.
-MOST_LINES = 2_000
+#: It was 3,061 lines with the operations in it, 1,995 with the checkov skips every function shares.
+MOST_LINES = 1_900
 MOST_OPERATIONS_SHARE = 0.10
 
 
