@@ -36,7 +36,8 @@ PROGRAM = """
 import json, random
 import snapshot_restore_py
 from handlers import runtime, webhook_receiver
-webhook_receiver._cache = ("arn", ("whsec_snapshot",), 0.0)   # as if init had read the secrets
+held = webhook_receiver._secrets                             # as if init had read the secrets:
+held.source, held.secrets, held.read_at = "arn", ("whsec_snapshot",), 0.0
 client = runtime.client("sqs")                               # as if init had built a client
 snapshot = random.getstate()
 seen = []
@@ -48,7 +49,7 @@ print(json.dumps({
     "hooks": len(snapshot_restore_py.hooks),
     "draws_differ": seen[0] != seen[1],
     "client_rebuilt": runtime.client("sqs") is not client,
-    "secrets_forgotten": webhook_receiver._cache[1] == (),
+    "secrets_forgotten": held.secrets == (),
 }))
 """
 
