@@ -19,12 +19,6 @@ MAX_LINES = 89
 MAX_COMPLEXITY = 5
 #: What every handler imports from: the Lambda runtime's plumbing (clients, logger, metrics), no handler.
 NOT_A_HANDLER = {"__init__.py", "runtime.py"}
-#: Handlers whose decisions still live in the handler, to be moved to the domain. Delete a line when its
-#: handler is thin: the last test below fails until then, so the list only shrinks.
-NOT_YET_THIN = {
-    "release_claim.py",  # which release a failure earns, and what it publishes
-    "mark_complete.py",  # what a completion that finds its claim already closed answers
-}
 C901 = re.compile(
     r"^(?P<path>[^:]+):\d+:\d+: C901 `(?P<name>[^`]+)` is too complex \((?P<score>\d+) > \d+\)$"
 )
@@ -71,7 +65,7 @@ def too_long(paths: list[Path]) -> dict[str, int]:
 
 
 def test_every_handler_is_short_and_every_function_in_it_simple() -> None:
-    checked = [path for path in handlers() if path.name not in NOT_YET_THIN]
+    checked = handlers()
 
     assert len(checked) >= 6, "no handlers found: the check would be vacuous"
     assert too_long(checked) == {}, "move the decisions to payment_saga"
@@ -87,11 +81,3 @@ def test_the_check_finds_a_long_handler_and_a_complex_function(tmp_path: Path) -
 
     assert too_long([planted]) == {"planted.py": MAX_LINES + 2 + 2 * MAX_COMPLEXITY}
     assert too_complex([planted]) == {"planted.py": [f"handler ({MAX_COMPLEXITY + 1})"]}
-
-
-def test_every_handler_not_yet_thin_exists_and_is_still_not_thin() -> None:
-    waiting = [HANDLERS / name for name in sorted(NOT_YET_THIN)]
-
-    assert all(path.is_file() for path in waiting), "a handler of the list was renamed or removed"
-    still_thick = set(too_long(waiting)) | set(too_complex(waiting))
-    assert still_thick == NOT_YET_THIN, f"thin now, take them off NOT_YET_THIN: {NOT_YET_THIN - still_thick}"

@@ -1,4 +1,4 @@
-"""proof.py and the Claim, Charge and Release handlers: when a failure proves nothing was charged.
+"""proof.py and the Claim, Charge and Release steps: when a failure proves nothing was charged.
 
 A wrong rule here releases a claim whose charge may have landed (the next delivery charges again),
 or keeps one that provably charged nothing (the order is never charged)."""
@@ -133,7 +133,8 @@ CHARGE.text(
     tests=(CHARGING,),
 )
 
-RELEASE = Catalogue("functions/handlers/release_claim.py", DEFAULT)
+RELEASING = "tests/functional/test_releasing.py"
+RELEASE = Catalogue("functions/payment_saga/releasing.py", (*DEFAULT, RELEASING))
 RELEASE.text(
     "release-failed-claim-released-blind",
     "    if not may_release_failed_claim(\n",
