@@ -62,6 +62,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote
 
 from payment_saga.api_keys import check_api_base, check_key_mode
 from payment_saga.errors import ChargeNotAttempted, PaymentDeclined, PaymentOutcomeUnknown, PaymentProcessing
@@ -320,9 +321,15 @@ class StripeProvider:
         nothing on it and tries again later.
         """
         if not payment_intent_id.startswith("pi_"):
-            return None  # not a PaymentIntent id: nothing to ask (and nothing to put in a URL)
+            return None  # not a PaymentIntent id: nothing to ask
         try:
-            intent = self._client.v1.payment_intents.retrieve(payment_intent_id)
+            # The SDK's raw request: the same GET, key, retries, timeout and typed errors as
+            # ``payment_intents.retrieve``, answered as Stripe's JSON rather than a PaymentIntent
+            # object, whose nested objects would each import their own module: the webhook
+            # consumer's first invocation is this read (bench/cold_start.py).
+            response = self._client.raw_request(
+                "get", f"/v1/payment_intents/{quote(payment_intent_id, safe='')}"
+            )
         except stripe.InvalidRequestError as exc:
             if exc.http_status == 404:
                 return None
@@ -333,15 +340,16 @@ class StripeProvider:
             raise PaymentOutcomeUnknown(
                 f"could not read PaymentIntent {payment_intent_id}: {self._describe(exc)}"
             ) from exc
+        intent: dict[str, Any] = response.data
         return reading_of(
-            intent.id,
-            intent.status,
-            intent.amount,
-            intent.currency,
-            intent.livemode,
-            intent.created,
-            _metadata(intent),
-            failed=intent.last_payment_error is not None,
+            intent["id"],
+            intent["status"],
+            intent["amount"],
+            intent["currency"],
+            intent.get("livemode"),
+            intent["created"],
+            intent.get("metadata") or {},
+            failed=intent.get("last_payment_error") is not None,
         )
 
     def follow(self, order: Order, *, attempt: int, idempotency_key: str, payment_intent_id: str) -> Charge:
