@@ -1,8 +1,8 @@
 """Start Lambda: SQS batch -> one Step Functions execution per valid message.
 
 Which execution a message starts (so that a redelivery re-attaches to it) and what a malformed
-message becomes are ``payment_saga.starting``'s. Partial batch responses (Powertools' batch
-utility): a message that fails is retried alone, so a poison message never blocks its neighbours.
+message becomes are ``payment_saga.starting``'s. Partial batch responses (``runtime.each_message``):
+a message that fails is retried alone, so a poison message never blocks its neighbours.
 """
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-
-from handlers.runtime import client, count, env, log_event, logger, metrics, tracer
+from handlers.runtime import client, count, each_message, env, log_event, logger, metrics, tracer
 from payment_saga.errors import InvalidOrder
 from payment_saga.orders import parse_order_body
 from payment_saga.outcomes import publish
@@ -20,22 +18,20 @@ from payment_saga.starting import Rejection, Start
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
-    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-processor = BatchProcessor(event_type=EventType.SQS)
 
-
-def record_handler(record: SQSRecord) -> None:
+def record_handler(record: dict[str, Any]) -> None:
     """Start (or re-attach to) one message's execution, or reject the message. Raising marks only
     this record as failed (partial batch response)."""
     try:
-        order = parse_order_body(record.body)
+        order = parse_order_body(record["body"])
     except InvalidOrder as exc:
-        reject(record, Rejection.of(record.message_id, record.body, str(exc), now=time.time()))
+        reject(record, Rejection.of(record["messageId"], record["body"], str(exc), now=time.time()))
         return
-    attributes = record.raw_event.get("messageAttributes") or {}
-    run = Start.of(order, record.message_id, attributes, max_requeues=int(env("MAX_STATE_MACHINE_REQUEUES")))
+    attributes = record.get("messageAttributes") or {}
+    requeues = int(env("MAX_STATE_MACHINE_REQUEUES"))
+    run = Start.of(order, record["messageId"], attributes, max_requeues=requeues)
     sfn = client("stepfunctions")
     try:
         response = sfn.start_execution(
@@ -52,7 +48,7 @@ def record_handler(record: SQSRecord) -> None:
     count("ExecutionStarted")
 
 
-def reject(record: SQSRecord, rejection: Rejection) -> None:
+def reject(record: dict[str, Any], rejection: Rejection) -> None:
     """``OrderRejected`` on the outcome bus, then the message to the dead-letter queue with its reason
     (and nothing else read from it): in this order, so that a failed publish never leaves a copy
     behind (``payment_saga.starting``)."""
@@ -69,11 +65,12 @@ def reject(record: SQSRecord, rejection: Rejection) -> None:
     count("OutcomePublished", Outcome=event.outcome.value)
     client("sqs").send_message(
         QueueUrl=env("DEAD_LETTER_QUEUE_URL"),
-        MessageBody=record.body,
+        MessageBody=record["body"],
         MessageAttributes=rejection.dead_letter_attributes(),
     )
-    receives = record.attributes.approximate_receive_count
-    log_event("message_rejected", messageId=record.message_id, reason=rejection.reason, receiveCount=receives)
+    receives = int(record.get("attributes", {}).get("ApproximateReceiveCount", 0))
+    message_id = record["messageId"]
+    log_event("message_rejected", messageId=message_id, reason=rejection.reason, receiveCount=receives)
     count("MalformedMessage")
 
 
@@ -82,6 +79,4 @@ def reject(record: SQSRecord, rejection: Rejection) -> None:
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     """SQS event source entry point; returns ``batchItemFailures``."""
-    return process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context
-    )
+    return each_message(event, record_handler)

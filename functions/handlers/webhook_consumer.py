@@ -29,19 +29,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-
-from handlers.runtime import claims_store, count, env, logger, metrics, provider, tracer
+from handlers.runtime import claims_store, count, each_message, env, logger, metrics, provider, tracer
 from payment_saga.webhooks import WebhookOutcome, answer_doorbell, log_line, parse_doorbell
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
-    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from payment_saga.webhooks import WebhookDecision
-
-processor = BatchProcessor(event_type=EventType.SQS)
 
 
 def record_decision(decision: WebhookDecision, event_type: str) -> None:
@@ -57,9 +52,9 @@ def record_decision(decision: WebhookDecision, event_type: str) -> None:
         count("WebhookMismatch")
 
 
-def record_handler(record: SQSRecord) -> None:
+def record_handler(record: dict[str, Any]) -> None:
     """Answer one queued doorbell. Raising marks only this record as failed (partial batch response)."""
-    bell = parse_doorbell(json.loads(record.body))
+    bell = parse_doorbell(json.loads(record["body"]))
     livemode = env("PAYMENT_API_MODE", "test") == "live"
     if bell.livemode == livemode:  # a doorbell of the other mode is refused before any read
         count("WebhookIntentRead")
@@ -73,6 +68,4 @@ def record_handler(record: SQSRecord) -> None:
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     """SQS event source entry point; returns ``batchItemFailures``."""
-    return process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context
-    )
+    return each_message(event, record_handler)

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 import stripe
-from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
 from handlers import runtime as handler_runtime
 from handlers import webhook_consumer, webhook_receiver
@@ -260,7 +259,7 @@ def test_stripe_unreachable_leaves_the_doorbell_to_ring_again_and_writes_nothing
     # The queue's visibility timeout, compressed: the failed doorbell comes back at once.
     endpoint.sqs.set_queue_attributes(QueueUrl=endpoint.queue_url, Attributes={"VisibilityTimeout": "0"})
     # The whole batch failed: the function fails (alarmed), and SQS delivers the doorbell again.
-    with pytest.raises(BatchProcessingError, match="All records failed"):
+    with pytest.raises(handler_runtime.BatchFailed, match="every message of the batch failed"):
         endpoint.consume()
     claim = endpoint.store.get(ORDER.order_id)
     assert claim is not None
