@@ -239,6 +239,41 @@ m.text(
     tests=SWEEP,
 )
 
+# -- retrieve_intent: the webhook consumer's and the settlement check's read of one PaymentIntent --
+#: The read is what a doorbell is answered with: a wrong reading completes or releases a claim wrongly.
+READ = ("tests/unit/test_payments.py", "tests/functional/test_webhook_endpoint.py")
+m.text(
+    "pay-read-id-unquoted",
+    "f\"/v1/payment_intents/{quote(payment_intent_id, safe='')}\"",
+    'f"/v1/payment_intents/{payment_intent_id}"',
+    "a forged doorbell's id goes into the URL as it is: its slashes and query ask Stripe for something else",
+    tests=READ,
+)
+m.text(
+    "pay-read-missing-is-unknown",
+    "            if exc.http_status == 404:\n                return None\n            raise PaymentOutcomeUnknown(\n"
+    "                f\"could not read PaymentIntent",
+    "            if exc.http_status == 999:\n                return None\n            raise PaymentOutcomeUnknown(\n"
+    "                f\"could not read PaymentIntent",
+    "a forged or another account's PaymentIntent id is an unknown outcome: its doorbell is retried until it"
+    " is dead-lettered and pages",
+    tests=READ,
+)
+m.text(
+    "pay-read-metadata-dropped",
+    'intent.get("metadata") or {},',
+    "{},",
+    "the reading names no order: every webhook about a charge is ignored and its claim waits for the sweeper",
+    tests=READ,
+)
+m.text(
+    "pay-read-failure-dropped",
+    'failed=intent.get("last_payment_error") is not None,',
+    "failed=False,",
+    "a PaymentIntent whose confirm failed reads as waiting for a payment method: its claim is not released",
+    tests=READ,
+)
+
 # -- the key's mode against the stack's --
 KEY_MODE = ("tests/unit/test_key_mode.py", "tests/statemachine/test_key_mode.py")
 m.text(
