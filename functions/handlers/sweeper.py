@@ -59,7 +59,7 @@ def _check_settlements(context: LambdaContext, check_id: str) -> dict[str, Any]:
         claims_store(),
         runtime.stripe_on_first_use(),
         livemode=env("PAYMENT_API_MODE", "test") == "live",
-        check_id=f"settlement-check/{check_id}",
+        check_id=check_id,
         keep_going=lambda: context.get_remaining_time_in_millis() > RESERVE_MILLIS,
         tell=runtime.tell,
     )

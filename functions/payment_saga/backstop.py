@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from payment_saga.errors import ClaimLost, PaymentOutcomeUnknown
+from payment_saga.outcomes import SETTLEMENT_CHECK_MARK
 from payment_saga.webhooks import WebhookDecision, WebhookOutcome, handle_event, reading_event
 
 if TYPE_CHECKING:
@@ -37,8 +38,10 @@ def check_awaiting_settlements(
 
     Yields each decision, or the exception that left a claim as it was (a read of Stripe that failed,
     a row that kept changing): the next check asks again. ``check_id`` names this check where a webhook
-    names its event (``webhookEventId`` on a write it makes). Stops when ``keep_going`` says so.
+    names its event (``webhookEventId`` on a write it makes, after :data:`SETTLEMENT_CHECK_MARK`, so
+    that its outcome events say the sweeper closed the claim). Stops when ``keep_going`` says so.
     """
+    event_id = SETTLEMENT_CHECK_MARK + check_id
     for claim in store.claims_awaiting_settlement():
         if not keep_going():
             return
@@ -50,12 +53,12 @@ def check_awaiting_settlements(
                 yield WebhookDecision(
                     outcome=WebhookOutcome.NOT_FOUND,
                     reason=f"Stripe has no PaymentIntent {intent_id}, which claim {claim.order_id} awaits",
-                    event_id=check_id,
+                    event_id=event_id,
                     payment_intent_id=intent_id,
                     order_id=claim.order_id,
                     attempt=claim.attempt,
                 )
                 continue
-            yield handle_event(store, reading_event(reading, event_id=check_id), livemode=livemode)
+            yield handle_event(store, reading_event(reading, event_id=event_id), livemode=livemode)
         except (PaymentOutcomeUnknown, ClaimLost) as exc:
             yield exc

@@ -87,6 +87,12 @@ class Outcome(enum.StrEnum):
 FINAL_OUTCOMES = frozenset({Outcome.CHARGED, Outcome.DECLINED, Outcome.CONFLICT, Outcome.NEEDS_ATTENTION})
 
 
+#: How a write of the sweeper's settlement check marks the claim: it applies Stripe's answer through the
+#: webhook consumer's writes (``webhookEventId``), with this prefix before the check's own id instead
+#: of a Stripe event's. Its closures are the sweeper's, not a webhook's.
+SETTLEMENT_CHECK_MARK = "settlement-check/"
+
+
 class ResolvedBy(enum.StrEnum):
     SAGA = "saga"
     SWEEPER = "sweeper"
@@ -243,11 +249,12 @@ def order_message(item: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _resolved_by(old: dict[str, Any] | None, new: dict[str, Any]) -> ResolvedBy:
-    """The webhook consumer marks its writes with ``webhookEventId``, the sweeper with ``reconciledAt``;
-    an earlier write's mark is not this write's."""
+    """The webhook consumer marks its writes with ``webhookEventId``, the sweeper with ``reconciledAt``
+    (its reconciliation) or a ``webhookEventId`` of :data:`SETTLEMENT_CHECK_MARK` (its settlement
+    check); an earlier write's mark is not this write's."""
     event = new.get("webhookEventId", {}).get("S")
     if event and event != (old or {}).get("webhookEventId", {}).get("S"):
-        return ResolvedBy.WEBHOOK
+        return ResolvedBy.SWEEPER if event.startswith(SETTLEMENT_CHECK_MARK) else ResolvedBy.WEBHOOK
     mark = new.get("reconciledAt", {}).get("S")
     earlier = (old or {}).get("reconciledAt", {}).get("S")
     return ResolvedBy.SWEEPER if mark and mark != earlier else ResolvedBy.SAGA

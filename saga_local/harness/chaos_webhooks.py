@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from payment_saga.outcomes import SETTLEMENT_CHECK_MARK
 from saga_local.stack.outcome_log import deduplicated, in_outcome_order
 from saga_local.stripe_emulator import WebhookDisorder
 
@@ -53,8 +54,6 @@ CLOSERS = {
     "sweeper": "the sweeper",
     "settlement check": "the settlement check",
 }
-#: How the sweeper's settlement check names itself where a webhook names its event (``webhookEventId``).
-SETTLEMENT_CHECK_MARK = "settlement-check/"
 
 
 def arm(stack: EmbeddedStack, config: ChaosConfig, debits: dict[str, str]) -> EndpointDown:
@@ -283,8 +282,8 @@ def closed_by(
     claims: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, int]:
     """Orders by what closed them: the ``resolvedBy`` of each order's last final outcome event. The
-    settlement check applies Stripe's answer as the consumer applies a webhook's (its events say
-    ``webhook``): its writes are told apart by the claim's ``webhookEventId`` (``claims``)."""
+    sweeper's settlement check is told apart from its reconciliation (both ``sweeper``) by the
+    claim's ``webhookEventId`` (``claims``)."""
     checked = {
         order_id
         for order_id, claim in (claims or {}).items()
@@ -298,7 +297,7 @@ def closed_by(
             and event.detail_type == final_by_order[event.order_id]
         ):
             by = str(event.detail.get("resolvedBy") or "saga")
-            last[event.order_id] = "settlement check" if by == "webhook" and event.order_id in checked else by
+            last[event.order_id] = "settlement check" if by == "sweeper" and event.order_id in checked else by
     return dict(Counter(CLOSERS.get(by, by) for by in last.values()))
 
 

@@ -39,7 +39,7 @@ def debit_awaiting(
 
 
 def check(store: ClaimsStore, provider: StripeProvider) -> list[WebhookDecision]:
-    found = list(check_awaiting_settlements(store, provider, livemode=False, check_id="settlement-check/1"))
+    found = list(check_awaiting_settlements(store, provider, livemode=False, check_id="1"))
     assert all(isinstance(f, WebhookDecision) for f in found), found
     return [f for f in found if isinstance(f, WebhookDecision)]
 
@@ -83,7 +83,7 @@ def test_stripe_unreachable_leaves_every_awaiting_claim_for_the_next_check(
     intent = debit_awaiting(store, provider, emulator, "ORDER-PAID")
     emulator.set_status(intent, "succeeded")
     emulator.inject("fail_before_apply", endpoint="retrieve")
-    found = list(check_awaiting_settlements(store, provider, livemode=False, check_id="settlement-check/1"))
+    found = list(check_awaiting_settlements(store, provider, livemode=False, check_id="1"))
     assert len(found) == 1
     assert isinstance(found[0], Exception)
     claim = store.get("ORDER-PAID")
@@ -125,7 +125,7 @@ def test_a_check_out_of_time_asks_stripe_about_nothing_more(
     before = emulator.request_count("retrieve")
     found = list(
         check_awaiting_settlements(
-            store, provider, livemode=False, check_id="settlement-check/1", keep_going=lambda: False
+            store, provider, livemode=False, check_id="1", keep_going=lambda: False
         )
     )
     assert found == []

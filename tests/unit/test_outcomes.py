@@ -12,6 +12,7 @@ from payment_saga.orders import order_from_message
 from payment_saga.outcomes import (
     FINAL_OUTCOMES,
     MAX_DELAY_SECONDS,
+    SETTLEMENT_CHECK_MARK,
     Outcome,
     OutcomeNotPublished,
     OutcomeRelay,
@@ -260,6 +261,16 @@ def test_a_claim_a_webhook_closed_is_published_as_resolved_by_the_webhook() -> N
         row("COMPLETED", chargeId="pi_1", webhookEventId="evt_1", reconciledAt="2026-01-01T01:00:00Z"),
     )
     assert json.loads(events.entries[0]["Detail"])["resolvedBy"] == "webhook"
+
+
+def test_a_claim_the_settlement_check_closed_is_published_as_resolved_by_the_sweeper() -> None:
+    """The hourly settlement check writes through the webhook consumer's writes; its closures are the
+    sweeper's, so a subscriber can tell a webhook that came from a backstop that had to ask."""
+    events = FakeEvents()
+    relay(events, FakeSqs()).relay(
+        row("CLAIMED"), row("COMPLETED", chargeId="pi_1", webhookEventId=SETTLEMENT_CHECK_MARK + "req-1")
+    )
+    assert json.loads(events.entries[0]["Detail"])["resolvedBy"] == "sweeper"
 
 
 def test_a_refused_entry_raises_so_the_record_is_retried() -> None:
