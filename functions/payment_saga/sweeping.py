@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from payment_saga.backstop import check_awaiting_settlements
 from payment_saga.intents import IntentReader
-from payment_saga.reconcile import AttemptReader, ProviderUnavailable, ReconcileOutcome
+from payment_saga.payments import AttemptReader
+from payment_saga.reconcile import ProviderUnavailable, ReconcileOutcome
 from payment_saga.webhooks import WebhookOutcome
 
 if TYPE_CHECKING:
