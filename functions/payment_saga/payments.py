@@ -175,16 +175,8 @@ class AttemptRecord:
         return self.charge is None and bool(self.failed_ids)
 
 
-class PaymentProvider(Protocol):
-    """What the saga needs from a payment provider."""
-
-    def charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge:
-        """Charge the order once, or raise PaymentDeclined, ChargeNotAttempted or PaymentOutcomeUnknown."""
-        ...
-
-    def find_charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge | None:
-        """The landed charge of this attempt, None if there is none, or raise PaymentOutcomeUnknown."""
-        ...
+class AttemptReader(Protocol):
+    """What reconciliation asks the provider (``StripeProvider`` answers it): nothing here can charge."""
 
     def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:
         """The attempt's PaymentIntents as the provider's search shows them (fast, may lag)."""
@@ -204,6 +196,18 @@ class PaymentProvider(Protocol):
     ) -> AttemptRecord:
         """The attempt's PaymentIntents created in [created_from, created_to] (of ``customer``, if set),
         from the list (never lags); raises :class:`ListTooLong` past ``max_pages`` pages."""
+        ...
+
+
+class PaymentProvider(AttemptReader, Protocol):
+    """What the saga needs from a payment provider: a charge, and what reconciliation reads."""
+
+    def charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge:
+        """Charge the order once, or raise PaymentDeclined, ChargeNotAttempted or PaymentOutcomeUnknown."""
+        ...
+
+    def find_charge(self, order: Order, *, attempt: int, idempotency_key: str) -> Charge | None:
+        """The landed charge of this attempt, None if there is none, or raise PaymentOutcomeUnknown."""
         ...
 
 

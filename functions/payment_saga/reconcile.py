@@ -92,7 +92,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from payment_saga.claims import NO_OWNER, ClaimStatus, ReleaseReason
 from payment_saga.errors import ClaimLost, PaymentOutcomeUnknown
@@ -103,7 +103,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from payment_saga.claims import Claim, ClaimsStore
-    from payment_saga.payments import AttemptRecord
+    from payment_saga.payments import AttemptReader, AttemptRecord
 
 #: Stripe: "Occasionally, propagation of new or updated data can be up to an hour behind during
 #: outages." Since the list confirms every release, this is no longer what makes a release safe:
@@ -119,29 +119,6 @@ CLOCK_MARGIN_SECONDS = 600
 #: about 0.5 orders/s. Ten pages at Stripe's usual few hundred milliseconds each keep a claim to
 #: seconds; past the cap the claim is pending for a person, not a sweep that times out.
 DEFAULT_LIST_PAGE_CAP = 10
-
-
-class AttemptReader(Protocol):
-    """What reconciliation asks the provider (``StripeProvider`` answers it): nothing here can charge."""
-
-    def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:
-        """The attempt's PaymentIntents as the provider's search shows them (fast, may lag)."""
-        ...
-
-    def list_attempt(
-        self,
-        order: Order,
-        *,
-        attempt: int,
-        idempotency_key: str,
-        created_from: int,
-        created_to: int,
-        customer: str | None = None,
-        max_pages: int | None = None,
-        keep_going: Callable[[], bool] | None = None,
-    ) -> AttemptRecord:
-        """The attempt's PaymentIntents created in the window, from the list (never lags)."""
-        ...
 
 
 class ProviderUnavailable(Exception):

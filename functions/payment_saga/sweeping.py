@@ -34,22 +34,23 @@ with nothing stale reads no key, and Charge Payment or the webhook consumer meet
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 from payment_saga.backstop import check_awaiting_settlements
 from payment_saga.intents import IntentReader
-from payment_saga.reconcile import AttemptReader, ProviderUnavailable, ReconcileOutcome
+from payment_saga.payments import AttemptReader
+from payment_saga.reconcile import ProviderUnavailable, ReconcileOutcome
 from payment_saga.webhooks import WebhookOutcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from payment_saga.claims import ClaimsStore
-    from payment_saga.intents import IntentReading
-    from payment_saga.orders import Order
-    from payment_saga.payments import AttemptRecord
     from payment_saga.reconcile import ReconcileDecision
     from payment_saga.webhooks import WebhookDecision
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,19 @@ class _Reader(AttemptReader, IntentReader, Protocol):
     """What the sweeper asks the provider: the attempt's PaymentIntents, or one by id. Never a charge."""
 
 
+def _on_first_use(
+    method: Callable[Concatenate[_Reader, P], R],
+) -> Callable[Concatenate[ProviderOnFirstUse, P], R]:
+    """``method`` of :class:`_Reader`, asked of the provider :class:`ProviderOnFirstUse` builds at this
+    first call: the same parameters and answer, so mypy holds the forwarding to the protocol."""
+    name = method.__name__
+
+    def forwarded(self: ProviderOnFirstUse, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return cast("Callable[P, R]", getattr(self._provider(), name))(*args, **kwargs)
+
+    return forwarded
+
+
 class ProviderOnFirstUse:
     """The provider ``build`` makes, made at the first question a claim asks of it, then kept.
 
@@ -240,31 +254,6 @@ class ProviderOnFirstUse:
                 raise ProviderUnavailable(f"the payment provider could not be built: {exc}") from exc
         return self._built
 
-    def search_attempt(self, order: Order, *, attempt: int, idempotency_key: str) -> AttemptRecord:
-        return self._provider().search_attempt(order, attempt=attempt, idempotency_key=idempotency_key)
-
-    def list_attempt(
-        self,
-        order: Order,
-        *,
-        attempt: int,
-        idempotency_key: str,
-        created_from: int,
-        created_to: int,
-        customer: str | None = None,
-        max_pages: int | None = None,
-        keep_going: Callable[[], bool] | None = None,
-    ) -> AttemptRecord:
-        return self._provider().list_attempt(
-            order,
-            attempt=attempt,
-            idempotency_key=idempotency_key,
-            created_from=created_from,
-            created_to=created_to,
-            customer=customer,
-            max_pages=max_pages,
-            keep_going=keep_going,
-        )
-
-    def retrieve_intent(self, payment_intent_id: str) -> IntentReading | None:
-        return self._provider().retrieve_intent(payment_intent_id)
+    search_attempt = _on_first_use(_Reader.search_attempt)
+    list_attempt = _on_first_use(_Reader.list_attempt)
+    retrieve_intent = _on_first_use(_Reader.retrieve_intent)

@@ -226,13 +226,7 @@ def doorbell_of_event(event: Mapping[str, Any]) -> Doorbell:
         intent = event["data"]["object"]
         if intent.get("object", "payment_intent") != "payment_intent":
             raise TypeError("the event does not carry a PaymentIntent")
-        return Doorbell(
-            event_id=_text(event["id"]),
-            type=_text(event["type"]),
-            payment_intent_id=_text(intent["id"]),
-            livemode=event.get("livemode") is True,
-            created=_integer(event["created"]),
-        )
+        return _doorbell(event, intent, id_key="id", intent_key="id")
     except (KeyError, TypeError, AttributeError) as exc:
         raise MalformedEvent(f"not a PaymentIntent event: {type(exc).__name__} {exc}") from None
 
@@ -246,15 +240,25 @@ def parse_doorbell(body: Mapping[str, Any]) -> Doorbell:
     if "data" in body:
         return doorbell_of_event(body)
     try:
-        return Doorbell(
-            event_id=_text(body["eventId"]),
-            type=_text(body["type"]),
-            payment_intent_id=_text(body["paymentIntentId"]),
-            livemode=body.get("livemode") is True,
-            created=_integer(body["created"]),
-        )
+        return _doorbell(body, body, id_key="eventId", intent_key="paymentIntentId")
     except (KeyError, TypeError) as exc:
         raise MalformedEvent(f"not a webhook doorbell: {type(exc).__name__} {exc}") from None
+
+
+def _doorbell(
+    fields: Mapping[str, Any], intent: Mapping[str, Any], *, id_key: str, intent_key: str
+) -> Doorbell:
+    """The one place a :class:`Doorbell` is built: the event's id under ``id_key`` in ``fields``, its
+    ``type``, ``livemode`` and ``created`` there too, the PaymentIntent's id under ``intent_key`` in
+    ``intent``. Raises the KeyError or TypeError of a missing or mistyped field, read in that order;
+    each caller says what the body was not."""
+    return Doorbell(
+        event_id=_text(fields[id_key]),
+        type=_text(fields["type"]),
+        payment_intent_id=_text(intent[intent_key]),
+        livemode=fields.get("livemode") is True,
+        created=_integer(fields["created"]),
+    )
 
 
 def reading_event(

@@ -59,6 +59,18 @@ RUNTIME_ERROR = "States.Runtime"
 DATA_LIMIT_ERROR = "States.DataLimitExceeded"
 
 
+def _failure(
+    env: Any, error: StatesErrorNameType, event_type: HistoryEventType, details: EventDetails
+) -> FailureEventException:
+    """What moto's interpreter raises to fail a state or the execution: ``error``, recorded in the
+    history as an ``event_type`` event with ``details``."""
+    return FailureEventException(
+        failure_event=FailureEvent(
+            env=env, error_name=StatesErrorName(typ=error), event_type=event_type, event_details=details
+        )
+    )
+
+
 def error_equals(original: Any) -> Any:
     """``ErrorEqualsDecl._eval_body`` (one retrier's or catcher's match) with AWS's two exceptions."""
 
@@ -94,17 +106,13 @@ def absent_variable_fails(original: Any) -> Any:
             if isinstance(sampled, NoSuchVariable):
                 path = self.variable.string_sampler.literal_value
                 error = StatesErrorNameType.StatesRuntime
-                cause = (
-                    f"Invalid path '{path}': The choice state's condition path references an invalid value."
-                )
+                cause = f"Invalid path '{path}': {_ABSENT_VARIABLE}"
                 details = ExecutionFailedEventDetails(error=error.to_name(), cause=cause)
-                raise FailureEventException(
-                    failure_event=FailureEvent(
-                        env=env,
-                        error_name=StatesErrorName(typ=error),
-                        event_type=HistoryEventType.ExecutionFailed,
-                        event_details=EventDetails(executionFailedEventDetails=details),
-                    )
+                raise _failure(
+                    env,
+                    error,
+                    HistoryEventType.ExecutionFailed,
+                    EventDetails(executionFailedEventDetails=details),
                 )
         original(self, env)
 
@@ -124,14 +132,7 @@ def parameters_within_quota(original: Any) -> Any:
         error = StatesErrorNameType.StatesStatesDataLimitExceeded
         cause = f"The state '{self.name}' has an input, after Parameters, over the payload size quota."
         details = TaskFailedEventDetails(error=error.to_name(), cause=cause)
-        raise FailureEventException(
-            failure_event=FailureEvent(
-                env=env,
-                error_name=StatesErrorName(typ=error),
-                event_type=HistoryEventType.TaskFailed,
-                event_details=EventDetails(taskFailedEventDetails=details),
-            )
-        )
+        raise _failure(env, error, HistoryEventType.TaskFailed, EventDetails(taskFailedEventDetails=details))
 
     return eval_parameters
 

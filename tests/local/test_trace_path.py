@@ -25,6 +25,7 @@ from tests.local.chromium_support import CHROMIUM, chromium
 from tests.local.test_trace import parse, with_geometry_probe
 
 if TYPE_CHECKING:
+    from saga_local.stack.driver import ExecutionResult
     from tests.helpers import Saga
 
 READABLE_JS = Path(__file__).with_name("trace_readable.js")
@@ -76,14 +77,6 @@ class Folded(HTMLParser):
             self.names[self._graph][self._node] = data
 
 
-def send_and_trace(saga: Saga, deployed: str, order_id: str, page: Path, *options: str) -> None:
-    """``saga send --order-id ORDER ...``, the stack runs it, then ``saga trace ORDER --html PAGE``."""
-    target = ["--stack", deployed, "--region", REGION]
-    assert cli.main(["send", *target, "--order-id", order_id, *options]) == 0
-    saga.driver.pump()
-    assert cli.main(["trace", order_id, *target, "--html", str(page)]) == 0
-
-
 def release_failed(saga: Saga) -> None:
     """Release Claim dies on every attempt: the declined order ends in the Release Failed state."""
     saga.faults.add(Fault("ReleaseClaimFunction", "start", "die", times=100))
@@ -95,18 +88,29 @@ CASES = {
 }
 
 
+def send_and_trace(
+    case: str, label: str, saga: Saga, deployed: str, folder: Path
+) -> tuple[Path, ExecutionResult]:
+    """Prepare CASE, ``saga send --order-id ORDER-LABEL-CASE ...``, the stack runs it, then ``saga trace
+    ORDER --html FOLDER/trace.html``: the page and the one execution's result."""
+    options, prepare = CASES[case]
+    order_id, page = f"ORDER-{label}-{case.upper()}", folder / "trace.html"
+    if prepare is not None:
+        prepare(saga)
+    target = ["--stack", deployed, "--region", REGION]
+    assert cli.main(["send", *target, "--order-id", order_id, *options]) == 0
+    saga.driver.pump()
+    assert cli.main(["trace", order_id, *target, "--html", str(page)]) == 0
+    (result,) = saga.driver.results()
+    return page, result
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_page_opens_on_the_states_entered_and_folds_the_others_into_the_whole_graph(
     case: str, saga: Saga, deployed: str, tmp_path: Path
 ) -> None:
-    options, prepare = CASES[case]
-    if prepare is not None:
-        prepare(saga)
-    page_file = tmp_path / "trace.html"
+    page_file, result = send_and_trace(case, "PATH", saga, deployed, tmp_path)
 
-    send_and_trace(saga, deployed, f"ORDER-PATH-{case.upper()}", page_file, *options)
-
-    (result,) = saga.driver.results()
     described = saga.driver.sfn.describe_state_machine(stateMachineArn=saga.stack.state_machine_arn)
     definition = load_definition(described["definition"])
     states = list(definition["States"])
@@ -143,12 +147,7 @@ def test_the_page_opens_on_the_states_entered_and_folds_the_others_into_the_whol
 def test_at_1400_px_each_state_entered_is_named_in_readable_type_on_the_first_screen(
     case: str, saga: Saga, deployed: str, tmp_path: Path
 ) -> None:
-    options, prepare = CASES[case]
-    if prepare is not None:
-        prepare(saga)
-    page_file = tmp_path / "trace.html"
-    send_and_trace(saga, deployed, f"ORDER-READ-{case.upper()}", page_file, *options)
-    (result,) = saga.driver.results()
+    page_file, result = send_and_trace(case, "READ", saga, deployed, tmp_path)
     probed = tmp_path / "probed.html"
     probed.write_text(
         with_geometry_probe(page_file.read_text(encoding="utf-8"), READABLE_JS), encoding="utf-8"

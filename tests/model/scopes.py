@@ -56,10 +56,15 @@ faults, re-sends and redrives to the same shapes.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from tests.model.relay import RELAY_FAULTS
-from tests.model.state import DECLINED_CARD, Delivery, Scope
+from tests.model.state import ALL_FAULTS, DECLINED_CARD, Delivery, Scope
 from tests.model.webhooks import DEBIT, NEEDS_ACTION
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 D = Delivery
 RELAY_CALLS = RELAY_FAULTS - {"poison"}
@@ -192,63 +197,36 @@ CI_SCOPES: tuple[Scope, ...] = (
     ),
 )
 
+#: The CI scopes by name, for their full twins.
+_CI = {scope.name: scope for scope in CI_SCOPES}
+
+
+def full_twin(name: str, *, more_faults: Iterable[str] | None = None) -> Scope:
+    """The CI scope NAME for ``make model``: its deliveries and bounds, the clock and the sweeper on, and
+    every fault kind, or, where MORE_FAULTS is given (even empty), the CI scope's own kinds and those.
+    Built from the CI scope, the two cannot drift apart where they are meant to be the same."""
+    ci = _CI[name]
+    kinds = ALL_FAULTS if more_faults is None else ci.fault_kinds | frozenset(more_faults)
+    return replace(ci, clock=True, sweeper=True, fault_kinds=kinds)
+
+
 #: ``make model``: the same shapes with the clock, the sweeper and every fault kind on, more faults
 #: and deliveries. Minutes to tens of minutes.
 FULL_SCOPES: tuple[Scope, ...] = (
-    Scope("duplicates", (D("d1"), D("d2")), max_faults=1, requeues=0),
+    replace(full_twin("duplicates"), max_faults=1),
     Scope("duplicates-two-faults", (D("d1"), D("d2")), max_faults=2, requeues=0),
     Scope("three-duplicates", (D("d1"), D("d2"), D("d3")), max_faults=0, requeues=0),
     Scope("duplicates-redrive-resend", (D("d1"), D("d2")), max_faults=1, redrives=1, requeues=1),
-    Scope(
-        "declined-then-retry",
-        (D("d1", "initial", DECLINED_CARD), D("d2", "retry-1")),
-        max_faults=1,
-        requeues=0,
+    full_twin("declined-then-retry"),
+    full_twin("declined-twice-then-late-redelivery"),
+    replace(full_twin("claim-in-flight"), deliveries=(D("d1"), D("d2"))),
+    full_twin("takeover-then-redrive", more_faults={"late"}),
+    replace(full_twin("not-charged-requeued", more_faults={"lost", *RELAY_FAULTS}), max_faults=2),
+    replace(
+        full_twin("claim-failed-requeued", more_faults={"die_after"}), requeues=2, clock=False, sweeper=False
     ),
-    Scope(
-        "declined-twice-then-late-redelivery",
-        (
-            D("d1", "initial", DECLINED_CARD),
-            D("d2", "retry-1", DECLINED_CARD),
-            D("d3", "initial", DECLINED_CARD),
-        ),
-        max_faults=0,
-        requeues=0,
-    ),
-    Scope("claim-in-flight", (D("d1"), D("d2")), max_faults=2, requeues=0),
-    Scope(
-        "takeover-then-redrive",
-        (D("d1"), D("d2")),
-        max_faults=3,
-        redrives=1,
-        requeues=0,
-        fault_kinds=frozenset({"die_after", "outage", "late"}),
-    ),
-    Scope(
-        "not-charged-requeued",
-        (D("d1"),),
-        max_faults=2,
-        requeues=1,
-        fault_kinds=frozenset({"refused", "lost", *RELAY_FAULTS}),
-    ),
-    Scope(
-        "claim-failed-requeued",
-        (D("d1"),),
-        max_faults=3,
-        requeues=2,
-        clock=False,
-        sweeper=False,
-        fault_kinds=frozenset({"outage", "die_after", *RELAY_FAULTS}),
-    ),
-    Scope(
-        "declined-then-charged",
-        (D("d1", "initial", DECLINED_CARD), D("d2", "retry-1")),
-        max_faults=2,
-        requeues=0,
-        fault_kinds=RELAY_FAULTS,
-        relay_lags=True,
-    ),
-    Scope("debit-settled-by-webhook", (D("d1", "initial", DEBIT),), max_faults=1, requeues=0, webhooks=True),
+    full_twin("declined-then-charged", more_faults=()),
+    replace(full_twin("debit-settled-by-webhook"), max_faults=1),
     Scope(
         "debit-duplicates-webhooks",
         (D("d1", "initial", DEBIT), D("d2", "initial", DEBIT)),
@@ -258,28 +236,12 @@ FULL_SCOPES: tuple[Scope, ...] = (
         webhooks=True,
         webhook_repeats=2,
     ),
-    Scope(
-        "declined-then-charged-webhooks",
-        (D("d1", "initial", DECLINED_CARD), D("d2", "retry-1")),
-        max_faults=0,
-        requeues=0,
-        webhooks=True,
+    full_twin("declined-then-charged-webhooks"),
+    replace(
+        full_twin("authentication-canceled"),
+        deliveries=(D("d1", "initial", NEEDS_ACTION), D("d2", "retry-1")),
     ),
-    Scope(
-        "authentication-canceled",
-        (D("d1", "initial", NEEDS_ACTION), D("d2", "retry-1")),
-        max_faults=0,
-        requeues=0,
-        webhooks=True,
-    ),
-    Scope(
-        "webhook-during-last-try",
-        (D("d1"),),
-        max_faults=2,
-        requeues=0,
-        fault_kinds=frozenset({"lost", "last_try", "die_after"}),
-        webhooks=True,
-    ),
+    replace(full_twin("webhook-during-last-try", more_faults={"die_after"}), max_faults=2, forged_events=0),
     Scope(
         "declined-during-last-try",
         (D("d1", "initial", DECLINED_CARD), D("d2", "retry-1")),
@@ -297,16 +259,11 @@ FULL_SCOPES: tuple[Scope, ...] = (
         fault_kinds=frozenset({"lost", "last_try", "die_after"}),
         webhooks=True,
     ),
-    Scope(
-        "debit-redrive-after-key-expiry",
-        (D("d1", "initial", DEBIT),),
-        max_faults=1,
-        redrives=1,
-        requeues=0,
+    replace(
+        full_twin("debit-redrive-after-key-expiry", more_faults={"last_try", "die_after"}),
         clock=False,
-        fault_kinds=frozenset({"lost", "last_try", "die_after"}),
-        webhooks=True,
-        key_expiry=True,
+        webhook_repeats=1,
+        webhook_losses=1,
     ),
 )
 

@@ -176,20 +176,27 @@ def test_the_emulator_still_has_what_the_model_reaches_into() -> None:
         assert name in state, name
 
 
-def test_the_checker_finds_a_webhook_that_completes_the_claim_on_a_failed_payment(
-    monkeypatch: pytest.MonkeyPatch,
+def plant_decision(
+    monkeypatch: pytest.MonkeyPatch, decided: webhooks.WebhookOutcome, *, instead: webhooks.WebhookOutcome
 ) -> None:
-    # Planted in the webhook's decision (the function the consumer's handle_event calls): a
-    # payment_failed event of the claim's attempt completes the claim instead of releasing it.
+    """Plant a bug in the webhook's decision (the function the consumer's handle_event calls): where it
+    decides DECIDED, the consumer is told INSTEAD."""
     real_decide = webhooks.decide
 
     def decide(event: webhooks.PaymentIntentEvent, claim: Claim | None) -> webhooks.WebhookDecision:
         decision = real_decide(event, claim)
-        if decision.outcome is webhooks.WebhookOutcome.RELEASED:
-            return dataclasses.replace(decision, outcome=webhooks.WebhookOutcome.COMPLETED)
+        if decision.outcome is decided:
+            return dataclasses.replace(decision, outcome=instead)
         return decision
 
     monkeypatch.setattr(webhooks, "decide", decide)
+
+
+def test_the_checker_finds_a_webhook_that_completes_the_claim_on_a_failed_payment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Planted: a payment_failed event of the claim's attempt completes the claim instead of releasing it.
+    plant_decision(monkeypatch, webhooks.WebhookOutcome.RELEASED, instead=webhooks.WebhookOutcome.COMPLETED)
     scope = Scope(
         "planted-webhook-bug",
         (Delivery("d1", "initial", DECLINED_CARD),),
@@ -246,15 +253,9 @@ def test_the_checker_finds_a_webhook_that_releases_a_debit_still_processing(
 ) -> None:
     # Planted: a processing event is taken for a failure (release without proof). The debit then
     # settles as succeeded: the order is charged on a released claim.
-    real_decide = webhooks.decide
-
-    def decide(event: webhooks.PaymentIntentEvent, claim: Claim | None) -> webhooks.WebhookDecision:
-        decision = real_decide(event, claim)
-        if decision.outcome is webhooks.WebhookOutcome.AWAITING_SETTLEMENT:
-            return dataclasses.replace(decision, outcome=webhooks.WebhookOutcome.RELEASED)
-        return decision
-
-    monkeypatch.setattr(webhooks, "decide", decide)
+    plant_decision(
+        monkeypatch, webhooks.WebhookOutcome.AWAITING_SETTLEMENT, instead=webhooks.WebhookOutcome.RELEASED
+    )
     scope = Scope(
         "planted-webhook-bug",
         (Delivery("d1", "initial", DEBIT),),

@@ -23,6 +23,18 @@ m = ASL
 
 CLAIM, CHARGE, COMPLETE, RELEASE = "Claim Order", "Charge Payment", "Mark Complete", "Release Claim"
 
+
+def not_resent(id: str, choice: int, whose: str, ends: str, because: str = "") -> None:
+    """A failed Claim step's branch of Why Released? (Choices[CHOICE]) ends in ENDS instead of going on
+    to the re-send: nothing sends the order again."""
+    m.asl(
+        id,
+        set_path(("States", "Why Released?", "Choices", choice, "Next"), ends),
+        f"a failed Claim step whose {whose} ends as {ends}{because}, and nothing sends the order again",
+        tests=(REQUEUES,),
+    )
+
+
 # -- Claim Order --
 m.asl(
     "asl-claim-no-lambda-retry",
@@ -204,19 +216,13 @@ m.asl(
     "a payment attempt that finds another one open is not put back on the queue: the retry is lost",
     tests=(HOLES, PATHS),
 )
-m.asl(
-    "asl-resend-reported-failed",
-    set_path(("States", "Why Released?", "Choices", 4, "Next"), "Claim Failed"),
-    "a failed Claim step whose fence changed no status ends as Claim Failed, and nothing sends the "
-    "order again",
-    tests=(REQUEUES,),
-)
-m.asl(
+not_resent("asl-resend-reported-failed", 4, "fence changed no status", "Claim Failed")
+not_resent(
     "asl-failed-claim-and-release-not-resent",
-    set_path(("States", "Why Released?", "Choices", 0, "Next"), "Release Failed"),
-    "a failed Claim step whose release failed too ends as Release Failed: no claim to sweep, and "
-    "nothing sends the order again",
-    tests=(REQUEUES,),
+    0,
+    "release failed too",
+    "Release Failed",
+    ": no claim to sweep",
 )
 m.asl(
     "asl-busy-back-too-soon",
