@@ -124,9 +124,7 @@ def test_a_check_out_of_time_asks_stripe_about_nothing_more(
     debit_awaiting(store, provider, emulator, "ORDER-WAITING")
     before = emulator.request_count("retrieve")
     found = list(
-        check_awaiting_settlements(
-            store, provider, livemode=False, check_id="1", keep_going=lambda: False
-        )
+        check_awaiting_settlements(store, provider, livemode=False, check_id="1", keep_going=lambda: False)
     )
     assert found == []
     assert emulator.request_count("retrieve") == before
