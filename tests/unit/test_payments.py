@@ -11,7 +11,6 @@ import threading
 import urllib.request
 from collections.abc import Iterator
 from typing import Any, cast
-from urllib.parse import quote
 
 import pytest
 import stripe
@@ -675,34 +674,3 @@ def test_a_test_key_may_reach_the_emulator_on_loopback(emulator: ProviderEmulato
     provider = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
     assert charge(provider, make_order()).charge_id.startswith("pi_")
     provider.close()
-
-
-def test_a_payment_intent_read_by_id_says_what_stripe_holds_for_the_order(
-    provider: StripeProvider, emulator: ProviderEmulator
-) -> None:
-    """The webhook consumer's and the settlement check's read: Stripe's JSON, not the SDK's objects."""
-    result = charge(provider, make_order(), attempt=2)
-
-    reading = provider.retrieve_intent(result.charge_id)
-
-    assert reading is not None
-    assert (reading.payment_intent_id, reading.status) == (result.charge_id, "succeeded")
-    assert (reading.amount, reading.currency, reading.livemode) == (15000, "BRL", False)
-    assert (reading.order_id, reading.attempt, reading.failed_after_confirm) == ("ORDER-003", 2, False)
-
-
-@pytest.mark.parametrize("forged", ["pi_nothing", "pi_x/../../v1/charges", "pi_x?expand[]=customer", "ch_1"])
-def test_an_id_stripe_never_issued_reads_as_not_ours_whatever_it_holds(
-    provider: StripeProvider, emulator: ProviderEmulator, forged: str
-) -> None:
-    """An id from a queued doorbell is untrusted: it goes into the URL quoted, one path segment, and
-    reads as nothing rather than as another resource of the account."""
-    charge(provider, make_order())
-    recording = emulator.record()
-
-    assert provider.retrieve_intent(forged) is None
-    asked = [(exchange.method, exchange.path, exchange.query) for exchange in recording.exchanges]
-    if forged.startswith("pi_"):
-        assert asked == [("GET", "/v1/payment_intents/" + quote(forged, safe=""), "")]
-    else:
-        assert asked == []  # not a PaymentIntent id: nothing asked

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import stripe
@@ -440,3 +441,37 @@ def test_a_list_told_to_stop_between_pages_concludes_nothing(
             created_to=int(START) + 600,
             keep_going=lambda: False,
         )
+
+
+# -- a PaymentIntent read by id: the doorbell's answer ---------------------------------------------
+
+
+def test_a_payment_intent_read_by_id_says_what_stripe_holds_for_the_order(
+    provider: StripeProvider, emulator: ProviderEmulator
+) -> None:
+    """The webhook consumer's and the settlement check's read: Stripe's JSON, not the SDK's objects."""
+    result = charge(provider, order(), attempt=2)
+
+    reading = provider.retrieve_intent(result.charge_id)
+
+    assert reading is not None
+    assert (reading.payment_intent_id, reading.status) == (result.charge_id, "succeeded")
+    assert (reading.amount, reading.currency, reading.livemode) == (15000, "BRL", False)
+    assert (reading.order_id, reading.attempt, reading.failed_after_confirm) == ("ORDER-003", 2, False)
+
+
+@pytest.mark.parametrize("forged", ["pi_nothing", "pi_x/../../v1/charges", "pi_x?expand[]=customer", "ch_1"])
+def test_an_id_stripe_never_issued_reads_as_not_ours_whatever_it_holds(
+    provider: StripeProvider, emulator: ProviderEmulator, forged: str
+) -> None:
+    """An id from a queued doorbell is untrusted: it goes into the URL quoted, one path segment, and
+    reads as nothing rather than as another resource of the account."""
+    charge(provider, order())
+    recording = emulator.record()
+
+    assert provider.retrieve_intent(forged) is None
+    asked = [(exchange.method, exchange.path, exchange.query) for exchange in recording.exchanges]
+    if forged.startswith("pi_"):
+        assert asked == [("GET", "/v1/payment_intents/" + quote(forged, safe=""), "")]
+    else:
+        assert asked == []  # not a PaymentIntent id: nothing asked

@@ -241,7 +241,7 @@ m.text(
 
 # -- retrieve_intent: the webhook consumer's and the settlement check's read of one PaymentIntent --
 #: The read is what a doorbell is answered with: a wrong reading completes or releases a claim wrongly.
-READ = ("tests/unit/test_payments.py", "tests/functional/test_webhook_endpoint.py")
+READ = ("tests/unit/test_provider_error_paths.py", "tests/functional/test_webhook_endpoint.py")
 m.text(
     "pay-read-id-unquoted",
     "f\"/v1/payment_intents/{quote(payment_intent_id, safe='')}\"",
