@@ -309,9 +309,9 @@ def test_every_option_a_fault_kind_takes_is_accepted(state_dir: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    # Not invoke (its stack is its env-vars file's), nor reconcile (it takes no --endpoint-url).
+    # Not invoke: its stack is its env-vars file's.
     "command",
-    sorted(name for name in {**STACK_COMMANDS, **STACK_ONLY_COMMANDS} if name not in ("invoke", "reconcile")),
+    sorted(name for name in {**STACK_COMMANDS, **STACK_ONLY_COMMANDS} if name != "invoke"),
 )
 def test_a_deployed_stack_out_of_reach_is_answered_about_the_stack_not_saga_up(
     command: str, state_dir: Path
