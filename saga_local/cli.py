@@ -245,8 +245,8 @@ def _add_fault(sub: Any) -> None:
     )
     ft.add_argument(
         "--function",
-        help="throttle, crash, late-write (needed there): the function's logical id, e.g. ClaimOrderFunction"
-        " (default: none)",
+        help="throttle, crash, late-write (needed there): the function, as `saga logs` names it, e.g."
+        " ClaimOrder, ChargePayment, Sweeper (or its logical id, ClaimOrderFunction; default: none)",
     )
     # No default in the parser for --seconds and --times: an option that does not apply to the kind
     # is refused (commands/fault.py), which needs to know whether it was given.

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 #: three-decimal currencies, which Stripe documents separately.
 SUPPORTED_CURRENCIES: frozenset[str] = frozenset(
     """
-    USD AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BRL BSD
+    USD AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BHD BIF BMD BND BOB BRL BSD
     BWP BYN BZD CAD CDF CHF CLP CNY COP CRC CVE CZK DJF DKK DOP DZD EGP ETB EUR FJD FKP GBP
     GEL GIP GMD GNF GTQ GYD HKD HNL HTG HUF IDR ILS INR ISK JMD JOD JPY KES KGS KHR KMF KRW
     KWD KYD KZT LAK LBP LKR LRD LSL MAD MDL MGA MKD MMK MNT MOP MUR MVR MWK MXN MYR MZN NAD
@@ -31,6 +31,15 @@ SUPPORTED_CURRENCIES: frozenset[str] = frozenset(
     SGD SHP SLE SOS SRD STD SZL THB TJS TND TOP TRY TTD TWD TZS UAH UGX UYU UZS VND VUV WST
     XAF XCD XOF XPF YER ZAR ZMW
     """.split()  # noqa: SIM905 - a table of codes, laid out as Stripe's page lists them
+)
+
+#: Currencies Stripe's table listed that are no longer issued, and what to tell the producer: an
+#: order in one is refused with that reason, not as an unknown code. BGN: Bulgaria adopted the euro
+#: on 1 January 2026; Stripe maps Bulgaria to EUR across its systems (API changelog 2026-01-28.clover,
+#: https://docs.stripe.com/changelog/clover/2026-01-28/bulgaria-currency-mapping-bgn-to-eur), its
+#: minimums table has no lev row, and Bulgarian acquirers decline lev transactions since the changeover.
+WITHDRAWN_CURRENCIES: Mapping[str, str] = MappingProxyType(
+    {"BGN": "Bulgaria adopted the euro on 1 January 2026, replacing the lev (BGN): charge in EUR"}
 )
 
 #: The amount is in whole units: 500 JPY is ``500``.
@@ -58,7 +67,6 @@ MINIMUM_AMOUNTS: Mapping[str, int] = MappingProxyType(
         "AED": 200,
         "ARS": 50,
         "AUD": 50,
-        "BGN": 100,
         "BRL": 50,
         "CAD": 50,
         "CHF": 50,

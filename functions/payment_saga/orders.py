@@ -27,6 +27,7 @@ from payment_saga.currencies import (
     MAX_AMOUNT,
     SUPPORTED_CURRENCIES,
     THREE_DECIMAL_CURRENCIES,
+    WITHDRAWN_CURRENCIES,
     amount_step,
     minimum_amount,
 )
@@ -147,6 +148,8 @@ def order_from_message(data: Any) -> Order:
     currency = _text(data, "currency")
     if not CURRENCY_PATTERN.fullmatch(currency):
         raise InvalidOrder("currency must be a three-letter ISO 4217 code in upper case")
+    if currency in WITHDRAWN_CURRENCIES:
+        raise InvalidOrder(f"currency is no longer issued: {WITHDRAWN_CURRENCIES[currency]}")
     if currency not in SUPPORTED_CURRENCIES:
         raise InvalidOrder("currency is not one the payment provider charges in")
     _check_amount(amount, currency)

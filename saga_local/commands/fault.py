@@ -38,6 +38,7 @@ from saga_local.commands.arguments import usage_error
 from saga_local.output import Out, plural
 from saga_local.runtime.control import TOKEN_HEADER
 from saga_local.runtime.faults import CALLS, LANDS_AFTER, WRITE_CALLS, Fault
+from saga_local.stack.function_logs import LogsError, resolve_functions
 from saga_local.stack.targets import running_stack
 from saga_local.stripe_emulator import ENDPOINTS
 from saga_local.stripe_emulator.emulator import ADMIN_TOKEN_HEADER
@@ -133,6 +134,26 @@ def apply(provider: str, kind: str, *, token: str, order_id: str | None = None, 
     raise FaultError(f"no fault kind {kind!r}; the kinds: {', '.join(KINDS)}")
 
 
+def _short(logical_id: str) -> str:
+    return logical_id.removesuffix("Function")
+
+
+def function_id(name: str) -> str:
+    """The logical id of the function ``name`` means, as `saga logs` and `saga invoke` take it
+    (``ClaimOrderFunction``, ``ClaimOrder`` or ``claimorder``); :class:`FaultError` naming them all."""
+    try:
+        (found,) = resolve_functions([name])
+    except LogsError:
+        found = None
+    if found not in CALLS:  # every function of the template has its fault points
+        raise FaultError(f"no function {name!r} in template.yaml; name one of: {_function_names()}")
+    return str(found)
+
+
+def _function_names() -> str:
+    return f"{', '.join(sorted(_short(k) for k in CALLS))} (or its logical id, e.g. ClaimOrderFunction)"
+
+
 def function_fault(
     kind: str,
     function: str,
@@ -143,11 +164,9 @@ def function_fault(
     times: int = 1,
 ) -> dict[str, Any]:
     """The fault control's body for a function fault of ``kind`` (:data:`FUNCTION_KINDS`), checked
-    here first so that a mistake is named before anything is sent: :class:`FaultError` in words."""
-    if function not in CALLS:
-        raise FaultError(
-            f"no function {function!r} in template.yaml; the functions: {', '.join(sorted(CALLS))}"
-        )
+    here first so that a mistake is named before anything is sent: :class:`FaultError` in words.
+    ``function`` is a name :func:`function_id` takes."""
+    function = function_id(function)
     target: dict[str, Any] = {"function": function, "orderId": order_id}
     if kind == "throttle":
         if not seconds > 0:
@@ -237,7 +256,7 @@ def check(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.kind not in FUNCTION_KINDS:
         return None
     if not args.function:
-        raise FaultError(f"{args.kind} needs --function NAME; the functions: {', '.join(sorted(CALLS))}")
+        raise FaultError(f"{args.kind} needs --function NAME, one of: {_function_names()}")
     return function_fault(
         args.kind,
         args.function,

@@ -23,13 +23,17 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     waiting = None
     if args.stack:
         try:
-            report = reconcile_deployed(args.stack, apply=args.apply, region=args.region)
+            report = reconcile_deployed(
+                args.stack, apply=args.apply, region=args.region, endpoint_url=args.endpoint_url
+            )
         except UnsafeApiBase as exc:
             raise SystemExit(f"saga reconcile: the stack's PaymentApiBase is refused: {exc}") from None
         except (LookupError, KeyModeMismatch) as exc:
             # Each names what to fix in the stack (a parameter, its secret), never the key.
             raise SystemExit(f"saga reconcile: {exc}") from None
-        waiting = not_due_deployed(args.stack, region=args.region, now=report.now)
+        waiting = not_due_deployed(
+            args.stack, region=args.region, now=report.now, endpoint_url=args.endpoint_url
+        )
     else:
         from saga_local.commands.clock import stack_offset
 

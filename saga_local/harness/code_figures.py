@@ -5,9 +5,9 @@ The README's graph of the state machine is drawn from the definition (``template
 definition holds and no other. docs/design.md's counts and defaults (how long a closed claim is
 kept and why, the lease and the execution timeout, the sweeper's list window and cap, how many
 resources operations take) are read from ``template.yaml``, the definition and the sweeper's
-constants. :mod:`saga_local.harness.figures` writes these blocks with the others
-(``make docs-figures``) and checks them exactly: with no run behind them there is no run's noise to
-allow for.
+constants; docs/order-message.md's count of currencies from the product's table.
+:mod:`saga_local.harness.figures` writes these blocks with the others (``make docs-figures``) and
+checks them exactly: with no run behind them there is no run's noise to allow for.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from payment_saga import payments
+from payment_saga import currencies, payments
 from payment_saga.reconcile import CLOCK_MARGIN_SECONDS
 from saga_local.template import ROOT, load_template
 from saga_local.trace.history import load_definition
@@ -124,6 +124,11 @@ def list_cap() -> str:
     )
 
 
+def currency_count() -> str:
+    """How many currency codes an order may be in (docs/order-message.md)."""
+    return f"{len(currencies.SUPPORTED_CURRENCIES)} codes"
+
+
 #: Block name -> what renders it (from the repository alone).
 RENDERERS: dict[str, Callable[[], str]] = {
     "state-machine": state_machine_graph,
@@ -136,4 +141,5 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "clock-margin": clock_margin,
     "list-window": list_window,
     "list-cap": list_cap,
+    "currency-count": currency_count,
 }

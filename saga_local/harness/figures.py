@@ -46,6 +46,7 @@ TOLERANCE = 0.03
 DOCUMENTS = (
     "README.md",
     "docs/design.md",
+    "docs/order-message.md",
     "docs/outcome-events.md",
     "docs/performance.md",
     "docs/webhooks.md",

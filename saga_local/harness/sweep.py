@@ -137,15 +137,17 @@ def reconcile_deployed(
     region: str | None,
     search_grace_seconds: int = DEFAULT_SEARCH_GRACE_SECONDS,
     session: boto3.session.Session | None = None,
+    endpoint_url: str | None = None,
 ) -> ReconcileReport:
     """Reconcile a deployed stack's stale claims, with the caller's AWS credentials.
 
     The provider key is read from the stack's secret, as the sweeper reads it. Use the same
     ``search_grace_seconds`` as the deployed sweeper (its ``CLAIM_SEARCH_GRACE_SECONDS``); a
-    shorter one would trust a search that may still lag.
+    shorter one would trust a search that may still lag. ``endpoint_url`` sends every AWS call
+    there instead of to AWS (``--endpoint-url``: a moto server).
     """
     session = session or boto3.session.Session(region_name=region)
-    found = deployed_stack(session.client("cloudformation"), stack_name)
+    found = deployed_stack(session.client("cloudformation", endpoint_url=endpoint_url), stack_name)
     # Whoever set the stack's parameters must not get the key from this laptop: the base URL is
     # checked before the secret is read, and again with the key (a live key goes to Stripe only).
     check_api_base(found.api_base)
@@ -157,10 +159,12 @@ def reconcile_deployed(
     # The secret is read in the region its ARN names, as the sweeper reads it (it may not be the stack's).
     parts = found.secret_arn.split(":")
     secret_region = parts[3] if len(parts) > 3 and parts[3] else None
-    secrets = session.client("secretsmanager", region_name=secret_region)
+    secrets = session.client("secretsmanager", region_name=secret_region, endpoint_url=endpoint_url)
     raw = secrets.get_secret_value(SecretId=found.secret_arn)["SecretString"]
     store = ClaimsStore(
-        found.table_name, client=session.client("dynamodb"), retention_seconds=found.retention_seconds
+        found.table_name,
+        client=session.client("dynamodb", endpoint_url=endpoint_url),
+        retention_seconds=found.retention_seconds,
     )
     # A key of the other mode than the stack's is refused before anything is sent, as the sweeper
     # refuses it: reconciling by hand must not succeed where the deployed sweeper would not.
@@ -174,14 +178,21 @@ def reconcile_deployed(
 
 
 def not_due_deployed(
-    stack_name: str, *, region: str | None, now: float, session: boto3.session.Session | None = None
+    stack_name: str,
+    *,
+    region: str | None,
+    now: float,
+    session: boto3.session.Session | None = None,
+    endpoint_url: str | None = None,
 ) -> list[Claim]:
     """:func:`not_due` on a deployed stack's claims table (found as :func:`reconcile_deployed` finds
-    it): why its sweep has nothing to do yet. Reads no secret and writes nothing."""
+    it, ``endpoint_url`` too): why its sweep has nothing to do yet. Reads no secret and writes nothing."""
     session = session or boto3.session.Session(region_name=region)
-    found = deployed_stack(session.client("cloudformation"), stack_name)
+    found = deployed_stack(session.client("cloudformation", endpoint_url=endpoint_url), stack_name)
     store = ClaimsStore(
-        found.table_name, client=session.client("dynamodb"), retention_seconds=found.retention_seconds
+        found.table_name,
+        client=session.client("dynamodb", endpoint_url=endpoint_url),
+        retention_seconds=found.retention_seconds,
     )
     return not_due(store, now)
 

@@ -4,11 +4,13 @@ through CloudFormation (moto), reading the provider key from the stack's secret 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from typing import TYPE_CHECKING
 
 import boto3
 import pytest
+from moto.server import ThreadedMotoServer
 
 from payment_saga.api_keys import KeyModeMismatch, UnsafeApiBase
 from payment_saga.claims import ClaimsStore, ClaimStatus
@@ -21,9 +23,11 @@ from saga_local.harness.sweep import deployed_stack, not_due, reconcile_deployed
 from saga_local.stack.embedded import EmbeddedStack
 from saga_local.stripe_emulator import ENDPOINTS, ProviderEmulator
 from saga_local.template import load_template
+from tests.local.entry_point_support import SAGA, clean_environment
 
 if TYPE_CHECKING:
-    pass
+    from collections.abc import Iterator
+    from pathlib import Path
 
 LEASE = 900
 ORDER = Order("ORDER-003", 15000, "BRL", "cus_123", "pm_card_visa")
@@ -305,3 +309,64 @@ def test_saga_reconcile_answers_a_stack_it_refuses_in_one_line(
     assert says in message
     assert "\n" not in message
     assert LOCAL_API_KEY not in message
+
+
+# -- through the installed entry point, at a stack behind --endpoint-url --------------------------
+
+
+@pytest.fixture
+def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A moto server on a free loopback port, which this process's clients reach (AWS_ENDPOINT_URL)."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    for name, value in {
+        "AWS_ENDPOINT_URL": url,
+        "AWS_ACCESS_KEY_ID": "local",
+        "AWS_SECRET_ACCESS_KEY": "local",
+    }.items():
+        monkeypatch.setenv(name, value)
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(not SAGA.exists(), reason=f"{SAGA} is not installed (make install)")
+def test_saga_reconcile_of_a_stack_behind_an_endpoint_reads_and_writes_it_there(
+    moto_server: str, tmp_path: Path
+) -> None:
+    """``--endpoint-url`` reaches the stack, its secret and its claims table: none of them at AWS."""
+    with ProviderEmulator() as emulator:
+        name = create_deployed_stack(emulator.url)
+        table = deployed_stack(boto3.client("cloudformation", region_name=REGION), name).table_name
+        dynamodb = boto3.client("dynamodb", region_name=REGION)
+        # Claimed 2,000 s ago (lease 900 s), charged, and never completed.
+        ClaimsStore(table, client=dynamodb, clock=lambda: time.time() - 2000).claim(ORDER, token="exec-A")
+        provider = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
+        landed = provider.charge(ORDER, attempt=1, idempotency_key=idempotency_key(ORDER.order_id, 1))
+        provider.close()
+
+        target = ["--stack", name, "--region", REGION, "--endpoint-url", moto_server]
+        result = subprocess.run(  # noqa: S603 - the project's own entry point
+            [str(SAGA), "reconcile", "--apply", *target],
+            cwd=tmp_path,
+            env={  # no AWS_ENDPOINT_URL: the option alone says where the stack is
+                **clean_environment(tmp_path),
+                "AWS_ACCESS_KEY_ID": "local",  # as the moto server's: no account's
+                "AWS_SECRET_ACCESS_KEY": "local",
+                "AWS_MAX_ATTEMPTS": "1",
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    assert (result.returncode, result.stderr) == (0, "")
+    (line,) = [line for line in result.stdout.splitlines() if ORDER.order_id in line]
+    assert f"completed {landed.charge_id}" in line
+    claim = ClaimsStore(table, client=dynamodb).get(ORDER.order_id)
+    assert claim is not None
+    assert (claim.status, claim.charge_id) == (ClaimStatus.COMPLETED, landed.charge_id)

@@ -13,10 +13,9 @@ import pytest
 from payment_saga import currencies as product
 from saga_local.stripe_emulator import currencies as emulator
 
-#: Currency -> why the product's minimum differs from the emulator's (Stripe's current table).
-#: BGN: the product keeps 1.00 BGN from an older table; Stripe's current one has no BGN row (Bulgaria
-#: adopted the euro), so the product refuses small BGN orders Stripe might accept: safe, not exact.
-KNOWN_MINIMUM_DIFFERENCES = {"BGN": (100, 1)}
+#: Currency -> why the product's minimum differs from the emulator's (Stripe's current table). None
+#: does since BGN left the product's table (Bulgaria adopted the euro; Stripe's has no BGN row).
+KNOWN_MINIMUM_DIFFERENCES: dict[str, tuple[int, int]] = {}
 
 
 @pytest.mark.parametrize("currency", sorted(product.SUPPORTED_CURRENCIES))

@@ -114,6 +114,22 @@ def test_bad_bodies_sent_through_the_queue_leave_it_at_once_with_their_reasons(s
     assert set(saga.driver.claims()) == {"ORDER-GOOD"}
 
 
+def test_an_order_in_lev_is_dead_lettered_saying_to_charge_in_euro_and_reaches_no_claim_or_provider(
+    saga: Saga,
+) -> None:
+    lev = json.dumps(order("ORDER-BGN", currency="BGN"))
+    saga.driver.send(lev)
+
+    saga.driver.pump()
+
+    assert rejections(saga) == {
+        lev: "currency is no longer issued: Bulgaria adopted the euro on 1 January 2026, replacing the lev"
+        " (BGN): charge in EUR"
+    }
+    assert saga.driver.claims() == {}
+    assert saga.provider.payment_intents("ORDER-BGN") == []
+
+
 def test_card_shaped_values_are_dead_lettered_with_their_reason_and_reach_no_claim_or_provider(
     saga: Saga,
 ) -> None:

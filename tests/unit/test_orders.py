@@ -166,6 +166,7 @@ REJECTED = {
     "padded currency": (body(currency=" BRL"), "currency must not start or end with whitespace"),
     "not a currency": (body(currency="XXX"), "currency is not one the payment provider charges in"),
     "ISO but not Stripe": (body(currency="XAU"), "currency is not one the payment provider charges in"),
+    "lev since the euro": (body(currency="BGN"), "currency is no longer issued: Bulgaria adopted the euro"),
     "numeric currency": (body(currency=986), "currency must be a string, got integer"),
     # orderId
     "orderId with a trailing newline": (body(orderId="ORDER-1\n"), "orderId must not contain control"),
