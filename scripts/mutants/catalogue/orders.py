@@ -126,6 +126,13 @@ ORDERS.text(
     "a currency Stripe does not charge in is claimed and sent: refused by the provider, re-queued",
 )
 ORDERS.text(
+    "orders-withdrawn-currency-unexplained",
+    "if currency in WITHDRAWN_CURRENCIES:",
+    "if False:",
+    "an order in a currency no longer issued (the lev) is refused as an unknown code: the producer is"
+    " not told to charge in the euro",
+)
+ORDERS.text(
     "orders-max-amount-off-by-one",
     "if amount > MAX_AMOUNT:",
     "if amount > MAX_AMOUNT + 1:",
