@@ -163,10 +163,11 @@ def referenced_resource(value: Any) -> str | None:
 
     An ``!If [CreateX, <the resource made here>, <what the operator gave instead>]`` (the claims table or
     an adopted one, the alarm topic or a named one) points at the resource made here: what a stack
-    deployed with the defaults uses."""
+    deployed with the defaults uses. SAM's ``!Ref X.Alias`` (the alias AutoPublishAlias makes) points at
+    the function ``X``."""
     if isinstance(value, dict) and len(value) == 1:
         if "Ref" in value:
-            return str(value["Ref"])
+            return str(value["Ref"]).removesuffix(".Alias")
         if "Fn::GetAtt" in value:
             return str(value["Fn::GetAtt"][0])
         if "Fn::If" in value:

@@ -280,8 +280,9 @@ def test_functions_declare_their_own_statements_not_sam_policy_templates(templat
 def test_the_state_machine_may_invoke_exactly_the_functions_it_calls(
     template: Template, saga: StateMachine, task_functions: dict[str, str]
 ) -> None:
-    """By each function's own ARN: no policy template (LambdaInvokePolicy grants function:<name>*,
-    every function whose name starts with it) and no wildcard."""
+    """By each function's alias (``!Ref X.Alias``, the ARN the Task invokes): no policy template
+    (LambdaInvokePolicy grants function:<name>*, every function whose name starts with it), no wildcard,
+    and not $LATEST, which never restores from a SnapStart snapshot."""
     role = template.referenced_resource(saga.properties["RoleArn"])
     assert role is not None
     assert template.resources[role]["Type"] == "AWS::IAM::Role", "the execution role is this template's"
@@ -291,9 +292,9 @@ def test_the_state_machine_may_invoke_exactly_the_functions_it_calls(
             if "lambda:InvokeFunction" in as_list(statement["Action"]):
                 assert as_list(statement["Action"]) == ["lambda:InvokeFunction"], statement
                 (resource,) = as_list(statement["Resource"])
-                assert set(resource) == {"Fn::GetAtt"}, resource
-                function, attribute = resource["Fn::GetAtt"]
-                assert attribute == "Arn", resource
+                assert set(resource) == {"Ref"}, resource
+                function, _, attribute = str(resource["Ref"]).partition(".")
+                assert attribute == "Alias", resource
                 invokable.append(function)
     assert sorted(invokable) == sorted(set(task_functions.values()))
 
