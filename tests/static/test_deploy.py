@@ -485,10 +485,6 @@ def test_the_local_stack_fills_the_partition_in_as_aws(template: Template, saga:
             for name in template.functions
         },
         refs={
-            **{
-                f"{name}.Alias": f"arn:aws:lambda:us-east-1:123456789012:function:{name}:live"
-                for name in template.functions
-            },
             "OutcomeEventBus": "payment-saga-outcomes",
             "OrdersQueue": "https://sqs.us-east-1.amazonaws.com/123456789012/payment-saga-orders",
         },

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import re
 from typing import Any
 
@@ -71,13 +72,46 @@ def of_type(resources: dict[str, Any], type_name: str) -> dict[str, Any]:
     return {name: r for name, r in resources.items() if r["Type"] == type_name}
 
 
+def alias_of(resources: dict[str, Any], value: Any) -> str | None:
+    """The logical id of the ``AWS::Lambda::Alias`` whose ARN ``value`` is, else None: a ``Ref`` to it,
+    or its function's ARN and its name (``!Sub "${X.Arn}:live"``)."""
+    if not isinstance(value, dict) or len(value) != 1:
+        return None
+    aliases = of_type(resources, "AWS::Lambda::Alias")
+    if "Ref" in value:
+        return str(value["Ref"]) if value["Ref"] in aliases else None
+    found = re.fullmatch(r"\$\{(\w+)\.Arn\}:(\w+)", str(value.get("Fn::Sub", "")))
+    if not found:
+        return None
+    function, name = found.groups()
+    matches = [
+        logical
+        for logical, alias in aliases.items()
+        if alias["Properties"]["FunctionName"] == {"Ref": function} and alias["Properties"]["Name"] == name
+    ]
+    return matches[0] if matches else None
+
+
 def is_alias(resources: dict[str, Any], value: Any) -> bool:
-    """``value`` is a ``Ref`` to an ``AWS::Lambda::Alias`` of the transformed template (its ARN)."""
-    return (
-        isinstance(value, dict)
-        and set(value) == {"Ref"}
-        and resources.get(value["Ref"], {}).get("Type") == "AWS::Lambda::Alias"
-    )
+    return alias_of(resources, value) is not None
+
+
+def dependencies(resources: dict[str, Any], logical_id: str) -> set[str]:
+    """Every resource CloudFormation creates or updates before ``logical_id``: by ``DependsOn``, ``Ref``,
+    ``GetAtt`` or ``Sub``, transitively."""
+    found: set[str] = set()
+    pending = [logical_id]
+    while pending:
+        resource = resources[pending.pop()]
+        text = json.dumps(resource.get("Properties", {}))
+        names = set(as_list(resource.get("DependsOn", [])))
+        names |= set(re.findall(r'"Ref": "(\w+)"', text))
+        names |= set(re.findall(r'"Fn::GetAtt": \["(\w+)"', text))
+        names |= set(re.findall(r"\$\{(\w+)[.}]", text))
+        for name in (names & set(resources)) - found:
+            found.add(name)
+            pending.append(name)
+    return found
 
 
 def names_a_function(resources: dict[str, Any], value: Any) -> bool:
@@ -120,14 +154,17 @@ def test_every_function_but_the_receiver_runs_behind_an_alias(default_deploy: di
 
 
 def test_every_task_of_the_state_machine_invokes_an_alias(default_deploy: dict[str, Any]) -> None:
-    (machine,) = of_type(default_deploy, "AWS::StepFunctions::StateMachine").values()
+    ((machine_id, machine),) = of_type(default_deploy, "AWS::StepFunctions::StateMachine").items()
     substitutions = machine["Properties"]["DefinitionSubstitutions"]
     functions = {key: value for key, value in substitutions.items() if key.endswith("FunctionArn")}
     assert len(functions) == 4, substitutions
     for key, value in substitutions.items():
         assert not names_a_function(default_deploy, value), f"{key} invokes $LATEST"
     for key, value in functions.items():
-        assert is_alias(default_deploy, value), f"{key} is not an alias: {value}"
+        alias = alias_of(default_deploy, value)
+        assert alias is not None, f"{key} is not an alias: {value}"
+        # On the update that first makes the aliases, the state machine must not invoke them before.
+        assert alias in dependencies(default_deploy, machine_id), f"the state machine may precede {alias}"
 
 
 def test_every_invoke_permission_is_on_an_alias(default_deploy: dict[str, Any]) -> None:
