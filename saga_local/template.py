@@ -290,6 +290,8 @@ class FunctionSpec:
     code_uri: str
     #: Whether the function has a function URL (``FunctionUrlConfig``).
     function_url: bool = False
+    #: The alias each deploy moves to the version it publishes (``AutoPublishAlias``), if any.
+    alias: str | None = None
 
 
 def parameter_defaults(template: dict[str, Any]) -> dict[str, str]:
@@ -341,6 +343,7 @@ def functions(template: dict[str, Any]) -> dict[str, FunctionSpec]:
             events=props.get("Events", {}),
             code_uri=props.get("CodeUri", glob.get("CodeUri", ".")),
             function_url="FunctionUrlConfig" in props,
+            alias=props.get("AutoPublishAlias", glob.get("AutoPublishAlias")),
         )
     return specs
 

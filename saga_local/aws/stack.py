@@ -337,6 +337,11 @@ def _create_functions(
         )
         resolver.refs[logical_id] = name
         resolver.attrs[(logical_id, "Arn")] = response["FunctionArn"]
+        if spec.alias:
+            # What SAM makes of AutoPublishAlias: a version and the alias on it. The state machine
+            # invokes the alias by its ARN (the function's, then :live), as on AWS.
+            version = lambda_client.publish_version(FunctionName=name)["Version"]
+            lambda_client.create_alias(FunctionName=name, Name=spec.alias, FunctionVersion=version)
         if spec.function_url:
             # The name AWS gives a function URL (SAM's <LogicalId>Url resource). The embedded stack
             # serves it on loopback when asked to (EmbeddedStack(webhooks=True), saga_local.aws.function_url)

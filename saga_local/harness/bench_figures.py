@@ -178,8 +178,9 @@ def cold_start_levers(runs: dict[str, dict[str, Any]]) -> str:
 HOURS_PER_MONTH = 730
 
 
-def _lambda_sizes() -> tuple[float, int]:
-    """The functions' memory in GB (the template's Globals) and how many functions there are."""
+def _lambda_sizes(*, aliased: bool = False) -> tuple[float, int]:
+    """The functions' memory in GB (the template's Globals) and how many functions there are (with
+    ``aliased``, those behind an alias: the ones SnapStart applies to)."""
     from saga_local.template import functions, load_template
 
     template = load_template()
@@ -187,7 +188,7 @@ def _lambda_sizes() -> tuple[float, int]:
     sizes = {spec.memory_mb for spec in specs.values()}
     if len(sizes) != 1:
         raise ValueError(f"the functions have different memory sizes: {sorted(sizes)}")
-    return sizes.pop() / 1024, len(specs)
+    return sizes.pop() / 1024, sum(1 for spec in specs.values() if spec.alias or not aliased)
 
 
 def _price(key: str) -> float:
@@ -197,15 +198,15 @@ def _price(key: str) -> float:
 
 
 def snapstart_prices(runs: dict[str, dict[str, Any]]) -> str:
-    gb, count = _lambda_sizes()
+    gb, count = _lambda_sizes(aliased=True)
     seconds = HOURS_PER_MONTH * 3600
     cache = _price("lambda_snapstart_cache_gb_second") * gb * seconds
     restores = _price("lambda_snapstart_restore_gb") * gb * 1000
     return (
         f"At {gb * 1024:.0f} MB: **${cache:.2f} a month per function version** (${cache * count:.2f} for the"
-        f" {_word(count)} functions, and as much again for every older version not deleted:"
-        f" `AutoPublishAlias` publishes one per deploy), plus ${restores:.3f} per thousand cold starts"
-        " restored"
+        f" {_word(count)} functions behind an alias, and as much again for every older version not"
+        " deleted: a deploy that changes a function publishes a version of it), plus"
+        f" ${restores:.3f} per thousand cold starts restored"
     )
 
 

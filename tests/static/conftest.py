@@ -158,15 +158,23 @@ class Template:
         return machines
 
 
+#: An alias's ARN as the template writes it: the function's ARN, then the alias's name.
+ALIAS_ARN = re.compile(r"\$\{(\w+)\.Arn\}:(\w+)")
+
+
 def referenced_resource(value: Any) -> str | None:
     """The logical id a ``!Ref`` or ``!GetAtt`` points at, else None.
 
     An ``!If [CreateX, <the resource made here>, <what the operator gave instead>]`` (the claims table or
     an adopted one, the alarm topic or a named one) points at the resource made here: what a stack
-    deployed with the defaults uses."""
+    deployed with the defaults uses. An alias's ARN, ``!Sub "${X.Arn}:live"``, points at the function
+    ``X``."""
     if isinstance(value, dict) and len(value) == 1:
         if "Ref" in value:
             return str(value["Ref"])
+        alias = ALIAS_ARN.fullmatch(str(value.get("Fn::Sub", "")))
+        if alias:
+            return alias.group(1)
         if "Fn::GetAtt" in value:
             return str(value["Fn::GetAtt"][0])
         if "Fn::If" in value:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from payment_saga import claims
+from tests.static.conftest import ALIAS_ARN
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -280,8 +281,9 @@ def test_functions_declare_their_own_statements_not_sam_policy_templates(templat
 def test_the_state_machine_may_invoke_exactly_the_functions_it_calls(
     template: Template, saga: StateMachine, task_functions: dict[str, str]
 ) -> None:
-    """By each function's own ARN: no policy template (LambdaInvokePolicy grants function:<name>*,
-    every function whose name starts with it) and no wildcard."""
+    """By each function's alias (``!Sub "${X.Arn}:live"``, the ARN the Task invokes): no policy template
+    (LambdaInvokePolicy grants function:<name>*, every function whose name starts with it), no wildcard,
+    and not $LATEST, which never restores from a SnapStart snapshot."""
     role = template.referenced_resource(saga.properties["RoleArn"])
     assert role is not None
     assert template.resources[role]["Type"] == "AWS::IAM::Role", "the execution role is this template's"
@@ -291,9 +293,10 @@ def test_the_state_machine_may_invoke_exactly_the_functions_it_calls(
             if "lambda:InvokeFunction" in as_list(statement["Action"]):
                 assert as_list(statement["Action"]) == ["lambda:InvokeFunction"], statement
                 (resource,) = as_list(statement["Resource"])
-                assert set(resource) == {"Fn::GetAtt"}, resource
-                function, attribute = resource["Fn::GetAtt"]
-                assert attribute == "Arn", resource
+                alias = ALIAS_ARN.fullmatch(str(resource.get("Fn::Sub", "")))
+                assert alias, resource
+                function, name = alias.groups()
+                assert template.function_setting(function, "AutoPublishAlias") == name, resource
                 invokable.append(function)
     assert sorted(invokable) == sorted(set(task_functions.values()))
 
