@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -15,7 +15,7 @@ from moto.server import ThreadedMotoServer
 from payment_saga.api_keys import KeyModeMismatch, UnsafeApiBase
 from payment_saga.claims import ClaimsStore, ClaimStatus
 from payment_saga.orders import Order
-from payment_saga.payments import StripeProvider, idempotency_key
+from payment_saga.payments import Charge, StripeProvider, idempotency_key
 from payment_saga.reconcile import ReconcileOutcome
 from saga_local import cli
 from saga_local.aws.stack import LOCAL_API_KEY, REGION
@@ -163,16 +163,22 @@ def test_a_stack_that_is_not_a_payment_saga_is_refused(aws: None) -> None:
         deployed_stack(boto3.client("cloudformation", region_name=REGION), "other")
 
 
+def stale_charged_claim(emulator: ProviderEmulator) -> tuple[str, str, Any, Charge]:
+    """A deployed stack whose claim of ORDER was taken 2,000 s ago (lease 900 s), charged at the
+    emulator, and never completed: its name, its claims table, a DynamoDB client and the charge."""
+    name = create_deployed_stack(emulator.url)
+    table = deployed_stack(boto3.client("cloudformation", region_name=REGION), name).table_name
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    ClaimsStore(table, client=dynamodb, clock=lambda: time.time() - 2000).claim(ORDER, token="exec-A")
+    provider = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
+    landed = provider.charge(ORDER, attempt=1, idempotency_key=idempotency_key(ORDER.order_id, 1))
+    provider.close()
+    return name, table, dynamodb, landed
+
+
 def test_reconcile_deployed_resolves_stale_claims_with_the_key_from_the_stacks_secret(aws: None) -> None:
     with ProviderEmulator() as emulator:
-        name = create_deployed_stack(emulator.url)
-        table = deployed_stack(boto3.client("cloudformation", region_name=REGION), name).table_name
-        dynamodb = boto3.client("dynamodb", region_name=REGION)
-        # Claimed 2,000 s ago (lease 900 s), charged, and never completed.
-        ClaimsStore(table, client=dynamodb, clock=lambda: time.time() - 2000).claim(ORDER, token="exec-A")
-        provider = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
-        landed = provider.charge(ORDER, attempt=1, idempotency_key=idempotency_key(ORDER.order_id, 1))
-        provider.close()
+        name, table, dynamodb, landed = stale_charged_claim(emulator)
 
         dry = reconcile_deployed(name, apply=False, region=REGION)
         applied = reconcile_deployed(name, apply=True, region=REGION)
@@ -339,14 +345,7 @@ def test_saga_reconcile_of_a_stack_behind_an_endpoint_reads_and_writes_it_there(
 ) -> None:
     """``--endpoint-url`` reaches the stack, its secret and its claims table: none of them at AWS."""
     with ProviderEmulator() as emulator:
-        name = create_deployed_stack(emulator.url)
-        table = deployed_stack(boto3.client("cloudformation", region_name=REGION), name).table_name
-        dynamodb = boto3.client("dynamodb", region_name=REGION)
-        # Claimed 2,000 s ago (lease 900 s), charged, and never completed.
-        ClaimsStore(table, client=dynamodb, clock=lambda: time.time() - 2000).claim(ORDER, token="exec-A")
-        provider = StripeProvider(LOCAL_API_KEY, api_base=emulator.url)
-        landed = provider.charge(ORDER, attempt=1, idempotency_key=idempotency_key(ORDER.order_id, 1))
-        provider.close()
+        name, table, dynamodb, landed = stale_charged_claim(emulator)
 
         target = ["--stack", name, "--region", REGION, "--endpoint-url", moto_server]
         result = subprocess.run(  # noqa: S603 - the project's own entry point
