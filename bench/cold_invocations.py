@@ -221,8 +221,9 @@ def webhook_request(endpoints: Endpoints, charge_id: str) -> tuple[dict[str, Any
 
 def other_functions(
     endpoints: Endpoints, invoke: Callable[[str, dict[str, Any]], Any], order: dict[str, Any], charge_id: str
-) -> None:
-    """A first invocation of every function outside the cold order, after it."""
+) -> dict[str, Any]:
+    """A first invocation of every function outside the cold order, after it. Returns the webhook
+    consumer's event (a doorbell of the order's charge), which its levers are measured with."""
     invoke("ReleaseClaimFunction", release_event(endpoints))
     invoke("OutcomeRelayFunction", relay_event(order["orderId"]))
     invoke("SweeperFunction", _event("sweeper"))
@@ -235,7 +236,9 @@ def other_functions(
         "eventId": {"stringValue": data["id"], "dataType": "String"},
         "eventType": {"stringValue": data["type"], "dataType": "String"},
     }
-    invoke("WebhookConsumerFunction", sqs_event(payload, attributes))
+    doorbell = sqs_event(payload, attributes)
+    invoke("WebhookConsumerFunction", doorbell)
+    return doorbell
 
 
 def alternative_event() -> dict[str, Any]:

@@ -32,7 +32,9 @@ its own in each round:
 ``levers``: the Claim function again, each round, with one of the cold-start levers undone at a time
 (``LEVERS``: the full botocore data, boto3 imported, tracing off), reported as the least of the rounds
 against the shipped function's least (a lever is worth tens of milliseconds, and a busy machine only
-ever adds to a process's CPU time).
+ever adds to a process's CPU time). ``consumer_levers``: the webhook consumer again, answering the same
+doorbell, with what one of its own levers saved imported before its handler (``CONSUMER_LEVERS``:
+Powertools' batch utility, the PaymentIntent's object classes), against the consumer's least.
 
 ``baseline`` adds a bare Powertools handler (``bench/bare/bare_powertools_handler.py``: Logger, Metrics,
 Tracer, nothing else), built both ways: what Powertools alone costs.
@@ -112,6 +114,20 @@ LEVERS = {
     "botocore_data_untrimmed": "the package with botocore's data for every service, as pip installs it",
     "boto3_imported": "boto3 imported with the handler, as when the clients were boto3's",
     "tracing_off": "POWERTOOLS_TRACE_DISABLED=true: no X-Ray SDK imported, nothing patched or sent",
+}
+#: The webhook consumer's own levers, measured on it the same way (its doorbell answered again): each
+#: puts back, by importing them before the handler, the modules a lever saved -> (what that means, the
+#: modules).
+CONSUMER_LEVER_FUNCTION = "WebhookConsumerFunction"
+CONSUMER_LEVERS = {
+    "batch_utility_imported": (
+        "Powertools' batch utility imported, as when the SQS functions used it",
+        "aws_lambda_powertools.utilities.batch",
+    ),
+    "payment_intent_objects": (
+        "the PaymentIntent's object classes imported, as the SDK's typed read imports them",
+        "stripe._payment_intent stripe._object_classes",
+    ),
 }
 #: SDKs whose presence after the first invocation says what a function pays for at every cold start.
 WATCHED = ("stripe", "aws_xray_sdk", "boto3", "botocore", "requests", "asyncio")
@@ -262,10 +278,12 @@ class Bench:
         for name in (*ALTERNATIVE_ROWS, *BARE_ROWS):
             self.invoke(name, alternative_event() if name in ALTERNATIVE_ROWS else {})
         done = cold_order(self.invoke)
-        other_functions(endpoints, self.invoke, done["order"], done["charge"]["chargeId"])
+        doorbell = other_functions(endpoints, self.invoke, done["order"], done["charge"]["chargeId"])
         for lever in LEVERS:
             order = {**new_order("LEVER"), "paymentAttempt": "initial"}
             self.invoke(lever, {"order": order, "claimToken": token_of(order["orderId"])})
+        for lever in CONSUMER_LEVERS:
+            self.invoke(lever, doorbell)  # the consumer's first invocation again: the same read, the same row
 
 
 def variant(package: Path, scratch: Path, name: str, replaced: dict[str, Path]) -> Path:
@@ -310,6 +328,28 @@ def summarize(reports: list[dict[str, Any]], handler: str) -> dict[str, Any]:
         "compiled_at_import": last["compiled"],
         "loaded": last["loaded"],
     }
+
+
+def lever_rows(results: dict[str, Any], function: str, levers: dict[str, str]) -> dict[str, Any]:
+    """Each lever's row taken out of ``results``, against ``function``'s as shipped."""
+    shipped = results[function]["cpu_ms_range"][0]
+    rows: dict[str, Any] = {"function": function, "shipped_least_cpu_ms": shipped}
+    for lever, undone in levers.items():
+        row = results.pop(lever)
+        least = row["cpu_ms_range"][0]
+        rows[lever] = {
+            "undone": undone,
+            "cpu_ms": row["cpu_ms"],
+            "import_cpu_ms": row["import_cpu_ms"],
+            "invoke_cpu_ms": row["invoke_cpu_ms"],
+            "x_alternative": row["x_alternative"],
+            "least_cpu_ms": least,
+            # The least of the rounds, against the shipped function's least: a lever's effect is tens of
+            # milliseconds, and a busy machine only ever adds to a process's CPU time.
+            "least_against_shipped_ms": round(least - shipped, 1),
+            "loaded": row["loaded"],
+        }
+    return rows
 
 
 def python_version(python: str) -> str:
@@ -400,6 +440,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             "tracing_off": (package, handler),
         }
     )
+    rows.update(dict.fromkeys(CONSUMER_LEVERS, functions[CONSUMER_LEVER_FUNCTION]))
     with Endpoints() as endpoints:
         environments = {name: endpoints.function_environment(name) for name in functions}
         environments.update({name: endpoints.alternative_environment() for name in ALTERNATIVE_ROWS})
@@ -408,6 +449,9 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         environments["botocore_data_untrimmed"] = claim
         environments["boto3_imported"] = {**claim, "COLD_START_PRELOAD": "boto3"}
         environments["tracing_off"] = {**claim, "POWERTOOLS_TRACE_DISABLED": "true"}
+        consumer = environments[CONSUMER_LEVER_FUNCTION]
+        for lever, (_, modules) in CONSUMER_LEVERS.items():
+            environments[lever] = {**consumer, "COLD_START_PRELOAD": modules}
         bench = Bench(args.python, rows, environments)
         bench.keep = False  # the first round warms the file cache
         bench.round(endpoints)
@@ -419,23 +463,10 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     for row in results.values():
         row["x_alternative"] = round(row["cpu_ms"] / plain, 2)
     order = cold_order_row(bench.reports, plain)
-    shipped = results[LEVER_FUNCTION]
-    levers = {}
-    for lever, undone in LEVERS.items():
-        row = results.pop(lever)
-        least = row["cpu_ms_range"][0]
-        levers[lever] = {
-            "undone": undone,
-            "cpu_ms": row["cpu_ms"],
-            "import_cpu_ms": row["import_cpu_ms"],
-            "invoke_cpu_ms": row["invoke_cpu_ms"],
-            "x_alternative": row["x_alternative"],
-            "least_cpu_ms": least,
-            # The least of the rounds, against the shipped function's least: a lever's effect is tens of
-            # milliseconds, and a busy machine only ever adds to a process's CPU time.
-            "least_against_shipped_ms": round(least - shipped["cpu_ms_range"][0], 1),
-            "loaded": row["loaded"],
-        }
+    levers = lever_rows(results, LEVER_FUNCTION, LEVERS)
+    consumer_levers = lever_rows(
+        results, CONSUMER_LEVER_FUNCTION, {lever: undone for lever, (undone, _) in CONSUMER_LEVERS.items()}
+    )
     worst = max(functions, key=lambda name: results[name]["x_alternative"])
     output = {
         "benchmark": "cold_start",
@@ -449,7 +480,8 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "baseline": {name: results.pop(name) for name in BARE_ROWS},
         "functions": results,
         "cold_order": order,
-        "levers": {"function": LEVER_FUNCTION, "shipped_least_cpu_ms": shipped["cpu_ms_range"][0], **levers},
+        "levers": levers,
+        "consumer_levers": consumer_levers,
         "goal": {
             "order_x_alternative_at_most": GOAL_ORDER_X_ALTERNATIVE,
             "function_x_alternative_at_most": GOAL_FUNCTION_X_ALTERNATIVE,

@@ -171,6 +171,12 @@ def test_the_benchmark_figures_in_performance_md_are_the_recorded_runs() -> None
         ("cold_start", ("cold_order", "x_alternative"), 9.9, ["cold-start", "cold-start-before-after"]),
         ("cold_start", ("levers", "tracing_off", "least_against_shipped_ms"), 99.0, ["cold-start-levers"]),
         ("cold_start", ("levers", "shipped_least_cpu_ms"), 9.0, ["cold-start-levers"]),
+        (
+            "cold_start",
+            ("consumer_levers", "batch_utility_imported", "least_against_shipped_ms"),
+            99.0,
+            ["cold-start-levers"],
+        ),
         ("cold_start", ("goal", "worst"), 0.9, ["cold-start-goal"]),
         ("cold_start", ("goal", "met"), None, ["cold-start-goal"]),
         ("cold_start", ("measured_on", "utc"), "2020-01-01T00:00:00Z", ["cold-start-run"]),
@@ -291,6 +297,8 @@ def test_the_recorded_cold_starts_time_every_function_of_the_template_and_one_co
         assert set(recorded["measured_on"]) == {"utc", "cpu_count", "load_average"}
     levers = {"function", "shipped_least_cpu_ms", "botocore_data_untrimmed", "boto3_imported", "tracing_off"}
     assert set(bench_figures.recorded_run("cold_start")["levers"]) == levers
+    consumer = {"function", "shipped_least_cpu_ms", "batch_utility_imported", "payment_intent_objects"}
+    assert set(bench_figures.recorded_run("cold_start")["consumer_levers"]) == consumer
 
 
 def test_what_a_flood_costs_in_webhooks_md_is_priced_from_prices_json_and_the_template() -> None:
