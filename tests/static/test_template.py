@@ -281,9 +281,9 @@ def test_functions_declare_their_own_statements_not_sam_policy_templates(templat
 def test_the_state_machine_may_invoke_exactly_the_functions_it_calls(
     template: Template, saga: StateMachine, task_functions: dict[str, str]
 ) -> None:
-    """By each function's alias (``!Sub "${X.Arn}:live"``, the ARN the Task invokes): no policy template
-    (LambdaInvokePolicy grants function:<name>*, every function whose name starts with it), no wildcard,
-    and not $LATEST, which never restores from a SnapStart snapshot."""
+    """By each function's alias (``!Sub "${X.Arn}:live"``, the ARN the Task invokes) and that function
+    unqualified (for executions started before it had an alias): no policy template (LambdaInvokePolicy
+    grants function:<name>*, every function whose name starts with it), no wildcard, no other function."""
     role = template.referenced_resource(saga.properties["RoleArn"])
     assert role is not None
     assert template.resources[role]["Type"] == "AWS::IAM::Role", "the execution role is this template's"
@@ -292,11 +292,12 @@ def test_the_state_machine_may_invoke_exactly_the_functions_it_calls(
         for statement in policy["PolicyDocument"]["Statement"]:
             if "lambda:InvokeFunction" in as_list(statement["Action"]):
                 assert as_list(statement["Action"]) == ["lambda:InvokeFunction"], statement
-                (resource,) = as_list(statement["Resource"])
+                resource, latest = as_list(statement["Resource"])
                 alias = ALIAS_ARN.fullmatch(str(resource.get("Fn::Sub", "")))
                 assert alias, resource
                 function, name = alias.groups()
                 assert template.function_setting(function, "AutoPublishAlias") == name, resource
+                assert latest == {"Fn::GetAtt": [function, "Arn"]}, latest
                 invokable.append(function)
     assert sorted(invokable) == sorted(set(task_functions.values()))
 
