@@ -47,12 +47,20 @@ def assert_one_line(result: subprocess.CompletedProcess[str], says: str) -> None
     assert says in lines[0], lines[0]
 
 
-def saga(state_dir: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """``saga ARGS`` from ``state_dir`` (outside the project), as a user types it."""
+#: Credentials of no account, as the local stack's and moto's, and one attempt per call: for a command
+#: sent to an endpoint with ``--endpoint-url`` alone (no ``AWS_ENDPOINT_URL`` in its environment).
+LOCAL_AWS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_MAX_ATTEMPTS": "1"}
+
+
+def saga(
+    state_dir: Path, *args: str, timeout: float = 180, aws: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``saga ARGS`` from ``state_dir`` (outside the project), as a user types it; ``aws``: AWS
+    settings in its environment besides (:data:`LOCAL_AWS`)."""
     return subprocess.run(  # noqa: S603 - the project's own entry point
         [str(SAGA), *args],
         cwd=state_dir,
-        env=clean_environment(state_dir),
+        env={**clean_environment(state_dir), **(aws or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -25,7 +25,14 @@ import pytest
 from saga_local.stack import archive
 from saga_local.template import ROOT
 from tests.helpers import order
-from tests.local.entry_point_support import SAGA, assert_one_line, clean_environment, subcommands
+from tests.local.entry_point_support import (
+    LOCAL_AWS,
+    SAGA,
+    assert_one_line,
+    clean_environment,
+    saga,
+    subcommands,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -327,19 +334,9 @@ def test_a_deployed_stack_out_of_reach_is_answered_about_the_stack_not_saga_up(
 ) -> None:
     nowhere = f"http://127.0.0.1:{_free_port()}"  # as a network that answers nothing (no DNS, no route)
     args = [*{**STACK_COMMANDS, **STACK_ONLY_COMMANDS}[command], "--stack", "payment-saga"]
-    result = subprocess.run(  # noqa: S603 - the project's own entry point
-        [str(SAGA), *args, "--region", "eu-west-1", "--endpoint-url", nowhere],
-        cwd=state_dir,
-        env={
-            **clean_environment(state_dir),
-            "AWS_ACCESS_KEY_ID": "local",  # as the local stack's: nothing is reached to send them to
-            "AWS_SECRET_ACCESS_KEY": "local",
-            "AWS_MAX_ATTEMPTS": "1",
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    # The local stack's credentials: nothing is reached to send them to.
+    result = saga(
+        state_dir, *args, "--region", "eu-west-1", "--endpoint-url", nowhere, timeout=120, aws=LOCAL_AWS
     )
 
     assert_one_line(result, f"cannot reach AWS at {nowhere}")

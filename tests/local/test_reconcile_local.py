@@ -4,7 +4,6 @@ through CloudFormation (moto), reading the provider key from the stack's secret 
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,7 @@ from saga_local.harness.sweep import deployed_stack, not_due, reconcile_deployed
 from saga_local.stack.embedded import EmbeddedStack
 from saga_local.stripe_emulator import ENDPOINTS, ProviderEmulator
 from saga_local.template import load_template
-from tests.local.entry_point_support import SAGA, clean_environment
+from tests.local.entry_point_support import LOCAL_AWS, SAGA, saga
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -348,20 +347,8 @@ def test_saga_reconcile_of_a_stack_behind_an_endpoint_reads_and_writes_it_there(
         name, table, dynamodb, landed = stale_charged_claim(emulator)
 
         target = ["--stack", name, "--region", REGION, "--endpoint-url", moto_server]
-        result = subprocess.run(  # noqa: S603 - the project's own entry point
-            [str(SAGA), "reconcile", "--apply", *target],
-            cwd=tmp_path,
-            env={  # no AWS_ENDPOINT_URL: the option alone says where the stack is
-                **clean_environment(tmp_path),
-                "AWS_ACCESS_KEY_ID": "local",  # as the moto server's: no account's
-                "AWS_SECRET_ACCESS_KEY": "local",
-                "AWS_MAX_ATTEMPTS": "1",
-            },
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        # No AWS_ENDPOINT_URL: the option alone says where the stack is.
+        result = saga(tmp_path, "reconcile", "--apply", *target, timeout=120, aws=LOCAL_AWS)
 
     assert (result.returncode, result.stderr) == (0, "")
     (line,) = [line for line in result.stdout.splitlines() if ORDER.order_id in line]
