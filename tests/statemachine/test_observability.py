@@ -145,14 +145,23 @@ LOG_LEVELS = {"debug", "info", "warning", "error", "exception", "critical"}
 
 
 def logged_event(node: ast.AST) -> str | None:
-    """The event a statement logs: ``log_event("x")``, or ``logger.<level>(..., extra={"event": "x"})``."""
+    """The event a statement logs: ``log_event("x")``, or ``logger.<level>(..., extra={"event": "x"})``,
+    or the same at a level chosen at run time: ``getattr(logger, level)(..., extra={"event": ...})``."""
     if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
         return None
     call = node.value
     if isinstance(call.func, ast.Name) and call.func.id == "log_event":
         first = call.args[0]
         return str(first.value) if isinstance(first, ast.Constant) else "<dynamic>"
-    if isinstance(call.func, ast.Attribute) and call.func.attr in LOG_LEVELS:
+    at_a_level = isinstance(call.func, ast.Attribute) and call.func.attr in LOG_LEVELS
+    at_any_level = (
+        isinstance(call.func, ast.Call)
+        and isinstance(call.func.func, ast.Name)
+        and call.func.func.id == "getattr"
+        and isinstance(call.func.args[0], ast.Name)
+        and call.func.args[0].id == "logger"
+    )
+    if at_a_level or at_any_level:
         for keyword in call.keywords:
             if keyword.arg == "extra" and isinstance(keyword.value, ast.Dict):
                 for key, value in zip(keyword.value.keys, keyword.value.values, strict=True):
@@ -211,5 +220,7 @@ def test_the_check_sees_an_event_logged_without_its_metric() -> None:
         '        return {"released": False}\n'
         '    log_event("claim_released")\n'
         '    count("ClaimReleased")\n'
+        "    for line in lines:\n"
+        '        getattr(logger, line.level)(line.event, extra={"event": line.event})\n'
     )
-    assert uncounted_events(source) == [(5, "charge_refused"), (8, "claim_fenced")]
+    assert uncounted_events(source) == [(5, "charge_refused"), (8, "claim_fenced"), (13, "<dynamic>")]
