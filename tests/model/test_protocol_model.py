@@ -359,7 +359,7 @@ def test_the_checker_finds_a_consumer_that_believes_a_forged_event(monkeypatch: 
     real_record_handler = webhook_consumer.record_handler
 
     def believing(record: Any) -> None:
-        body = json.loads(record.body)
+        body = json.loads(record["body"])
         if "data" not in body:
             real_record_handler(record)
             return

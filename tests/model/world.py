@@ -9,6 +9,7 @@ import inspect
 import json
 import os
 import pickle
+import re
 import sys
 import time
 import types
@@ -108,6 +109,13 @@ class WorldBase:
     # -- setup ----------------------------------------------------------------------------------
 
     def __enter__(self) -> Self:
+        try:
+            return self._enter()
+        except BaseException:
+            self._stack.close()  # moto's mock and the environment undone: the next world starts clean
+            raise
+
+    def _enter(self) -> Self:
         template = load_template()
         self._stack.enter_context(mock_aws())
         client = boto3.session.Session().client(
@@ -196,7 +204,7 @@ class WorldBase:
             if state["Type"] != "Task" or not asl.is_lambda(state):
                 continue
             name = state["Parameters"]["FunctionName"]
-            logical = substitutions[name[2:-1]]["Fn::GetAtt"][0]
+            logical = _function_of(substitutions[name[2:-1]])
             module_name, attribute = resources[logical]["Properties"]["Handler"].rsplit(".", 1)
             handlers[name] = inspect.unwrap(getattr(importlib.import_module(module_name), attribute))
         return handlers
@@ -663,3 +671,14 @@ class WorldBase:
     def _attribute(self, before: set[str], payment_attempt: str) -> None:
         for intent_id in self._intent_ids() - before:
             self.state.intent_attempts.setdefault(intent_id, payment_attempt)
+
+
+def _function_of(arn: dict[str, Any]) -> str:
+    """The logical id of the function a Task's ARN names: its alias (``!Sub "${X.Arn}:live"``), or the
+    function itself (``!GetAtt X.Arn``)."""
+    if "Fn::Sub" in arn:
+        alias = re.fullmatch(r"\$\{(\w+)\.Arn\}:\w+", str(arn["Fn::Sub"]))
+        if alias is None:
+            raise ValueError(f"not a function's alias: {arn}")
+        return alias.group(1)
+    return str(arn["Fn::GetAtt"][0])
