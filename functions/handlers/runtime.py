@@ -326,7 +326,8 @@ def each_message(
     As Powertools' batch utility does, a batch whose every message failed raises :class:`BatchFailed`
     instead (chained to the last error): nothing went through, so the invocation is an error that
     Lambda's ``Errors`` metric counts. The batch utility itself is not imported: it imports every one of
-    Powertools' event classes, a tenth of a cold start for a loop of a few lines (bench/cold_start.py).
+    Powertools' event classes at a cold start, for a loop of a few lines (bench/cold_start.py measures
+    what that costs: ``consumer_levers``).
     """
     records: list[dict[str, Any]] = event.get("Records") or []
     failed: list[str] = []
